@@ -1,0 +1,1 @@
+//! Ergonomic construction of IR functions (being written).

@@ -1,0 +1,34 @@
+//! # weft-ir
+//!
+//! The functional tensor IR everything in weft stands on: element types and
+//! static tensor types, a closed [`Op`] enum with typed attributes, modules of
+//! straight-line SSA functions stored in arenas with typed ids, one
+//! type-inference `match` ([`infer()`]), a verifier that reports every problem
+//! with its location ([`verify_module`]), a text format that round-trips
+//! exactly ([`text`]), an ergonomic [`builder`] with composite helpers, and the
+//! reference interpreter ([`interp`]) that is the oracle for every later stage.
+//!
+//! The contract is written in `specs/ir.md`.
+#![warn(missing_docs)]
+
+pub mod builder;
+pub mod dtype;
+pub mod error;
+pub mod func;
+pub mod infer;
+pub mod interp;
+pub mod literal;
+pub mod op;
+pub mod tensor;
+pub mod text;
+pub mod types;
+pub mod verify;
+
+pub use dtype::DType;
+pub use error::{Diagnostic, IrError, ParseError, Result};
+pub use func::{Function, Inst, InstId, Loc, Module, Signature, ValueData, ValueDef, ValueId};
+pub use infer::{infer, NoFunctions, SignatureLookup};
+pub use literal::{Literal, LiteralData};
+pub use op::{BinaryOp, CompareOp, DotDims, Op, ReduceOp, UnaryOp};
+pub use types::{Shape, TensorType};
+pub use verify::{verify_function, verify_module};

@@ -1,0 +1,1 @@
+//! Host tensors (being written).

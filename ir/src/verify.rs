@@ -1,0 +1,342 @@
+//! The verifier: checks every invariant of a module and reports all
+//! violations, each with its function, instruction and source position.
+//!
+//! Invariants checked:
+//! 1. Function names are valid identifiers and unique in the module.
+//! 2. Every value in a function's arena is defined exactly once, by a
+//!    parameter or an instruction result, and its recorded definition
+//!    (`ValueDef`) points back at that definer.
+//! 3. Value ids are assigned in definition order: parameters are `%0..%n`,
+//!    then each instruction's results follow consecutively. (This is what
+//!    makes `%N` in the text format mean arena index N.)
+//! 4. Value names, where present, are valid identifiers that are not all
+//!    digits, and are unique within their function.
+//! 5. Every operand is a value defined earlier in the function (SSA
+//!    dominance in straight-line code); no use before definition.
+//! 6. Every instruction has the arity its op requires, its attributes are
+//!    consistent with its operand types, and its declared result types equal
+//!    the types [`crate::infer`] derives (this covers dimension numbers in
+//!    range, matching extents, dtype rules, shapes that match annotations).
+//! 7. Every `call` names a function of the module with a matching
+//!    signature, and the call graph has no cycles (no recursion).
+//! 8. Every function result is a value of the function.
+
+use crate::{infer, Diagnostic, Function, InstId, IrError, Module, Op, ValueDef, ValueId};
+use std::collections::{HashMap, HashSet};
+
+/// Whether `s` is a valid identifier for functions and values:
+/// `[A-Za-z_][A-Za-z0-9_.]*`.
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+}
+
+/// Whether `s` is a valid value name: `[A-Za-z0-9_.]+` but not all digits
+/// (all-digit names are ids: `%3`).
+pub fn is_value_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && !s.chars().all(|c| c.is_ascii_digit())
+}
+
+/// Verifies a whole module. Returns every problem found.
+pub fn verify_module(m: &Module) -> Result<(), IrError> {
+    let mut diags = Vec::new();
+    let mut names = HashSet::new();
+    for f in &m.functions {
+        if !is_identifier(&f.name) {
+            diags.push(diag(f, f.loc, "", format!("`{}` is not a valid function name", f.name)));
+        }
+        if !names.insert(f.name.as_str()) {
+            diags.push(diag(f, f.loc, "", format!("function @{} is defined more than once", f.name)));
+        }
+        check_function(m, f, &mut diags);
+    }
+    check_call_cycles(m, &mut diags);
+    if diags.is_empty() {
+        Ok(())
+    } else {
+        Err(IrError::Verify(diags))
+    }
+}
+
+/// Verifies one function on its own (calls are checked against `m`).
+pub fn verify_function(m: &Module, f: &Function) -> Result<(), IrError> {
+    let mut diags = Vec::new();
+    check_function(m, f, &mut diags);
+    if diags.is_empty() {
+        Ok(())
+    } else {
+        Err(IrError::Verify(diags))
+    }
+}
+
+fn diag(f: &Function, loc: Option<crate::Loc>, subject: impl Into<String>, message: String) -> Diagnostic {
+    Diagnostic { func: f.name.clone(), loc, subject: subject.into(), message }
+}
+
+/// How an instruction is named in diagnostics: `%3 = add` or `call`.
+pub fn inst_subject(f: &Function, inst: InstId) -> String {
+    let i = &f.insts[inst.index()];
+    let results: Vec<String> = i.results.iter().map(|&r| f.value_ref(r)).collect();
+    if results.is_empty() {
+        format!("`{}` ({inst})", i.op.name())
+    } else {
+        format!("`{} = {}`", results.join(", "), i.op.name())
+    }
+}
+
+fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
+    let n = f.values.len();
+    let mut defined_by: Vec<Option<ValueDef>> = vec![None; n];
+    let mut next = 0usize;
+    let mut structural_ok = true;
+
+    // Invariants 2 and 3 for parameters.
+    for (pos, &p) in f.params.iter().enumerate() {
+        let subject = format!("parameter {pos}");
+        if p.index() >= n {
+            diags.push(diag(f, f.loc, subject, format!("{p} is not in the value arena")));
+            structural_ok = false;
+            continue;
+        }
+        if p.index() != next {
+            diags.push(diag(f, f.loc, subject.clone(), format!("is {p} but ids must be in definition order (expected %{next})")));
+        }
+        next = p.index() + 1;
+        if defined_by[p.index()].is_some() {
+            diags.push(diag(f, f.loc, subject.clone(), format!("{p} is defined twice")));
+        }
+        defined_by[p.index()] = Some(ValueDef::Param(pos as u32));
+        if f.values[p.index()].def != ValueDef::Param(pos as u32) {
+            diags.push(diag(f, f.loc, subject, format!("{p} records the wrong definition {:?}", f.values[p.index()].def)));
+        }
+    }
+
+    // Walk instructions: definitions, dominance, types.
+    for (id, inst) in f.iter_insts() {
+        let subject = inst_subject(f, id);
+        for (k, &o) in inst.operands.iter().enumerate() {
+            if o.index() >= n {
+                diags.push(diag(f, inst.loc, subject.clone(), format!("operand {k} ({o}) is not a value of this function")));
+                structural_ok = false;
+            } else if defined_by[o.index()].is_none() {
+                diags.push(diag(
+                    f,
+                    inst.loc,
+                    subject.clone(),
+                    format!("operand {k} ({}) is used before it is defined", f.value_ref(o)),
+                ));
+                structural_ok = false;
+            }
+        }
+        for (index, &r) in inst.results.iter().enumerate() {
+            if r.index() >= n {
+                diags.push(diag(f, inst.loc, subject.clone(), format!("result {r} is not in the value arena")));
+                structural_ok = false;
+                continue;
+            }
+            if r.index() != next {
+                diags.push(diag(
+                    f,
+                    inst.loc,
+                    subject.clone(),
+                    format!("result {r} breaks definition order (expected %{next})"),
+                ));
+            }
+            next = r.index() + 1;
+            let def = ValueDef::Inst { inst: id, index: index as u32 };
+            if defined_by[r.index()].is_some() {
+                diags.push(diag(f, inst.loc, subject.clone(), format!("{} is defined more than once", f.value_ref(r))));
+            }
+            defined_by[r.index()] = Some(def);
+            if f.values[r.index()].def != def {
+                diags.push(diag(f, inst.loc, subject.clone(), format!("{r} records the wrong definition")));
+            }
+        }
+        if !structural_ok {
+            continue;
+        }
+        check_types(m, f, id, &subject, diags);
+    }
+
+    // Invariant 2: no orphan values.
+    for (i, d) in defined_by.iter().enumerate() {
+        if d.is_none() {
+            diags.push(diag(f, f.loc, "", format!("%{i} is never defined")));
+        }
+    }
+
+    // Invariant 4: names.
+    let mut seen: HashMap<&str, ValueId> = HashMap::new();
+    for (i, v) in f.values.iter().enumerate() {
+        if let Some(name) = &v.name {
+            let id = ValueId(i as u32);
+            let loc = def_loc(f, v.def);
+            if !is_value_name(name) {
+                diags.push(diag(f, loc, "", format!("`%{name}` is not a valid value name")));
+            }
+            if let Some(prev) = seen.insert(name.as_str(), id) {
+                diags.push(diag(
+                    f,
+                    loc,
+                    "",
+                    format!("duplicate value name `%{name}` (defined as {prev} and as {id})"),
+                ));
+            }
+        }
+    }
+
+    // Invariant 8.
+    for (k, &r) in f.results.iter().enumerate() {
+        if r.index() >= n {
+            diags.push(diag(f, f.return_loc, "return", format!("result {k} ({r}) is not a value of this function")));
+        }
+    }
+}
+
+fn def_loc(f: &Function, def: ValueDef) -> Option<crate::Loc> {
+    match def {
+        ValueDef::Param(_) => f.loc,
+        ValueDef::Inst { inst, .. } => f.insts.get(inst.index()).and_then(|i| i.loc),
+    }
+}
+
+fn check_types(m: &Module, f: &Function, id: InstId, subject: &str, diags: &mut Vec<Diagnostic>) {
+    let inst = f.inst(id);
+    let tys: Vec<&crate::TensorType> = inst.operands.iter().map(|&o| f.ty(o)).collect();
+    match infer(&inst.op, &tys, m) {
+        Err(msg) => diags.push(diag(f, inst.loc, subject, msg)),
+        Ok(expected) => {
+            if expected.len() != inst.results.len() {
+                diags.push(diag(
+                    f,
+                    inst.loc,
+                    subject,
+                    format!("`{}` produces {} results but {} are bound", inst.op.name(), expected.len(), inst.results.len()),
+                ));
+                return;
+            }
+            for (k, (e, &r)) in expected.iter().zip(&inst.results).enumerate() {
+                let declared = f.ty(r);
+                if declared != e {
+                    let which = if inst.results.len() > 1 { format!("result {k} ") } else { String::new() };
+                    diags.push(diag(
+                        f,
+                        inst.loc,
+                        subject,
+                        format!("{which}is annotated {declared} but `{}` gives {e}", inst.op.name()),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn check_call_cycles(m: &Module, diags: &mut Vec<Diagnostic>) {
+    // Depth-first search over the call graph with colours.
+    let index: HashMap<&str, usize> = m.functions.iter().enumerate().map(|(i, f)| (f.name.as_str(), i)).collect();
+    let callees: Vec<Vec<usize>> = m
+        .functions
+        .iter()
+        .map(|f| {
+            f.insts
+                .iter()
+                .filter_map(|i| match &i.op {
+                    Op::Call { callee } => index.get(callee.as_str()).copied(),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut colour = vec![0u8; m.functions.len()];
+    fn visit(v: usize, callees: &[Vec<usize>], colour: &mut [u8], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
+        colour[v] = 1;
+        stack.push(v);
+        for &w in &callees[v] {
+            if colour[w] == 1 {
+                let start = stack.iter().position(|&s| s == w).unwrap_or(0);
+                let mut cycle = stack[start..].to_vec();
+                cycle.push(w);
+                return Some(cycle);
+            }
+            if colour[w] == 0 {
+                if let Some(c) = visit(w, callees, colour, stack) {
+                    return Some(c);
+                }
+            }
+        }
+        stack.pop();
+        colour[v] = 2;
+        None
+    }
+    for v in 0..m.functions.len() {
+        if colour[v] == 0 {
+            let mut stack = Vec::new();
+            if let Some(cycle) = visit(v, &callees, &mut colour, &mut stack) {
+                let f = &m.functions[cycle[0]];
+                let names: Vec<String> = cycle.iter().map(|&i| format!("@{}", m.functions[i].name)).collect();
+                diags.push(diag(f, f.loc, "", format!("recursive calls are not allowed: {}", names.join(" -> "))));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BinaryOp, DType, TensorType};
+
+    fn f32s(s: &[usize]) -> TensorType {
+        TensorType::new(DType::F32, s.to_vec())
+    }
+
+    #[test]
+    fn accepts_well_typed_function() {
+        let mut f = Function::new("f");
+        let x = f.add_param(Some("x".into()), f32s(&[2]));
+        let i = f.add_inst(Op::Binary(BinaryOp::Add), vec![x, x], vec![(f32s(&[2]), None)], None);
+        f.results = f.insts[i.index()].results.clone();
+        let m = Module { functions: vec![f] };
+        verify_module(&m).unwrap();
+    }
+
+    #[test]
+    fn reports_every_error() {
+        let mut f = Function::new("f");
+        let x = f.add_param(Some("x".into()), f32s(&[2]));
+        let _ = f.add_inst(Op::Binary(BinaryOp::Add), vec![x, x], vec![(f32s(&[3]), Some("x".into()))], None);
+        f.add_inst(Op::Unary(crate::UnaryOp::Exp), vec![ValueId(9)], vec![(f32s(&[2]), None)], None);
+        let m = Module { functions: vec![f.clone(), f] };
+        let IrError::Verify(d) = verify_module(&m).unwrap_err() else { panic!() };
+        let text: Vec<String> = d.iter().map(|d| d.to_string()).collect();
+        let all = text.join("\n");
+        assert!(all.contains("is annotated f32[3] but `add` gives f32[2]"), "{all}");
+        assert!(all.contains("duplicate value name `%x`"), "{all}");
+        assert!(all.contains("operand 0 (%9) is not a value"), "{all}");
+        assert!(all.contains("defined more than once"), "{all}");
+    }
+
+    #[test]
+    fn rejects_recursion() {
+        let mut f = Function::new("f");
+        let x = f.add_param(None, f32s(&[]));
+        let i = f.add_inst(Op::Call { callee: "f".into() }, vec![x], vec![(f32s(&[]), None)], None);
+        f.results = f.insts[i.index()].results.clone();
+        let m = Module { functions: vec![f] };
+        let e = verify_module(&m).unwrap_err().to_string();
+        assert!(e.contains("recursive calls are not allowed: @f -> @f"), "{e}");
+    }
+
+    #[test]
+    fn names() {
+        assert!(is_identifier("params.layers.0.w1"));
+        assert!(!is_identifier("0x"));
+        assert!(is_value_name("0x"));
+        assert!(!is_value_name("12"));
+    }
+}
