@@ -11,7 +11,7 @@
 //! Functions are straight-line SSA: the instruction list is the program
 //! order, and a value may be used only after its definition.
 
-use crate::{Op, TensorType};
+use crate::{Op, TensorSharding, TensorType};
 use std::fmt;
 
 /// Identifies a value within its function. Prints as `%N`.
@@ -86,6 +86,9 @@ pub struct ValueData {
     pub name: Option<String>,
     /// Where it is defined.
     pub def: ValueDef,
+    /// Its sharding, when annotated (by the user on parameters, or by
+    /// sharding propagation on every value).
+    pub sharding: Option<TensorSharding>,
 }
 
 /// One instruction: an op applied to operands, defining result values.
@@ -110,6 +113,9 @@ pub struct Function {
     pub params: Vec<ValueId>,
     /// Result values, in order.
     pub results: Vec<ValueId>,
+    /// Requested sharding of each result (like `jit(out_shardings=...)`);
+    /// empty, or one entry per result.
+    pub result_shardings: Vec<Option<TensorSharding>>,
     /// Value arena.
     pub values: Vec<ValueData>,
     /// Instruction arena, in program order.
@@ -127,6 +133,7 @@ impl Function {
             name: name.into(),
             params: Vec::new(),
             results: Vec::new(),
+            result_shardings: Vec::new(),
             values: Vec::new(),
             insts: Vec::new(),
             loc: None,
@@ -138,7 +145,7 @@ impl Function {
     pub fn add_param(&mut self, name: Option<String>, ty: TensorType) -> ValueId {
         let id = self.next_value_id();
         let pos = self.params.len() as u32;
-        self.values.push(ValueData { ty, name, def: ValueDef::Param(pos) });
+        self.values.push(ValueData { ty, name, def: ValueDef::Param(pos), sharding: None });
         self.params.push(id);
         id
     }
@@ -156,7 +163,7 @@ impl Function {
         let mut ids = Vec::with_capacity(results.len());
         for (index, (ty, name)) in results.into_iter().enumerate() {
             let id = self.next_value_id();
-            self.values.push(ValueData { ty, name, def: ValueDef::Inst { inst, index: index as u32 } });
+            self.values.push(ValueData { ty, name, def: ValueDef::Inst { inst, index: index as u32 }, sharding: None });
             ids.push(id);
         }
         self.insts.push(Inst { op, operands, results: ids, loc });

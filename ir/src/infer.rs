@@ -213,6 +213,18 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
             let shape = (0..t.rank()).filter(|d| !dims.contains(d)).map(|d| t.shape[d]).collect::<Vec<_>>();
             one(TensorType::new(t.dtype, shape))
         }
+        Op::ShardingConstraint { sharding: s } | Op::Reshard { to: s } => {
+            let t = operands[0];
+            if s.rank() != t.rank() {
+                return Err(format!(
+                    "`{}` has a sharding for rank {} but its operand {t} has rank {}",
+                    op.name(),
+                    s.rank(),
+                    t.rank()
+                ));
+            }
+            one(t.clone())
+        }
         Op::Call { callee } => {
             let sig = funcs.signature_of(callee).ok_or_else(|| format!("call to unknown function @{callee}"))?;
             if sig.params.len() != operands.len() {

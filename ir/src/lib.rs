@@ -19,6 +19,7 @@ pub mod infer;
 pub mod interp;
 pub mod literal;
 pub mod op;
+pub mod sharding;
 pub mod tensor;
 pub mod text;
 pub mod types;
@@ -30,5 +31,6 @@ pub use func::{Function, Inst, InstId, Loc, Module, Signature, ValueData, ValueD
 pub use infer::{infer, NoFunctions, SignatureLookup};
 pub use literal::{Literal, LiteralData};
 pub use op::{BinaryOp, CompareOp, DotDims, Op, ReduceOp, UnaryOp};
+pub use sharding::{DimSharding, TensorSharding};
 pub use types::{Shape, TensorType};
 pub use verify::{verify_function, verify_module};

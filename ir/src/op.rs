@@ -6,7 +6,7 @@
 //! ([`crate::infer`]) is a pure function of the op and its operand types.
 //! Semantics follow StableHLO; `specs/ir.md` has the table.
 
-use crate::{DType, Literal, Shape, TensorType};
+use crate::{DType, Literal, Shape, TensorSharding, TensorType};
 
 /// Elementwise unary operations.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -342,6 +342,20 @@ pub enum Op {
         /// Name of the callee.
         callee: String,
     },
+    /// Identity that asks for its result to have this sharding, like JAX's
+    /// `with_sharding_constraint`. Its rank must equal the operand's.
+    ShardingConstraint {
+        /// The requested sharding.
+        sharding: TensorSharding,
+    },
+    /// Identity on the global value that changes its sharding to `to`; the
+    /// partitioner lowers it to collectives. Inserted by sharding
+    /// propagation wherever an operand's sharding differs from what its user
+    /// needs.
+    Reshard {
+        /// The sharding of the result.
+        to: TensorSharding,
+    },
 }
 
 impl Op {
@@ -364,6 +378,8 @@ impl Op {
             Op::DotGeneral(_) => "dot_general",
             Op::Reduce { op, .. } => op.name(),
             Op::Call { .. } => "call",
+            Op::ShardingConstraint { .. } => "sharding_constraint",
+            Op::Reshard { .. } => "reshard",
         }
     }
 
@@ -378,7 +394,9 @@ impl Op {
             | Op::Reshape { .. }
             | Op::Transpose { .. }
             | Op::Slice { .. }
-            | Op::Reduce { .. } => Some(1),
+            | Op::Reduce { .. }
+            | Op::ShardingConstraint { .. }
+            | Op::Reshard { .. } => Some(1),
             Op::Binary(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) => Some(2),
             Op::Select => Some(3),
             Op::Concatenate { .. } | Op::Call { .. } => None,

@@ -19,7 +19,12 @@
 //!    range, matching extents, dtype rules, shapes that match annotations).
 //! 7. Every `call` names a function of the module with a matching
 //!    signature, and the call graph has no cycles (no recursion).
-//! 8. Every function result is a value of the function.
+//! 8. Every function result is a value of the function; `result_shardings`
+//!    is empty or has one entry per result.
+//! 9. Every sharding annotation (on a value, a result, or a
+//!    `sharding_constraint`/`reshard` op) has the rank of its tensor and
+//!    names no mesh axis twice. (Whether the axes exist and divide the
+//!    dimensions depends on the mesh, and is checked by the compiler.)
 
 use crate::{infer, Diagnostic, Function, InstId, IrError, Module, Op, ValueDef, ValueId};
 use std::collections::{HashMap, HashSet};
@@ -195,6 +200,53 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
     for (k, &r) in f.results.iter().enumerate() {
         if r.index() >= n {
             diags.push(diag(f, f.return_loc, "return", format!("result {k} ({r}) is not a value of this function")));
+        }
+    }
+    if !f.result_shardings.is_empty() && f.result_shardings.len() != f.results.len() {
+        diags.push(diag(
+            f,
+            f.return_loc,
+            "return",
+            format!("{} result shardings for {} results", f.result_shardings.len(), f.results.len()),
+        ));
+    }
+
+    // Invariant 9.
+    for (i, v) in f.values.iter().enumerate() {
+        if let Some(s) = &v.sharding {
+            let subject = f.value_ref(ValueId(i as u32));
+            check_sharding(f, def_loc(f, v.def), &subject, s, v.ty.rank(), diags);
+        }
+    }
+    for (k, s) in f.result_shardings.iter().enumerate() {
+        if let (Some(s), Some(&r)) = (s, f.results.get(k)) {
+            if r.index() < n {
+                check_sharding(f, f.return_loc, &format!("result {k}"), s, f.ty(r).rank(), diags);
+            }
+        }
+    }
+    for (id, inst) in f.iter_insts() {
+        if let Op::ShardingConstraint { sharding: s } | Op::Reshard { to: s } = &inst.op {
+            check_sharding(f, inst.loc, &inst_subject(f, id), s, s.rank(), diags);
+        }
+    }
+}
+
+fn check_sharding(
+    f: &Function,
+    loc: Option<crate::Loc>,
+    subject: &str,
+    s: &crate::TensorSharding,
+    rank: usize,
+    diags: &mut Vec<Diagnostic>,
+) {
+    if s.rank() != rank {
+        diags.push(diag(f, loc, subject, format!("sharding {s} has {} dimensions but the tensor has rank {rank}", s.rank())));
+    }
+    let mut seen = HashSet::new();
+    for a in s.axes() {
+        if !seen.insert(a) {
+            diags.push(diag(f, loc, subject, format!("sharding {s} uses mesh axis `{a}` more than once")));
         }
     }
 }
