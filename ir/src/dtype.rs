@@ -28,15 +28,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in a fixed order (useful for tests and tables).
-    pub const ALL: [DType; 7] = [
-        DType::F32,
-        DType::F64,
-        DType::BF16,
-        DType::F16,
-        DType::I32,
-        DType::U32,
-        DType::Bool,
-    ];
+    pub const ALL: [DType; 7] = [DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::U32, DType::Bool];
 
     /// The name used in the text format (`f32`, `bf16`, ...).
     pub fn name(self) -> &'static str {

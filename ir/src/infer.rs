@@ -115,11 +115,7 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
             let t = operands[0];
             let n: usize = shape.iter().product();
             if n != t.num_elements() {
-                return Err(format!(
-                    "reshape of {t} ({} elements) to {:?} ({n} elements)",
-                    t.num_elements(),
-                    shape
-                ));
+                return Err(format!("reshape of {t} ({} elements) to {:?} ({n} elements)", t.num_elements(), shape));
             }
             one(TensorType::new(t.dtype, shape.clone()))
         }
@@ -132,7 +128,11 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
             let t = operands[0];
             for (what, v) in [("start", start), ("limit", limit), ("stride", stride)] {
                 if v.len() != t.rank() {
-                    return Err(format!("slice {what} has {} entries but the operand {t} has rank {}", v.len(), t.rank()));
+                    return Err(format!(
+                        "slice {what} has {} entries but the operand {t} has rank {}",
+                        v.len(),
+                        t.rank()
+                    ));
                 }
             }
             let mut shape = Vec::with_capacity(t.rank());

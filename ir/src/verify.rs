@@ -110,7 +110,12 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
             continue;
         }
         if p.index() != next {
-            diags.push(diag(f, f.loc, subject.clone(), format!("is {p} but ids must be in definition order (expected %{next})")));
+            diags.push(diag(
+                f,
+                f.loc,
+                subject.clone(),
+                format!("is {p} but ids must be in definition order (expected %{next})"),
+            ));
         }
         next = p.index() + 1;
         if defined_by[p.index()].is_some() {
@@ -118,7 +123,12 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
         }
         defined_by[p.index()] = Some(ValueDef::Param(pos as u32));
         if f.values[p.index()].def != ValueDef::Param(pos as u32) {
-            diags.push(diag(f, f.loc, subject, format!("{p} records the wrong definition {:?}", f.values[p.index()].def)));
+            diags.push(diag(
+                f,
+                f.loc,
+                subject,
+                format!("{p} records the wrong definition {:?}", f.values[p.index()].def),
+            ));
         }
     }
 
@@ -127,7 +137,12 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
         let subject = inst_subject(f, id);
         for (k, &o) in inst.operands.iter().enumerate() {
             if o.index() >= n {
-                diags.push(diag(f, inst.loc, subject.clone(), format!("operand {k} ({o}) is not a value of this function")));
+                diags.push(diag(
+                    f,
+                    inst.loc,
+                    subject.clone(),
+                    format!("operand {k} ({o}) is not a value of this function"),
+                ));
                 structural_ok = false;
             } else if defined_by[o.index()].is_none() {
                 diags.push(diag(
@@ -186,12 +201,7 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
                 diags.push(diag(f, loc, "", format!("`%{name}` is not a valid value name")));
             }
             if let Some(prev) = seen.insert(name.as_str(), id) {
-                diags.push(diag(
-                    f,
-                    loc,
-                    "",
-                    format!("duplicate value name `%{name}` (defined as {prev} and as {id})"),
-                ));
+                diags.push(diag(f, loc, "", format!("duplicate value name `%{name}` (defined as {prev} and as {id})")));
             }
         }
     }
@@ -241,7 +251,12 @@ fn check_sharding(
     diags: &mut Vec<Diagnostic>,
 ) {
     if s.rank() != rank {
-        diags.push(diag(f, loc, subject, format!("sharding {s} has {} dimensions but the tensor has rank {rank}", s.rank())));
+        diags.push(diag(
+            f,
+            loc,
+            subject,
+            format!("sharding {s} has {} dimensions but the tensor has rank {rank}", s.rank()),
+        ));
     }
     let mut seen = HashSet::new();
     for a in s.axes() {
@@ -269,7 +284,12 @@ fn check_types(m: &Module, f: &Function, id: InstId, subject: &str, diags: &mut 
                     f,
                     inst.loc,
                     subject,
-                    format!("`{}` produces {} results but {} are bound", inst.op.name(), expected.len(), inst.results.len()),
+                    format!(
+                        "`{}` produces {} results but {} are bound",
+                        inst.op.name(),
+                        expected.len(),
+                        inst.results.len()
+                    ),
                 ));
                 return;
             }
