@@ -3,4 +3,17 @@
 //! Transformations over weft's IR: automatic differentiation and training
 //! steps, sharding propagation on an e-graph, auto-sharding and the SPMD
 //! partitioner. (Being built; see the issues.)
+//!
+//! Available now: [`sharding`] — device meshes, the meaning of a sharding
+//! on a mesh, per-op sharding rules in Shardy's factor notation,
+//! propagation of shardings on an `egg` e-graph with explanations, and the
+//! local-computability check the partitioner relies on; [`inline_calls`]
+//! flattens calls before propagation; every error is a [`CompilerError`].
 #![warn(missing_docs)]
+
+pub mod error;
+pub mod inline;
+pub mod sharding;
+
+pub use error::{CompilerError, Site};
+pub use inline::inline_calls;

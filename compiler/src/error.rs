@@ -1,0 +1,183 @@
+//! The compiler's error type.
+//!
+//! Every mistake a user can make when asking the compiler for something (a
+//! malformed mesh, a sharding that names an unknown axis or does not divide a
+//! dimension, two annotations that contradict each other under the strict
+//! policy, a call left in a program handed to propagation) is one variant of
+//! [`CompilerError`], carrying enough context to find it: the function, the
+//! value or instruction ([`Site`]), the source position when the program came
+//! from text, and the axes and sizes involved. Broken internal invariants
+//! panic instead.
+
+use std::fmt;
+use weft_ir::{IrError, Loc};
+
+/// Where in a program a problem is: function, subject and source position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// The function.
+    pub func: String,
+    /// What it is about: `parameter %x`, ``value %3 (`%3 = add`)``, `result 0`.
+    pub subject: String,
+    /// Source position, when the program came from text.
+    pub loc: Option<Loc>,
+}
+
+impl Site {
+    /// A site from its parts.
+    pub fn new(func: impl Into<String>, subject: impl Into<String>, loc: Option<Loc>) -> Site {
+        Site { func: func.into(), subject: subject.into(), loc }
+    }
+}
+
+impl fmt::Display for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(loc) = self.loc {
+            write!(f, "{loc}: ")?;
+        }
+        write!(f, "in @{}", self.func)?;
+        if !self.subject.is_empty() {
+            write!(f, ": {}", self.subject)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every error the compiler reports.
+#[derive(Debug, thiserror::Error)]
+pub enum CompilerError {
+    /// A mesh description is malformed (bad syntax, a zero size, a repeated
+    /// axis name, a device list of the wrong length or with repeats).
+    #[error("invalid mesh `{spec}`: {message}")]
+    InvalidMesh {
+        /// The mesh as given.
+        spec: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A sharding names a mesh axis the mesh does not have.
+    #[error(
+        "{site}: sharding {sharding} names mesh axis `{axis}`, but the mesh is ({mesh}){}",
+        suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default()
+    )]
+    UnknownAxis {
+        /// The annotated value or instruction.
+        site: Site,
+        /// The sharding, as written.
+        sharding: String,
+        /// The unknown axis.
+        axis: String,
+        /// The mesh (`data=2,model=4`).
+        mesh: String,
+        /// The closest existing axis name, if one is close.
+        suggestion: Option<String>,
+    },
+    /// A dimension is not divisible by the product of the sizes of its axes.
+    #[error(
+        "{site}: sharding {sharding} splits dimension {dim} (extent {extent}) over axes {} of sizes {} \
+         (product {product}), but {extent} is not divisible by {product}",
+        fmt_list(axes), fmt_list(sizes)
+    )]
+    NotDivisible {
+        /// The annotated value or instruction.
+        site: Site,
+        /// The sharding, as written.
+        sharding: String,
+        /// The dimension.
+        dim: usize,
+        /// Its extent.
+        extent: usize,
+        /// The axes it is split over.
+        axes: Vec<String>,
+        /// Their sizes.
+        sizes: Vec<usize>,
+        /// The product of the sizes.
+        product: usize,
+    },
+    /// A sharding uses one mesh axis twice (in two dimensions, twice in one,
+    /// or in a dimension and the unreduced set).
+    #[error("{site}: sharding {sharding} uses mesh axis `{axis}` more than once")]
+    DuplicateAxis {
+        /// The annotated value or instruction.
+        site: Site,
+        /// The sharding, as written.
+        sharding: String,
+        /// The repeated axis.
+        axis: String,
+    },
+    /// A sharding's rank differs from its tensor's rank.
+    #[error("{site}: sharding {sharding} has {sharding_rank} dimensions but the tensor {ty} has rank {rank}")]
+    RankMismatch {
+        /// The annotated value or instruction.
+        site: Site,
+        /// The sharding, as written.
+        sharding: String,
+        /// Dimensions in the sharding.
+        sharding_rank: usize,
+        /// The tensor type.
+        ty: String,
+        /// Its rank.
+        rank: usize,
+    },
+    /// Two user annotations contradict each other (only reported under
+    /// [`crate::sharding::ConflictPolicy::Error`]; the default policy inserts
+    /// a reshard and records why).
+    #[error("conflicting sharding annotations: {first} is {first_sharding}, but {second} is {second_sharding}; {detail}")]
+    ConflictingAnnotations {
+        /// The first annotation.
+        first: Site,
+        /// Its sharding.
+        first_sharding: String,
+        /// The second annotation.
+        second: Site,
+        /// Its sharding.
+        second_sharding: String,
+        /// Where and how they meet.
+        detail: String,
+    },
+    /// Sharding propagation was given a program that still has calls.
+    #[error("{site}: call to @{callee} must be inlined before sharding propagation (see `inline_calls`)")]
+    CallNotInlined {
+        /// The call.
+        site: Site,
+        /// The callee.
+        callee: String,
+    },
+    /// A function named in a request does not exist.
+    #[error("unknown function @{name}")]
+    UnknownFunction {
+        /// The name asked for.
+        name: String,
+    },
+    /// A device id that is not part of the mesh.
+    #[error("device {device} is not in the mesh ({mesh})")]
+    UnknownDevice {
+        /// The device id.
+        device: usize,
+        /// The mesh.
+        mesh: String,
+    },
+    /// A request outside what a helper supports (e.g. drawing a rank-3 grid).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A sharded program in which some instruction cannot be computed from
+    /// its operands' shards without communication (see
+    /// [`crate::sharding::check_locally_computable`]).
+    #[error("{} instruction{} not locally computable:\n{}", problems.len(),
+        if problems.len() == 1 { " is" } else { "s are" }, problems.join("\n"))]
+    NotLocallyComputable {
+        /// One line per problem, naming the instruction.
+        problems: Vec<String>,
+    },
+    /// The program itself is ill-formed.
+    #[error(transparent)]
+    Ir(#[from] IrError),
+}
+
+fn fmt_list<T: fmt::Display>(items: &[T]) -> String {
+    let parts: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// Result with [`CompilerError`].
+pub type Result<T, E = CompilerError> = std::result::Result<T, E>;

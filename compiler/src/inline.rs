@@ -1,0 +1,126 @@
+//! Call inlining: one flat function for the passes that need one.
+//!
+//! Sharding propagation (like Shardy after JAX's inlining) works on a single
+//! straight-line function, so calls are inlined first. Values of an inlined
+//! body are renamed `<callee>.<n>.<name>` (`n` counts calls, so every copy
+//! is distinct) and keep their source positions and any sharding
+//! annotations on instruction results. A named call result gives its name
+//! to the value it becomes, when that value is new. Annotations on a
+//! callee's parameters and results are dropped (they describe the callee's
+//! own interface, which no longer exists); a sharding annotation on a call's
+//! result becomes a `sharding_constraint`, so it still applies.
+
+use crate::error::{CompilerError, Result};
+use std::collections::HashSet;
+use weft_ir::{Function, Module, Op, ValueDef, ValueId};
+
+/// Inlines every call (transitively) into a copy of function `entry` of `m`.
+pub fn inline_calls(m: &Module, entry: &str) -> Result<Function> {
+    let f = m.function(entry).ok_or_else(|| CompilerError::UnknownFunction { name: entry.to_string() })?;
+    weft_ir::verify_module(m)?;
+    let mut out = Function::new(f.name.clone());
+    (out.loc, out.return_loc) = (f.loc, f.return_loc);
+    let mut st = State { m, names: f.values.iter().filter_map(|v| v.name.clone()).collect(), calls: 0 };
+    let args: Vec<ValueId> = f
+        .params
+        .iter()
+        .map(|&p| {
+            let np = out.add_param(f.value(p).name.clone(), f.ty(p).clone());
+            out.values[np.index()].sharding = f.value(p).sharding.clone();
+            np
+        })
+        .collect();
+    out.results = st.body(f, &args, &mut out, "");
+    out.result_shardings = f.result_shardings.clone();
+    Ok(out)
+}
+
+struct State<'a> {
+    m: &'a Module,
+    names: HashSet<String>,
+    calls: usize,
+}
+
+impl State<'_> {
+    fn fresh(&mut self, base: String) -> String {
+        let mut name = base.clone();
+        let mut k = 1;
+        while self.names.contains(&name) {
+            name = format!("{base}_{k}");
+            k += 1;
+        }
+        self.names.insert(name.clone());
+        name
+    }
+
+    /// Emits the body of `g` into `out` with its parameters bound to `args`;
+    /// returns the values of its results.
+    fn body(&mut self, g: &Function, args: &[ValueId], out: &mut Function, prefix: &str) -> Vec<ValueId> {
+        let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
+        for (&p, &a) in g.params.iter().zip(args) {
+            map[p.index()] = Some(a);
+        }
+        let get = |map: &[Option<ValueId>], v: ValueId| map[v.index()].expect("verified: defined before use");
+        for inst in &g.insts {
+            let ops: Vec<ValueId> = inst.operands.iter().map(|&o| get(&map, o)).collect();
+            if let Op::Call { callee } = &inst.op {
+                let h = self.m.function(callee).expect("verified: callee exists");
+                self.calls += 1;
+                let inner = format!("{prefix}{callee}.{}.", self.calls);
+                let res = self.body(h, &ops, out, &inner);
+                for (&r, &v) in inst.results.iter().zip(&res) {
+                    let data = g.value(r);
+                    // Top-level names are already reserved for exactly this value.
+                    let name = data.name.as_ref().map(|n| {
+                        if prefix.is_empty() {
+                            n.clone()
+                        } else {
+                            self.fresh(format!("{prefix}{n}"))
+                        }
+                    });
+                    if let Some(s) = &data.sharding {
+                        let id = out.add_inst(
+                            Op::ShardingConstraint { sharding: s.clone() },
+                            vec![v],
+                            vec![(data.ty.clone(), name)],
+                            inst.loc,
+                        );
+                        map[r.index()] = Some(out.insts[id.index()].results[0]);
+                        continue;
+                    }
+                    let fresh_inst_value = matches!(out.value(v).def, ValueDef::Inst { .. })
+                        && !ops.contains(&v)
+                        && out.value(v).name.as_ref().is_none_or(|n| n.starts_with(&inner));
+                    if let (Some(n), true) = (name, fresh_inst_value) {
+                        if let Some(old) = out.values[v.index()].name.take() {
+                            self.names.remove(&old);
+                        }
+                        out.values[v.index()].name = Some(n);
+                    }
+                    map[r.index()] = Some(v);
+                }
+                continue;
+            }
+            let results = inst
+                .results
+                .iter()
+                .map(|&r| {
+                    let name = g.value(r).name.as_ref().map(|n| {
+                        if prefix.is_empty() {
+                            n.clone()
+                        } else {
+                            self.fresh(format!("{prefix}{n}"))
+                        }
+                    });
+                    (g.ty(r).clone(), name)
+                })
+                .collect();
+            let id = out.add_inst(inst.op.clone(), ops, results, inst.loc);
+            for (&r, &nr) in inst.results.iter().zip(&out.insts[id.index()].results.clone()) {
+                out.values[nr.index()].sharding = g.value(r).sharding.clone();
+                map[r.index()] = Some(nr);
+            }
+        }
+        g.results.iter().map(|&r| get(&map, r)).collect()
+    }
+}

@@ -1,0 +1,299 @@
+//! From propagated facts to a fully annotated program with explicit reshards.
+//!
+//! Instructions are re-emitted in program order into a new function. For
+//! each one, the factor shardings are fixed: factors of the result take the
+//! result's propagated sharding; factors only the operands have (contracting
+//! and reduced dimensions) take the operands' common sharding, or, when the
+//! operands disagree, the option with the least estimated communication
+//! (operand reshards plus the all-reduce a partial result will need; ties
+//! go to the earliest operand's). Need-replication factors are unsplit.
+//! Every operand whose sharding differs from what those factors require is
+//! resharded first (one `reshard` per value and target, reused by later
+//! users), operands are always reduced, and the result is exactly what the
+//! factors give, unreduced over the axes of sharded reduction factors. When
+//! that differs from the value's propagated sharding (an annotation the op
+//! cannot produce directly), the instruction computes into a fresh value
+//! and a `reshard` produces the original one. Function results are reduced
+//! unless annotated otherwise.
+
+use super::egraph::{ProgramGraph, ValueFacts};
+use super::explain::Resolution;
+use super::mesh::Mesh;
+use super::project::{make_expressible, project, tensor_axes, Projection};
+use super::propagate::PropagationStats;
+use super::reshard::{all_reduce_cost, plan_reshard};
+use super::rules::{factor_name, FactorKind, OpRule, RuleKind, TensorFactors};
+use super::seed::Seeds;
+use super::sharded::{ReshardRecord, ShardedFunction};
+use super::spec::{fmt_sharding, DimAxes, MeshSharding};
+use std::collections::HashMap;
+use weft_ir::{Function, InstId, Loc, Op, TensorType, ValueId};
+
+struct Emitter<'a> {
+    f: &'a Function,
+    mesh: &'a Mesh,
+    out: Function,
+    cur: Vec<MeshSharding>,
+    source_of: Vec<ValueId>,
+    cache: HashMap<(ValueId, MeshSharding), ValueId>,
+    reshards: Vec<ReshardRecord>,
+    notes: Vec<String>,
+}
+
+fn target(facts: &ValueFacts) -> MeshSharding {
+    MeshSharding {
+        dims: facts.dims.iter().map(|d| DimAxes { axes: d.axes.clone(), open: false }).collect(),
+        unreduced: facts.unreduced.clone().unwrap_or_default(),
+    }
+}
+
+fn required(tf: &TensorFactors, m: &[Vec<usize>], rule: &OpRule, mesh: &Mesh) -> MeshSharding {
+    MeshSharding::from_axes(tensor_axes(tf, m, rule, mesh), vec![])
+}
+
+fn natural(rule: &OpRule, m: &[Vec<usize>], mesh: &Mesh) -> MeshSharding {
+    let red = (0..rule.factors.len()).filter(|&f| rule.factors[f].kind == FactorKind::Reduction);
+    MeshSharding::from_axes(tensor_axes(&rule.results[0], m, rule, mesh), red.flat_map(|f| m[f].clone()).collect())
+}
+
+fn mask(axes: &[usize]) -> u64 {
+    axes.iter().fold(0, |m, &a| m | (1 << a))
+}
+
+impl Emitter<'_> {
+    fn emit(&mut self, op: Op, operands: Vec<ValueId>, ty: TensorType, name: Option<String>, s: MeshSharding, loc: Option<Loc>, source: ValueId) -> ValueId {
+        let inst = self.out.add_inst(op, operands, vec![(ty, name)], loc);
+        let v = self.out.insts[inst.index()].results[0];
+        self.out.values[v.index()].sharding = Some(s.to_ir(self.mesh));
+        self.cur.push(s);
+        self.source_of.push(source);
+        v
+    }
+
+    /// `v` (new id) with sharding `want`, resharding it if needed.
+    fn ensure(&mut self, v: ValueId, want: &MeshSharding, user: Option<InstId>, why: &dyn Fn() -> String) -> ValueId {
+        if self.cur[v.index()] == *want {
+            return v;
+        }
+        if let Some(&r) = self.cache.get(&(v, want.clone())) {
+            return r;
+        }
+        let ty = self.out.ty(v).clone();
+        let from = self.cur[v.index()].clone();
+        let plan = plan_reshard(&ty, &from, want, self.mesh);
+        let loc = user.and_then(|u| self.f.insts[u.index()].loc).or(self.f.return_loc);
+        let source = self.source_of[v.index()];
+        let r = self.emit(Op::Reshard { to: want.to_ir(self.mesh) }, vec![v], ty, None, want.clone(), loc, source);
+        self.reshards.push(ReshardRecord {
+            value: r,
+            source,
+            user,
+            from: from.to_ir(self.mesh),
+            to: want.to_ir(self.mesh),
+            collectives: plan.steps.iter().map(|c| c.describe(self.mesh)).collect(),
+            cost: plan.cost,
+            why: why(),
+        });
+        self.cache.insert((v, want.clone()), r);
+        r
+    }
+
+    fn projections(&self, rule: &OpRule, ops: &[ValueId]) -> Vec<Projection> {
+        ops.iter()
+            .enumerate()
+            .map(|(i, &o)| {
+                let dims: Vec<&[usize]> = self.cur[o.index()].dims.iter().map(|d| d.axes.as_slice()).collect();
+                project(&rule.operands[i], &dims, rule, self.mesh)
+            })
+            .collect()
+    }
+
+    /// Communication of computing the instruction with factor shardings `m`.
+    fn option_cost(&self, rule: &OpRule, m: &[Vec<usize>], ops: &[ValueId], result: &TensorType) -> f64 {
+        let mut cost = 0.0;
+        for (i, &o) in ops.iter().enumerate() {
+            let want = required(&rule.operands[i], m, rule, self.mesh);
+            cost += plan_reshard(self.out.ty(o), &self.cur[o.index()], &want, self.mesh).cost;
+        }
+        let nat = natural(rule, m, self.mesh);
+        let local: usize = nat.local_shape(&result.shape, self.mesh).iter().product();
+        cost + all_reduce_cost((local * result.dtype.size_bytes()) as f64, &nat.unreduced, self.mesh)
+    }
+
+    /// Fixes every factor's sharding for instruction `id`.
+    fn choose(&mut self, id: InstId, rule: &OpRule, ops: &[ValueId], res: &MeshSharding, res_ty: &TensorType) -> Vec<Vec<usize>> {
+        let nf = rule.factors.len();
+        let dims: Vec<&[usize]> = res.dims.iter().map(|d| d.axes.as_slice()).collect();
+        let rp = project(&rule.results[0], &dims, rule, self.mesh);
+        let mut m = vec![Vec::new(); nf];
+        for (f, slot) in m.iter_mut().enumerate() {
+            if rule.in_result(f) && rule.factors[f].kind != FactorKind::NeedReplication {
+                *slot = rp.axes(f).to_vec();
+            }
+        }
+        let mut used = m.iter().fold(0, |u, a| u | mask(a));
+        let proj = self.projections(rule, ops);
+        for f in 0..nf {
+            if rule.in_result(f) || rule.factors[f].kind == FactorKind::NeedReplication {
+                continue;
+            }
+            let mut cands: Vec<Vec<usize>> = Vec::new();
+            for p in proj.iter().filter(|p| p.factors[f].is_some()) {
+                let c: Vec<usize> = p.axes(f).iter().copied().take_while(|&a| used & (1 << a) == 0).collect();
+                if !cands.contains(&c) {
+                    cands.push(c);
+                }
+            }
+            if cands.len() > 1 {
+                if !cands.contains(&Vec::new()) {
+                    cands.push(Vec::new());
+                }
+                let costs: Vec<f64> = cands
+                    .iter()
+                    .map(|c| {
+                        let mut trial = m.clone();
+                        trial[f] = c.clone();
+                        make_expressible(&mut trial, rule, self.mesh);
+                        self.option_cost(rule, &trial, ops, res_ty)
+                    })
+                    .collect();
+                let best = (0..cands.len()).fold(0, |b, i| if costs[i] < costs[b] { i } else { b });
+                let names = |c: &[usize]| c.iter().map(|&a| self.mesh.name(a)).collect::<Vec<_>>().join(", ");
+                let options: Vec<String> =
+                    cands.iter().zip(&costs).map(|(c, k)| format!("{{{}}} costs ~{k}", names(c))).collect();
+                self.notes.push(format!(
+                    "{} (rule {rule}): operands disagree on factor {}; chose {{{}}}, the least communication ({})",
+                    weft_ir::verify::inst_subject(self.f, id),
+                    factor_name(f),
+                    names(&cands[best]),
+                    options.join("; ")
+                ));
+                m[f] = cands.swap_remove(best);
+            } else {
+                m[f] = cands.pop().unwrap_or_default();
+            }
+            used |= mask(&m[f]);
+        }
+        make_expressible(&mut m, rule, self.mesh);
+        m
+    }
+}
+
+/// Builds the sharded function from the propagated facts in `g`.
+pub fn materialize(
+    f: &Function,
+    mesh: &Mesh,
+    g: &ProgramGraph,
+    seeds: &Seeds,
+    resolutions: Vec<Resolution>,
+    stats: PropagationStats,
+) -> ShardedFunction {
+    let mut out = Function::new(f.name.clone());
+    (out.loc, out.return_loc) = (f.loc, f.return_loc);
+    let mut e = Emitter {
+        f,
+        mesh,
+        out,
+        cur: Vec::new(),
+        source_of: Vec::new(),
+        cache: HashMap::new(),
+        reshards: Vec::new(),
+        notes: seeds.conflicts.iter().map(|c| c.describe()).collect(),
+    };
+    let mut map = vec![ValueId(u32::MAX); f.values.len()];
+    let mut finals: Vec<MeshSharding> = f.values.iter().map(|v| MeshSharding::replicated(v.ty.rank())).collect();
+    for &p in &f.params {
+        let s = target(g.facts(p));
+        let np = e.out.add_param(f.value(p).name.clone(), f.ty(p).clone());
+        e.out.values[np.index()].sharding = Some(s.to_ir(mesh));
+        e.cur.push(s.clone());
+        e.source_of.push(p);
+        (map[p.index()], finals[p.index()]) = (np, s);
+    }
+    for (id, inst) in f.iter_insts() {
+        let rule = &g.rules[id.index()];
+        let r = inst.results[0];
+        let facts = g.facts(r);
+        let (ty, name) = (f.ty(r).clone(), f.value(r).name.clone());
+        let ops: Vec<ValueId> = inst.operands.iter().map(|o| map[o.index()]).collect();
+        let subject = weft_ir::verify::inst_subject(f, id);
+        let new = match rule.kind {
+            RuleKind::Reshard => {
+                let s = target(facts);
+                finals[r.index()] = s.clone();
+                e.emit(Op::Reshard { to: s.to_ir(mesh) }, ops, ty, name, s, inst.loc, r)
+            }
+            RuleKind::Identity => {
+                let s = target(facts);
+                let why = || format!("{subject} is an identity whose operand must already be {}", fmt_sharding(&s.to_ir(mesh)));
+                let o = e.ensure(ops[0], &s, Some(id), &why);
+                finals[r.index()] = s.clone();
+                e.emit(Op::ShardingConstraint { sharding: s.to_ir(mesh) }, vec![o], ty, name, s, inst.loc, r)
+            }
+            RuleKind::Compute => {
+                let mut want = target(facts);
+                let m = e.choose(id, rule, &ops, &want, &ty);
+                let mut new_ops = Vec::with_capacity(ops.len());
+                for (i, &o) in ops.iter().enumerate() {
+                    let req = required(&rule.operands[i], &m, rule, mesh);
+                    let why = || {
+                        format!("operand {i} of {subject} must be {} for its rule {rule}", fmt_sharding(&req.to_ir(mesh)))
+                    };
+                    new_ops.push(e.ensure(o, &req, Some(id), &why));
+                }
+                let nat = natural(rule, &m, mesh);
+                if facts.unreduced.is_none() {
+                    want.unreduced = nat.unreduced.clone();
+                }
+                finals[r.index()] = want.clone();
+                if nat == want {
+                    e.emit(inst.op.clone(), new_ops, ty, name, want, inst.loc, r)
+                } else {
+                    let tmp = e.emit(inst.op.clone(), new_ops, ty.clone(), None, nat.clone(), inst.loc, r);
+                    let why = || {
+                        format!(
+                            "{subject} computes {} locally but the value is {}",
+                            fmt_sharding(&nat.to_ir(mesh)),
+                            fmt_sharding(&want.to_ir(mesh))
+                        )
+                    };
+                    let v = e.ensure(tmp, &want, Some(id), &why);
+                    e.out.values[v.index()].name = name;
+                    v
+                }
+            }
+        };
+        map[r.index()] = new;
+    }
+    for (k, &r) in f.results.iter().enumerate() {
+        let fin = &finals[r.index()];
+        let req = match seeds.results.get(k).cloned().flatten() {
+            Some(mut a) => {
+                for (d, fd) in a.dims.iter_mut().zip(&fin.dims) {
+                    if d.open && fd.axes.starts_with(&d.axes) {
+                        d.axes = fd.axes.clone();
+                    }
+                    d.open = false;
+                }
+                a
+            }
+            None => MeshSharding { unreduced: vec![], ..fin.clone() },
+        };
+        let why = || format!("result {k} must be returned as {}", fmt_sharding(&req.to_ir(mesh)));
+        let v = e.ensure(map[r.index()], &req, None, &why);
+        e.out.results.push(v);
+        e.out.result_shardings.push(Some(req.to_ir(mesh)));
+    }
+    ShardedFunction {
+        function: e.out,
+        value_map: map,
+        shardings: finals.iter().map(|s| s.to_ir(mesh)).collect(),
+        origins: f.values.iter().enumerate().map(|(i, _)| g.facts(ValueId(i as u32)).dims.iter().map(|d| d.origin).collect()).collect(),
+        resolutions,
+        notes: e.notes,
+        reshards: e.reshards,
+        stats,
+        source: f.clone(),
+        mesh: mesh.clone(),
+    }
+}

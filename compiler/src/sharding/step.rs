@@ -1,0 +1,228 @@
+//! One propagation step: move factor shardings through one instruction.
+//!
+//! Given the facts about an instruction's operands and result, every tensor
+//! whose dimension carries information of the current phase's priority
+//! *proposes* axes for the factors of that dimension (via
+//! [`super::project::project`]). Proposals are taken strongest first (see
+//! [`rank`]): a factor takes the first proposal's axes, later proposals that
+//! extend it add axes (the more sharded compatible choice wins, as in
+//! Shardy), and an axis already given to another factor is not given twice.
+//! Every proposal that loses is recorded as a [`Resolution`]. Then each
+//! tensor's open dimensions are refined to what the factors say, when that
+//! only adds axes after the ones it has: facts only ever grow, so
+//! propagation reaches a fixed point and its result does not depend on how
+//! long anything took.
+
+use super::egraph::{DimFact, Priority, ValueFacts};
+use super::explain::{Origin, Resolution};
+use super::mesh::Mesh;
+use super::project::{dim_axes, project, Projection};
+use super::rules::{factor_name, FactorKind, OpRule};
+use std::cmp::Ordering;
+use weft_ir::InstId;
+
+/// What one step changed.
+#[derive(Debug, Default)]
+pub struct StepOutcome {
+    /// New dimension facts, by tensor index (operands, then the result).
+    pub updates: Vec<(usize, Vec<DimFact>)>,
+    /// Conflicts settled, keyed by factor.
+    pub resolutions: Vec<Resolution>,
+}
+
+#[derive(Clone, Debug)]
+struct Proposal {
+    factor: usize,
+    axes: Vec<usize>,
+    tensor: usize,
+    prio: Priority,
+    fixed: bool,
+    cost: f64,
+}
+
+/// The order in which proposals are taken: stronger priority, then fixed
+/// (annotated, closed) before propagated, then less communication, then
+/// lower value id, then lower factor index.
+fn rank(a: &Proposal, b: &Proposal, ts: &[&ValueFacts]) -> Ordering {
+    (a.prio, !a.fixed)
+        .cmp(&(b.prio, !b.fixed))
+        .then(a.cost.total_cmp(&b.cost))
+        .then(ts[a.tensor].value.cmp(&ts[b.tensor].value))
+        .then(a.factor.cmp(&b.factor))
+}
+
+fn mask(axes: &[usize]) -> u64 {
+    axes.iter().fold(0, |m, &a| m | (1 << a))
+}
+
+fn compatible(a: &[usize], b: &[usize]) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// Estimated bytes to reshard if factor `p.factor` takes `p.axes`: every
+/// other tensor whose axes for the factor are incompatible, or that uses
+/// one of the axes elsewhere, must be resharded; a sharded reduction factor
+/// leaves a partial result to all-reduce (twice the result's bytes).
+fn cost(p: &Proposal, rule: &OpRule, ts: &[&ValueFacts], proj: &[Projection]) -> f64 {
+    let m = mask(&p.axes);
+    let mut total = 0.0;
+    for (t, facts) in ts.iter().enumerate() {
+        if t == p.tensor {
+            continue;
+        }
+        let own = proj[t].axes(p.factor);
+        let incompatible = !own.is_empty() && !compatible(own, &p.axes);
+        let elsewhere = facts.axis_mask() & !mask(own) & m != 0;
+        if incompatible || elsewhere {
+            total += facts.bytes();
+        }
+    }
+    if rule.factors[p.factor].kind == FactorKind::Reduction {
+        total += 2.0 * ts.last().map(|r| r.bytes()).unwrap_or(0.0);
+    }
+    total
+}
+
+fn reason(win: &Proposal, lose: &Proposal, ts: &[&ValueFacts]) -> String {
+    let name = |p: Priority| match p {
+        Priority::User => "a user annotation",
+        Priority::Constraint => "a sharding_constraint",
+    };
+    if win.prio != lose.prio {
+        format!("{} (or what propagated from it) outranks {}", name(win.prio), name(lose.prio))
+    } else if win.fixed != lose.fixed {
+        "an annotated (closed) sharding outranks a propagated one".into()
+    } else if win.cost < lose.cost {
+        format!("less communication (~{} vs ~{} bytes to reshard)", win.cost, lose.cost)
+    } else {
+        format!("tie broken by lower value id ({} before {})", ts[win.tensor].value, ts[lose.tensor].value)
+    }
+}
+
+/// Runs one propagation step through instruction `inst` with rule `rule`
+/// over `ts` (operand facts, then the result's), using only information of
+/// priority `phase` or stronger.
+pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase: Priority) -> StepOutcome {
+    let proj: Vec<Projection> = ts
+        .iter()
+        .enumerate()
+        .map(|(t, f)| {
+            let dims: Vec<&[usize]> = f.dims.iter().map(|d| d.axes.as_slice()).collect();
+            project(rule.tensor(t), &dims, rule, mesh)
+        })
+        .collect();
+    let mut props = Vec::new();
+    for (t, facts) in ts.iter().enumerate() {
+        for (d, fs) in rule.tensor(t).iter().enumerate() {
+            let df = &facts.dims[d];
+            let Some(prio) = df.prio.filter(|&p| p <= phase) else { continue };
+            for &f in fs {
+                let axes = proj[t].axes(f);
+                if rule.factors[f].kind != FactorKind::NeedReplication && !axes.is_empty() {
+                    props.push(Proposal { factor: f, axes: axes.to_vec(), tensor: t, prio, fixed: !df.open, cost: 0.0 });
+                }
+            }
+        }
+    }
+    if props.is_empty() {
+        return StepOutcome::default();
+    }
+    for i in 0..props.len() {
+        props[i].cost = cost(&props[i], rule, ts, &proj);
+    }
+    props.sort_by(|a, b| rank(a, b, ts));
+
+    let nf = rule.factors.len();
+    let mut m: Vec<Vec<usize>> = vec![Vec::new(); nf];
+    let mut owner: Vec<Option<usize>> = vec![None; nf]; // proposal that decided each factor
+    let mut axis_src: Vec<Option<usize>> = vec![None; mesh.axes().len()]; // proposal that placed each axis
+    let mut used = 0u64;
+    let mut out = StepOutcome::default();
+    for (pi, p) in props.iter().enumerate() {
+        let f = p.factor;
+        let start = match owner[f] {
+            None => 0,
+            Some(_) if p.axes.starts_with(&m[f]) => m[f].len(),
+            Some(_) if m[f].starts_with(&p.axes) => continue,
+            Some(o) => {
+                out.resolutions.push(resolution(inst, rule, &props[o], p, ts, mesh, &m[f]));
+                continue;
+            }
+        };
+        owner[f].get_or_insert(pi);
+        for &a in &p.axes[start..] {
+            if used & (1 << a) != 0 {
+                let w = axis_src[a].map(|s| &props[s]).unwrap_or(p);
+                out.resolutions.push(resolution(inst, rule, w, p, ts, mesh, &[a]));
+                break;
+            }
+            used |= 1 << a;
+            axis_src[a] = Some(pi);
+            m[f].push(a);
+        }
+    }
+
+    let result = ts.len() - 1;
+    for (t, facts) in ts.iter().enumerate() {
+        let mut dims = facts.dims.clone();
+        let mut used_t = facts.axis_mask();
+        let mut changed = false;
+        for (d, fs) in rule.tensor(t).iter().enumerate() {
+            let df = &facts.dims[d];
+            let (want, _) = dim_axes(fs, &m, rule, mesh);
+            if !df.open || want.len() <= df.axes.len() || !want.starts_with(&df.axes) {
+                continue;
+            }
+            let mut axes = df.axes.clone();
+            for &a in &want[df.axes.len()..] {
+                if used_t & (1 << a) != 0 {
+                    break;
+                }
+                used_t |= 1 << a;
+                axes.push(a);
+            }
+            let Some(src) = axes.get(df.axes.len()).and_then(|&a| axis_src[a]) else { continue };
+            let from = ts[props[src].tensor].value;
+            let origin = if t == result { Origin::Forward { inst, from } } else { Origin::Backward { inst, from } };
+            dims[d] = DimFact { axes, open: true, prio: Some(props[src].prio), origin };
+            changed = true;
+        }
+        if changed {
+            out.updates.push((t, dims));
+        }
+    }
+    out
+}
+
+fn resolution(
+    inst: InstId,
+    rule: &OpRule,
+    win: &Proposal,
+    lose: &Proposal,
+    ts: &[&ValueFacts],
+    mesh: &Mesh,
+    kept: &[usize],
+) -> Resolution {
+    let names = |axes: &[usize]| axes.iter().map(|&a| mesh.name(a).to_string()).collect::<Vec<_>>();
+    let factor = if win.factor == lose.factor {
+        factor_name(lose.factor)
+    } else {
+        format!("{} (axis {{{}}} already on factor {})", factor_name(lose.factor), names(kept).join(", "), factor_name(win.factor))
+    };
+    Resolution {
+        inst,
+        rule: rule.to_string(),
+        factor,
+        chosen: (ts[win.tensor].value, names(&win.axes)),
+        rejected: (ts[lose.tensor].value, names(&lose.axes)),
+        reason: reason(win, lose, ts),
+        // The same factor wanted two ways, or one axis wanted by two result
+        // dimensions: what JAX's explicit mode rejects. (An axis moving
+        // between a result factor and a contracting one is an all-gather
+        // JAX accepts.)
+        user_conflict: win.prio == Priority::User
+            && lose.prio == Priority::User
+            && win.tensor != lose.tensor
+            && (win.factor == lose.factor || (rule.in_result(win.factor) && rule.in_result(lose.factor))),
+    }
+}
