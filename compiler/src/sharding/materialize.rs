@@ -108,22 +108,35 @@ impl Emitter<'_> {
             .collect()
     }
 
-    /// Communication of computing the instruction with factor shardings `m`.
-    fn option_cost(&self, rule: &OpRule, m: &[Vec<usize>], ops: &[ValueId], result: &TensorType) -> f64 {
+    /// Communication of computing the instruction with factor shardings `m`
+    /// when the value must end up with dimensions `want` (and unreduced
+    /// axes `want.unreduced` if `fixed_unreduced`): operand reshards, the
+    /// reshard of the result if it does not come out as wanted, and the
+    /// all-reduce a partial result will need.
+    fn option_cost(&self, rule: &OpRule, m: &[Vec<usize>], ops: &[ValueId], want: &MeshSharding, fixed_unreduced: bool, ty: &TensorType) -> f64 {
         let mut cost = 0.0;
         for (i, &o) in ops.iter().enumerate() {
-            let want = required(&rule.operands[i], m, rule, self.mesh);
-            cost += plan_reshard(self.out.ty(o), &self.cur[o.index()], &want, self.mesh).cost;
+            let req = required(&rule.operands[i], m, rule, self.mesh);
+            cost += plan_reshard(self.out.ty(o), &self.cur[o.index()], &req, self.mesh).cost;
         }
         let nat = natural(rule, m, self.mesh);
-        let local: usize = nat.local_shape(&result.shape, self.mesh).iter().product();
-        cost + all_reduce_cost((local * result.dtype.size_bytes()) as f64, &nat.unreduced, self.mesh)
+        let mut fin = want.clone();
+        if !fixed_unreduced {
+            fin.unreduced = nat.unreduced.clone();
+            let local: usize = fin.local_shape(&ty.shape, self.mesh).iter().product();
+            cost += all_reduce_cost((local * ty.dtype.size_bytes()) as f64, &nat.unreduced, self.mesh);
+        }
+        if nat != fin {
+            cost += plan_reshard(ty, &nat, &fin, self.mesh).cost;
+        }
+        cost
     }
 
-    /// Fixes every factor's sharding for instruction `id`.
-    fn choose(&mut self, id: InstId, rule: &OpRule, ops: &[ValueId], res: &MeshSharding, res_ty: &TensorType) -> Vec<Vec<usize>> {
+    /// Fixes every factor's sharding for instruction `id` whose value must
+    /// end up as `want` (see the module doc).
+    fn choose(&mut self, id: InstId, rule: &OpRule, ops: &[ValueId], want: &MeshSharding, fixed_unreduced: bool, ty: &TensorType) -> Vec<Vec<usize>> {
         let nf = rule.factors.len();
-        let dims: Vec<&[usize]> = res.dims.iter().map(|d| d.axes.as_slice()).collect();
+        let dims: Vec<&[usize]> = want.dims.iter().map(|d| d.axes.as_slice()).collect();
         let rp = project(&rule.results[0], &dims, rule, self.mesh);
         let mut m = vec![Vec::new(); nf];
         for (f, slot) in m.iter_mut().enumerate() {
@@ -131,48 +144,59 @@ impl Emitter<'_> {
                 *slot = rp.axes(f).to_vec();
             }
         }
-        let mut used = m.iter().fold(0, |u, a| u | mask(a));
         let proj = self.projections(rule, ops);
         for f in 0..nf {
             if rule.in_result(f) || rule.factors[f].kind == FactorKind::NeedReplication {
                 continue;
             }
+            let used = m.iter().fold(0, |u, a| u | mask(a));
             let mut cands: Vec<Vec<usize>> = Vec::new();
             for p in proj.iter().filter(|p| p.factors[f].is_some()) {
-                let c: Vec<usize> = p.axes(f).iter().copied().take_while(|&a| used & (1 << a) == 0).collect();
-                if !cands.contains(&c) {
-                    cands.push(c);
+                if !cands.iter().any(|c| c == p.axes(f)) {
+                    cands.push(p.axes(f).to_vec());
                 }
             }
-            if cands.len() > 1 {
-                if !cands.contains(&Vec::new()) {
-                    cands.push(Vec::new());
-                }
-                let costs: Vec<f64> = cands
-                    .iter()
-                    .map(|c| {
-                        let mut trial = m.clone();
-                        trial[f] = c.clone();
-                        make_expressible(&mut trial, rule, self.mesh);
-                        self.option_cost(rule, &trial, ops, res_ty)
-                    })
-                    .collect();
-                let best = (0..cands.len()).fold(0, |b, i| if costs[i] < costs[b] { i } else { b });
-                let names = |c: &[usize]| c.iter().map(|&a| self.mesh.name(a)).collect::<Vec<_>>().join(", ");
-                let options: Vec<String> =
-                    cands.iter().zip(&costs).map(|(c, k)| format!("{{{}}} costs ~{k}", names(c))).collect();
-                self.notes.push(format!(
-                    "{} (rule {rule}): operands disagree on factor {}; chose {{{}}}, the least communication ({})",
-                    weft_ir::verify::inst_subject(self.f, id),
-                    factor_name(f),
-                    names(&cands[best]),
-                    options.join("; ")
-                ));
-                m[f] = cands.swap_remove(best);
-            } else {
+            if cands.len() <= 1 && cands.first().is_none_or(|c| mask(c) & used == 0) {
                 m[f] = cands.pop().unwrap_or_default();
+                continue;
             }
-            used |= mask(&m[f]);
+            // Options: each operand's axes (taking them from result factors
+            // that have them), the same without axes already used, unsplit.
+            for c in cands.clone() {
+                let t: Vec<usize> = c.iter().copied().take_while(|&a| used & (1 << a) == 0).collect();
+                if !cands.contains(&t) {
+                    cands.push(t);
+                }
+            }
+            if !cands.contains(&Vec::new()) {
+                cands.push(Vec::new());
+            }
+            let trials: Vec<(Vec<Vec<usize>>, f64)> = cands
+                .iter()
+                .map(|c| {
+                    let mut trial = m.clone();
+                    for g in (0..nf).filter(|&g| g != f) {
+                        if let Some(cut) = trial[g].iter().position(|a| c.contains(a)) {
+                            trial[g].truncate(cut);
+                        }
+                    }
+                    trial[f] = c.clone();
+                    make_expressible(&mut trial, rule, self.mesh);
+                    let cost = self.option_cost(rule, &trial, ops, want, fixed_unreduced, ty);
+                    (trial, cost)
+                })
+                .collect();
+            let best = (0..trials.len()).fold(0, |b, i| if trials[i].1 < trials[b].1 { i } else { b });
+            let names = |c: &[usize]| c.iter().map(|&a| self.mesh.name(a)).collect::<Vec<_>>().join(", ");
+            let options: Vec<String> = cands.iter().zip(&trials).map(|(c, t)| format!("{{{}}} costs ~{}", names(c), t.1)).collect();
+            self.notes.push(format!(
+                "{} (rule {rule}): factor {} could be split several ways; chose {{{}}}, the least communication ({})",
+                weft_ir::verify::inst_subject(self.f, id),
+                factor_name(f),
+                names(&cands[best]),
+                options.join("; ")
+            ));
+            m = trials.into_iter().nth(best).expect("best is an index of trials").0;
         }
         make_expressible(&mut m, rule, self.mesh);
         m
@@ -232,7 +256,7 @@ pub fn materialize(
             }
             RuleKind::Compute => {
                 let mut want = target(facts);
-                let m = e.choose(id, rule, &ops, &want, &ty);
+                let m = e.choose(id, rule, &ops, &want, facts.unreduced.is_some(), &ty);
                 let mut new_ops = Vec::with_capacity(ops.len());
                 for (i, &o) in ops.iter().enumerate() {
                     let req = required(&rule.operands[i], &m, rule, mesh);

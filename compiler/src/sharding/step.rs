@@ -3,7 +3,10 @@
 //! Given the facts about an instruction's operands and result, every tensor
 //! whose dimension carries information of the current phase's priority
 //! *proposes* axes for the factors of that dimension (via
-//! [`super::project::project`]). Proposals are taken strongest first (see
+//! [`super::project::project`]). Need-replication factors propagate too
+//! (the concatenation of two `P('x','y')` tensors is `P('x','y')`, as in
+//! JAX): the instruction itself computes them unsplit and the result is
+//! resharded, which [`super::materialize`] arranges. Proposals are taken strongest first (see
 //! [`rank`]): a factor takes the first proposal's axes, later proposals that
 //! extend it add axes (the more sharded compatible choice wins, as in
 //! Shardy), and an axis already given to another factor is not given twice.
@@ -118,7 +121,7 @@ pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase:
             let Some(prio) = df.prio.filter(|&p| p <= phase) else { continue };
             for &f in fs {
                 let axes = proj[t].axes(f);
-                if rule.factors[f].kind != FactorKind::NeedReplication && !axes.is_empty() {
+                if !axes.is_empty() {
                     props.push(Proposal { factor: f, axes: axes.to_vec(), tensor: t, prio, fixed: !df.open, cost: 0.0 });
                 }
             }
@@ -174,8 +177,9 @@ pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase:
                 continue;
             }
             let mut axes = df.axes.clone();
+            let extent = facts.ty.shape[d];
             for &a in &want[df.axes.len()..] {
-                if used_t & (1 << a) != 0 {
+                if used_t & (1 << a) != 0 || extent % (mesh.product(&axes) * mesh.size(a)) != 0 {
                     break;
                 }
                 used_t |= 1 << a;
