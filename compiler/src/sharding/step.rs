@@ -43,13 +43,14 @@ struct Proposal {
     cost: f64,
 }
 
-/// The order in which proposals are taken: stronger priority, then fixed
-/// (annotated, closed) before propagated, then less communication, then
+/// The order in which proposals are taken: stronger priority, then less
+/// communication, then fixed (annotated, closed) before propagated, then
 /// lower value id, then lower factor index.
 fn rank(a: &Proposal, b: &Proposal, ts: &[&ValueFacts]) -> Ordering {
-    (a.prio, !a.fixed)
-        .cmp(&(b.prio, !b.fixed))
+    a.prio
+        .cmp(&b.prio)
         .then(a.cost.total_cmp(&b.cost))
+        .then(b.fixed.cmp(&a.fixed))
         .then(ts[a.tensor].value.cmp(&ts[b.tensor].value))
         .then(a.factor.cmp(&b.factor))
 }
@@ -93,10 +94,10 @@ fn reason(win: &Proposal, lose: &Proposal, ts: &[&ValueFacts]) -> String {
     };
     if win.prio != lose.prio {
         format!("{} (or what propagated from it) outranks {}", name(win.prio), name(lose.prio))
-    } else if win.fixed != lose.fixed {
-        "an annotated (closed) sharding outranks a propagated one".into()
     } else if win.cost < lose.cost {
         format!("less communication (~{} vs ~{} bytes to reshard)", win.cost, lose.cost)
+    } else if win.fixed != lose.fixed {
+        "equal communication; an annotated (closed) sharding outranks a propagated one".into()
     } else {
         format!("tie broken by lower value id ({} before {})", ts[win.tensor].value, ts[lose.tensor].value)
     }
