@@ -6,8 +6,10 @@
 //! starts splitting it is a local slice (no communication); a pending sum
 //! that is resolved is an all-reduce, or a reduce-scatter when the axis
 //! then splits a dimension; an axis that moves from one dimension to
-//! another is an all-to-all; an axis that changes position within a
-//! dimension (axes reordered) is a collective permute. The cost model
+//! another is an all-to-all; when a dimension keeps its number of blocks
+//! but the axes after the common prefix are reordered or replaced by axes
+//! of the same total size, blocks only move between devices: a collective
+//! permute. The cost model
 //! (`latency + bytes / bandwidth` per collective, with the byte counts of
 //! ring algorithms) is what propagation uses to prefer the choice needing
 //! less communication; the SPMD partitioner lowers the same plan.
@@ -195,7 +197,22 @@ pub fn plan_reshard(ty: &TensorType, from: &MeshSharding, to: &MeshSharding, mes
     for d in 0..from.rank().min(to.rank()) {
         let (fa, ta) = (&from.dims[d].axes, &to.dims[d].axes);
         let common = fa.iter().zip(ta).take_while(|(a, b)| a == b).count();
-        for &a in &fa[common..] {
+        let (rest_f, rest_t) = (&fa[common..], &ta[common..]);
+        // Same block count, axes that stay within this dimension: the blocks
+        // only move between devices (axes reordered, or replaced by axes of
+        // the same size).
+        let here = |r: Role| r == Role::None || matches!(r, Role::Dim(x, _) if x == d);
+        let stays = |a: &usize| here(rt[*a]) && here(rf[*a]);
+        if !rest_f.is_empty()
+            && mesh.product(rest_f) == mesh.product(rest_t)
+            && rest_f.iter().chain(rest_t).all(stays)
+        {
+            let mut axes: Vec<usize> = rest_f.to_vec();
+            axes.extend(rest_t.iter().filter(|a| !rest_f.contains(a)));
+            push(Collective::CollectivePermute { axes, dim: d });
+            continue;
+        }
+        for &a in rest_f {
             match rt[a] {
                 Role::None => push(Collective::AllGather { axes: vec![a], dim: d }),
                 Role::Unreduced => {
@@ -206,7 +223,7 @@ pub fn plan_reshard(ty: &TensorType, from: &MeshSharding, to: &MeshSharding, mes
                 Role::Dim(..) => push(Collective::CollectivePermute { axes: vec![a], dim: d }),
             }
         }
-        for &a in &ta[common..] {
+        for &a in rest_t {
             match rf[a] {
                 Role::None => push(Collective::LocalSlice { axes: vec![a], dim: d }),
                 Role::Unreduced => push(Collective::ReduceScatter { axes: vec![a], dim: d }),
