@@ -76,7 +76,8 @@ pub enum CompilerError {
     #[error(
         "{site}: sharding {sharding} splits dimension {dim} (extent {extent}) over axes {} of sizes {} \
          (product {product}), but {extent} is not divisible by {product}",
-        fmt_list(axes), fmt_list(sizes)
+        fmt_list(axes),
+        fmt_list(sizes)
     )]
     NotDivisible {
         /// The annotated value or instruction.
@@ -122,7 +123,9 @@ pub enum CompilerError {
     /// Two user annotations contradict each other (only reported under
     /// [`crate::sharding::ConflictPolicy::Error`]; the default policy inserts
     /// a reshard and records why).
-    #[error("conflicting sharding annotations: {first} is {first_sharding}, but {second} is {second_sharding}; {detail}")]
+    #[error(
+        "conflicting sharding annotations: {first} is {first_sharding}, but {second} is {second_sharding}; {detail}"
+    )]
     ConflictingAnnotations {
         /// The first annotation.
         first: Site,

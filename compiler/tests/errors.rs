@@ -89,7 +89,7 @@ fn conflicting_user_annotations() {
     b.f.return_loc = Some(Loc { line: 4, col: 3 });
     let out = shard(&b.f, &m);
     assert_eq!(fin(&out, n), "[{y}, {}]");
-    assert_eq!(collectives(&out), vec!["collective-permute{x, y} dim 0"].iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(collectives(&out), ["collective-permute{x, y} dim 0"]);
     assert!(out.resolutions.iter().any(|r| r.user_conflict));
 
     let strict = PropagateOptions { conflict_policy: ConflictPolicy::Error, ..Default::default() };

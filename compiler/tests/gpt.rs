@@ -125,7 +125,8 @@ fn scales_roughly_linearly() {
     println!("{} insts: {t_small:?}; {} insts: {t_big:?}", small.insts.len(), big.insts.len());
     assert!(a.stats.converged && c.stats.converged);
     // Visits grow linearly with the program (about 3 per instruction here).
-    let per_inst = |s: &weft_compiler::sharding::ShardedFunction, f: &Function| s.stats.visits as f64 / f.insts.len() as f64;
+    let per_inst =
+        |s: &weft_compiler::sharding::ShardedFunction, f: &Function| s.stats.visits as f64 / f.insts.len() as f64;
     assert!(per_inst(&c, &big) < 6.0, "{} visits per instruction", per_inst(&c, &big));
     assert!((per_inst(&c, &big) - per_inst(&a, &small)).abs() < 1.0);
     c.check().unwrap();

@@ -9,12 +9,21 @@ use weft_compiler::CompilerError;
 use weft_ir::{BinaryOp, DotDims, Op, ReduceOp};
 
 /// `lhs @ rhs` for lhs f32[8,2] and rhs f32[2,8] with the given specs.
-fn dot_case(lhs: &str, rhs: &str, out_spec: Option<&str>) -> (weft_compiler::sharding::ShardedFunction, weft_ir::ValueId) {
+fn dot_case(
+    lhs: &str,
+    rhs: &str,
+    out_spec: Option<&str>,
+) -> (weft_compiler::sharding::ShardedFunction, weft_ir::ValueId) {
     dot_case_k(2, lhs, rhs, out_spec)
 }
 
 /// The same with contracting extent `k`.
-fn dot_case_k(k: usize, lhs: &str, rhs: &str, out_spec: Option<&str>) -> (weft_compiler::sharding::ShardedFunction, weft_ir::ValueId) {
+fn dot_case_k(
+    k: usize,
+    lhs: &str,
+    rhs: &str,
+    out_spec: Option<&str>,
+) -> (weft_compiler::sharding::ShardedFunction, weft_ir::ValueId) {
     let m = mesh("x=2,y=2");
     let mut b = B::new("dot");
     let l = b.param("x", &[8, k], Some(lhs));
@@ -118,7 +127,10 @@ fn dot_contracting_sharded_is_partial() {
     assert_eq!(fin(&out, d), "[{x}, {y}]");
     assert_eq!(collectives(&out), vec!["reduce-scatter{y} dim 1"]);
     let partial = &out.function.insts[0];
-    assert_eq!(out.function.value(partial.results[0]).sharding.as_ref().map(weft_compiler::sharding::fmt_sharding).unwrap(), "[{x}, {}] unreduced {y}");
+    assert_eq!(
+        out.function.value(partial.results[0]).sharding.as_ref().map(weft_compiler::sharding::fmt_sharding).unwrap(),
+        "[{x}, {}] unreduced {y}"
+    );
 }
 
 fn reduce_case(input: &str, dims: &[usize]) -> (String, Vec<String>) {
@@ -212,7 +224,7 @@ fn elementwise_mixing_needs_reshard() {
     let out = shard(&f, &m);
     assert_eq!(fin(&out, s), "[{x}, {y}]");
     assert_eq!(out.num_reshards(), 1);
-    assert_eq!(collectives(&out), vec!["all-to-all{y} dim 0->1", "all-to-all{x} dim 1->0"].iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(collectives(&out), ["all-to-all{y} dim 0->1", "all-to-all{x} dim 1->0"]);
     let strict = PropagateOptions { conflict_policy: ConflictPolicy::Error, ..Default::default() };
     let e = propagate(&f, &m, &strict).unwrap_err();
     assert!(matches!(e, CompilerError::ConflictingAnnotations { .. }), "{e}");

@@ -3,9 +3,7 @@
 mod common;
 use common::*;
 use weft_compiler::sharding::{propagate, ProgramGraph, PropagateOptions};
-use weft_ir::{
-    BinaryOp, CompareOp, DType, DotDims, Literal, Op, ReduceOp, TensorType, UnaryOp, ValueId,
-};
+use weft_ir::{BinaryOp, CompareOp, DType, DotDims, Literal, Op, ReduceOp, TensorType, UnaryOp, ValueId};
 
 // User annotations are settled before constraints: %p gets [{x},{}] from
 // the user-annotated %q through the add, so the constraint asking for
@@ -146,15 +144,14 @@ fn the_egraph_holds_the_program() {
     let seeds = (0..b.f.values.len())
         .map(|i| weft_compiler::sharding::ValueFacts::unknown(ValueId(i as u32), b.f.values[i].ty.clone()))
         .collect();
-    let rules = b
-        .f
-        .insts
-        .iter()
-        .map(|i| {
-            let ops: Vec<&TensorType> = i.operands.iter().map(|&o| b.f.ty(o)).collect();
-            weft_compiler::sharding::rule_for(&i.op, &ops, &[b.f.ty(i.results[0])]).unwrap()
-        })
-        .collect();
+    let rules =
+        b.f.insts
+            .iter()
+            .map(|i| {
+                let ops: Vec<&TensorType> = i.operands.iter().map(|&o| b.f.ty(o)).collect();
+                weft_compiler::sharding::rule_for(&i.op, &ops, &[b.f.ty(i.results[0])]).unwrap()
+            })
+            .collect();
     let g = ProgramGraph::build(&b.f, seeds, rules);
     // Identical instructions stay distinct values.
     assert_eq!(g.egraph.number_of_classes(), 4);
@@ -173,4 +170,19 @@ fn device_grid_of_a_value() {
     let out = shard(&b.f, &mesh("x=2,y=2"));
     let g = out.render(p).unwrap();
     assert!(g.contains("| dev 0,1 [0:2, 0:4] |") && g.contains("| dev 2,3 [2:4, 0:4] |"), "{g}");
+}
+
+// A value used twice by one instruction in different roles (p @ p).
+#[test]
+fn a_value_used_twice() {
+    let mut b = B::new("sq");
+    let p = b.param("p", &[8, 8], Some("[{x}, {?}]"));
+    let q = b.param("q", &[8, 8], None);
+    let d = b.op(Op::DotGeneral(DotDims::matmul()), &[p, p]);
+    let e = b.op(Op::DotGeneral(DotDims::matmul()), &[q, q]);
+    let a = b.op(Op::Binary(BinaryOp::Add), &[d, e]);
+    b.ret(&[a], &[Some("[{x}, {y}]")]);
+    let out = shard(&b.f, &mesh("x=2,y=2"));
+    assert!(out.stats.converged);
+    assert_eq!(fin(&out, a), "[{x}, {y}]");
 }

@@ -33,15 +33,20 @@ fn constant_and_iota_are_result_only() {
 fn elementwise_ops_share_every_factor() {
     let a = t(&[4, 8]);
     for u in UnaryOp::ALL.into_iter().filter(|u| u.accepts(DType::F32)) {
-        assert_eq!(text(Op::Unary(u), &[a.clone()]), "([i, j])->([i, j]) {i=4, j=8}", "{}", u.name());
+        assert_eq!(text(Op::Unary(u), std::slice::from_ref(&a)), "([i, j])->([i, j]) {i=4, j=8}", "{}", u.name());
     }
     for b in BinaryOp::ALL.into_iter().filter(|b| b.accepts(DType::F32)) {
-        assert_eq!(text(Op::Binary(b), &[a.clone(), a.clone()]), "([i, j], [i, j])->([i, j]) {i=4, j=8}", "{}", b.name());
+        assert_eq!(
+            text(Op::Binary(b), &[a.clone(), a.clone()]),
+            "([i, j], [i, j])->([i, j]) {i=4, j=8}",
+            "{}",
+            b.name()
+        );
     }
     for c in CompareOp::ALL {
         assert_eq!(text(Op::Compare(c), &[a.clone(), a.clone()]), "([i, j], [i, j])->([i, j]) {i=4, j=8}");
     }
-    assert_eq!(text(Op::Convert { to: DType::BF16 }, &[a.clone()]), "([i, j])->([i, j]) {i=4, j=8}");
+    assert_eq!(text(Op::Convert { to: DType::BF16 }, std::slice::from_ref(&a)), "([i, j])->([i, j]) {i=4, j=8}");
 }
 
 #[test]
@@ -71,16 +76,16 @@ fn reshape_factorisation() {
     // Nothing in common: every part needs replication.
     assert_eq!(r(&[2, 3], &[3, 2]), "([i, k])->([j, l]) {i=2, j=3, k=3, l=2} need_replication={i, j, k, l}");
     // A common major factor of 2, then a tangle.
-    assert_eq!(
-        r(&[6, 4], &[4, 6]),
-        "([ij, m])->([ik, l]) {i=2, j=3, k=2, l=6, m=4} need_replication={j, k, l, m}"
-    );
+    assert_eq!(r(&[6, 4], &[4, 6]), "([ij, m])->([ik, l]) {i=2, j=3, k=2, l=6, m=4} need_replication={j, k, l, m}");
     assert_eq!(r(&[4, 6], &[4, 6]), "([i, j])->([i, j]) {i=4, j=6}");
 }
 
 #[test]
 fn transpose_permutes_factors() {
-    assert_eq!(text(Op::Transpose { perm: vec![1, 2, 0] }, &[t(&[4, 2, 2])]), "([i, j, k])->([j, k, i]) {i=4, j=2, k=2}");
+    assert_eq!(
+        text(Op::Transpose { perm: vec![1, 2, 0] }, &[t(&[4, 2, 2])]),
+        "([i, j, k])->([j, k, i]) {i=4, j=2, k=2}"
+    );
 }
 
 #[test]

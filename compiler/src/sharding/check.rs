@@ -88,7 +88,11 @@ pub fn check_locally_computable(f: &Function, mesh: &Mesh) -> Result<()> {
         for (t, p) in proj.iter().enumerate() {
             for (d, left) in p.leftover.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
                 let names: Vec<&str> = left.iter().map(|&a| mesh.name(a)).collect();
-                bad(format!("{} dimension {d}: axes {{{}}} do not fit the factors of {rule}", f.value_ref(all[t]), names.join(", ")));
+                bad(format!(
+                    "{} dimension {d}: axes {{{}}} do not fit the factors of {rule}",
+                    f.value_ref(all[t]),
+                    names.join(", ")
+                ));
             }
         }
         for (i, s) in ss[..inst.operands.len()].iter().enumerate() {
@@ -142,7 +146,11 @@ pub fn check_locally_computable(f: &Function, mesh: &Mesh) -> Result<()> {
     for (k, (&r, s)) in f.results.iter().zip(&f.result_shardings).enumerate() {
         if let Some(s) = s {
             if f.value(r).sharding.as_ref() != Some(s) {
-                problems.push(format!("in @{}: result {k} is annotated {} but its value is not", f.name, fmt_sharding(s)));
+                problems.push(format!(
+                    "in @{}: result {k} is annotated {} but its value is not",
+                    f.name,
+                    fmt_sharding(s)
+                ));
             }
         }
     }

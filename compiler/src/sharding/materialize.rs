@@ -61,8 +61,16 @@ fn mask(axes: &[usize]) -> u64 {
 }
 
 impl Emitter<'_> {
-    fn emit(&mut self, op: Op, operands: Vec<ValueId>, ty: TensorType, name: Option<String>, s: MeshSharding, loc: Option<Loc>, source: ValueId) -> ValueId {
-        let inst = self.out.add_inst(op, operands, vec![(ty, name)], loc);
+    fn emit(
+        &mut self,
+        op: Op,
+        operands: Vec<ValueId>,
+        result: (TensorType, Option<String>),
+        s: MeshSharding,
+        loc: Option<Loc>,
+        source: ValueId,
+    ) -> ValueId {
+        let inst = self.out.add_inst(op, operands, vec![result], loc);
         let v = self.out.insts[inst.index()].results[0];
         self.out.values[v.index()].sharding = Some(s.to_ir(self.mesh));
         self.cur.push(s);
@@ -83,7 +91,7 @@ impl Emitter<'_> {
         let plan = plan_reshard(&ty, &from, want, self.mesh);
         let loc = user.and_then(|u| self.f.insts[u.index()].loc).or(self.f.return_loc);
         let source = self.source_of[v.index()];
-        let r = self.emit(Op::Reshard { to: want.to_ir(self.mesh) }, vec![v], ty, None, want.clone(), loc, source);
+        let r = self.emit(Op::Reshard { to: want.to_ir(self.mesh) }, vec![v], (ty, None), want.clone(), loc, source);
         self.reshards.push(ReshardRecord {
             value: r,
             source,
@@ -113,7 +121,15 @@ impl Emitter<'_> {
     /// axes `want.unreduced` if `fixed_unreduced`): operand reshards, the
     /// reshard of the result if it does not come out as wanted, and the
     /// all-reduce a partial result will need.
-    fn option_cost(&self, rule: &OpRule, m: &[Vec<usize>], ops: &[ValueId], want: &MeshSharding, fixed_unreduced: bool, ty: &TensorType) -> f64 {
+    fn option_cost(
+        &self,
+        rule: &OpRule,
+        m: &[Vec<usize>],
+        ops: &[ValueId],
+        want: &MeshSharding,
+        fixed_unreduced: bool,
+        ty: &TensorType,
+    ) -> f64 {
         let mut cost = 0.0;
         for (i, &o) in ops.iter().enumerate() {
             let req = required(&rule.operands[i], m, rule, self.mesh);
@@ -134,7 +150,15 @@ impl Emitter<'_> {
 
     /// Fixes every factor's sharding for instruction `id` whose value must
     /// end up as `want` (see the module doc).
-    fn choose(&mut self, id: InstId, rule: &OpRule, ops: &[ValueId], want: &MeshSharding, fixed_unreduced: bool, ty: &TensorType) -> Vec<Vec<usize>> {
+    fn choose(
+        &mut self,
+        id: InstId,
+        rule: &OpRule,
+        ops: &[ValueId],
+        want: &MeshSharding,
+        fixed_unreduced: bool,
+        ty: &TensorType,
+    ) -> Vec<Vec<usize>> {
         let nf = rule.factors.len();
         let dims: Vec<&[usize]> = want.dims.iter().map(|d| d.axes.as_slice()).collect();
         let rp = project(&rule.results[0], &dims, rule, self.mesh);
@@ -188,7 +212,8 @@ impl Emitter<'_> {
                 .collect();
             let best = (0..trials.len()).fold(0, |b, i| if trials[i].1 < trials[b].1 { i } else { b });
             let names = |c: &[usize]| c.iter().map(|&a| self.mesh.name(a)).collect::<Vec<_>>().join(", ");
-            let options: Vec<String> = cands.iter().zip(&trials).map(|(c, t)| format!("{{{}}} costs ~{}", names(c), t.1)).collect();
+            let options: Vec<String> =
+                cands.iter().zip(&trials).map(|(c, t)| format!("{{{}}} costs ~{}", names(c), t.1)).collect();
             self.notes.push(format!(
                 "{} (rule {rule}): factor {} could be split several ways; chose {{{}}}, the least communication ({})",
                 weft_ir::verify::inst_subject(self.f, id),
@@ -245,14 +270,16 @@ pub fn materialize(
             RuleKind::Reshard => {
                 let s = target(facts);
                 finals[r.index()] = s.clone();
-                e.emit(Op::Reshard { to: s.to_ir(mesh) }, ops, ty, name, s, inst.loc, r)
+                e.emit(Op::Reshard { to: s.to_ir(mesh) }, ops, (ty, name), s, inst.loc, r)
             }
             RuleKind::Identity => {
                 let s = target(facts);
-                let why = || format!("{subject} is an identity whose operand must already be {}", fmt_sharding(&s.to_ir(mesh)));
+                let why = || {
+                    format!("{subject} is an identity whose operand must already be {}", fmt_sharding(&s.to_ir(mesh)))
+                };
                 let o = e.ensure(ops[0], &s, Some(id), &why);
                 finals[r.index()] = s.clone();
-                e.emit(Op::ShardingConstraint { sharding: s.to_ir(mesh) }, vec![o], ty, name, s, inst.loc, r)
+                e.emit(Op::ShardingConstraint { sharding: s.to_ir(mesh) }, vec![o], (ty, name), s, inst.loc, r)
             }
             RuleKind::Compute => {
                 let mut want = target(facts);
@@ -261,7 +288,10 @@ pub fn materialize(
                 for (i, &o) in ops.iter().enumerate() {
                     let req = required(&rule.operands[i], &m, rule, mesh);
                     let why = || {
-                        format!("operand {i} of {subject} must be {} for its rule {rule}", fmt_sharding(&req.to_ir(mesh)))
+                        format!(
+                            "operand {i} of {subject} must be {} for its rule {rule}",
+                            fmt_sharding(&req.to_ir(mesh))
+                        )
                     };
                     new_ops.push(e.ensure(o, &req, Some(id), &why));
                 }
@@ -271,9 +301,9 @@ pub fn materialize(
                 }
                 finals[r.index()] = want.clone();
                 if nat == want {
-                    e.emit(inst.op.clone(), new_ops, ty, name, want, inst.loc, r)
+                    e.emit(inst.op.clone(), new_ops, (ty, name), want, inst.loc, r)
                 } else {
-                    let tmp = e.emit(inst.op.clone(), new_ops, ty.clone(), None, nat.clone(), inst.loc, r);
+                    let tmp = e.emit(inst.op.clone(), new_ops, (ty.clone(), None), nat.clone(), inst.loc, r);
                     let why = || {
                         format!(
                             "{subject} computes {} locally but the value is {}",
@@ -312,7 +342,12 @@ pub fn materialize(
         function: e.out,
         value_map: map,
         shardings: finals.iter().map(|s| s.to_ir(mesh)).collect(),
-        origins: f.values.iter().enumerate().map(|(i, _)| g.facts(ValueId(i as u32)).dims.iter().map(|d| d.origin).collect()).collect(),
+        origins: f
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, _)| g.facts(ValueId(i as u32)).dims.iter().map(|d| d.origin).collect())
+            .collect(),
         resolutions,
         notes: e.notes,
         reshards: e.reshards,

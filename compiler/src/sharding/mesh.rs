@@ -64,7 +64,8 @@ impl Mesh {
         let bad = |message: String| CompilerError::InvalidMesh { spec: text.to_string(), message };
         let mut axes = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, size) = part.split_once('=').ok_or_else(|| bad(format!("expected `name=size`, found `{part}`")))?;
+            let (name, size) =
+                part.split_once('=').ok_or_else(|| bad(format!("expected `name=size`, found `{part}`")))?;
             let size: usize =
                 size.trim().parse().map_err(|_| bad(format!("size of axis `{}` is not a number", name.trim())))?;
             axes.push((name.trim().to_string(), size));

@@ -94,7 +94,12 @@ pub fn propagate(f: &Function, mesh: &Mesh, options: &PropagateOptions) -> Resul
     Ok(materialize(f, mesh, &g, &seeds, resolutions, stats))
 }
 
-fn run(f: &Function, mesh: &Mesh, g: &mut ProgramGraph, options: &PropagateOptions) -> (PropagationStats, Vec<Resolution>) {
+fn run(
+    f: &Function,
+    mesh: &Mesh,
+    g: &mut ProgramGraph,
+    options: &PropagateOptions,
+) -> (PropagationStats, Vec<Resolution>) {
     let n = f.insts.len();
     let limit = options.max_visits_per_inst.saturating_mul(n);
     let mut stats = PropagationStats { visits: 0, converged: true };
@@ -113,10 +118,19 @@ fn run(f: &Function, mesh: &Mesh, g: &mut ProgramGraph, options: &PropagateOptio
                 let facts: Vec<_> = values.iter().map(|&v| g.facts(v)).collect();
                 step(InstId(i as u32), &g.rules[i], &facts, mesh, phase)
             };
-            for (t, dims) in outcome.updates {
+            for (t, d, fact) in outcome.updates {
+                // A value used twice by one instruction gets one update per
+                // use; keep only those that still extend what it has.
                 let v = values[t];
                 let mut facts = g.facts(v).clone();
-                facts.dims = dims;
+                let cur = &facts.dims[d];
+                if fact.axes.len() <= cur.axes.len()
+                    || !fact.axes.starts_with(&cur.axes)
+                    || facts.axis_mask() & fact.axes[cur.axes.len()..].iter().fold(0, |m, &a| m | (1 << a)) != 0
+                {
+                    continue;
+                }
+                facts.dims[d] = fact;
                 g.set_facts(v, facts);
                 queue.extend(g.users(v).into_iter().filter(|&u| u != i));
                 queue.extend(g.definer(v).filter(|&d| d != i));
@@ -159,7 +173,7 @@ fn check_conflicts(f: &Function, g: &ProgramGraph, seeds: &Seeds, resolutions: &
             detail: "both annotate the same value".into(),
         });
     }
-    for r in resolutions.iter().filter(|r| r.user_conflict) {
+    if let Some(r) = resolutions.iter().find(|r| r.user_conflict) {
         let a = root_annotation(g, seeds, r.chosen.0).unwrap_or(r.chosen.0);
         let b = root_annotation(g, seeds, r.rejected.0).unwrap_or(r.rejected.0);
         let describe = |v: ValueId| match &seeds.direct[v.index()] {

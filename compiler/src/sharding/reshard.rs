@@ -203,9 +203,7 @@ pub fn plan_reshard(ty: &TensorType, from: &MeshSharding, to: &MeshSharding, mes
         // the same size).
         let here = |r: Role| r == Role::None || matches!(r, Role::Dim(x, _) if x == d);
         let stays = |a: &usize| here(rt[*a]) && here(rf[*a]);
-        if !rest_f.is_empty()
-            && mesh.product(rest_f) == mesh.product(rest_t)
-            && rest_f.iter().chain(rest_t).all(stays)
+        if !rest_f.is_empty() && mesh.product(rest_f) == mesh.product(rest_t) && rest_f.iter().chain(rest_t).all(stays)
         {
             let mut axes: Vec<usize> = rest_f.to_vec();
             axes.extend(rest_t.iter().filter(|a| !rest_f.contains(a)));
@@ -239,7 +237,8 @@ pub fn plan_reshard(ty: &TensorType, from: &MeshSharding, to: &MeshSharding, mes
         }
     }
     steps.sort_by_key(Collective::order);
-    let cost = plan_cost(&steps, from.local_shape(&ty.shape, mesh).iter().product::<usize>() * ty.dtype.size_bytes(), mesh);
+    let cost =
+        plan_cost(&steps, from.local_shape(&ty.shape, mesh).iter().product::<usize>() * ty.dtype.size_bytes(), mesh);
     ReshardPlan { steps, cost }
 }
 

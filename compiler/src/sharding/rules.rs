@@ -159,7 +159,8 @@ pub fn rule_for(op: &Op, operands: &[&TensorType], results: &[&TensorType]) -> O
                 let f = b.factor(shape[r], PassThrough);
                 slot.push(f);
                 if let Some(i) = dims.iter().position(|&d| d == r) {
-                    opf[i] = if operands[0].shape[i] == shape[r] { vec![f] } else { vec![b.factor(1, NeedReplication)] };
+                    opf[i] =
+                        if operands[0].shape[i] == shape[r] { vec![f] } else { vec![b.factor(1, NeedReplication)] };
                 }
             }
             (vec![opf], res)

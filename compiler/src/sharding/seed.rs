@@ -64,7 +64,12 @@ fn facts_from(v: ValueId, f: &Function, s: &MeshSharding, d: &Direct) -> ValueFa
     let dims = s
         .dims
         .iter()
-        .map(|x| DimFact { axes: x.axes.clone(), open: x.open, prio: Some(d.prio), origin: Origin::Annotation(d.annotation) })
+        .map(|x| DimFact {
+            axes: x.axes.clone(),
+            open: x.open,
+            prio: Some(d.prio),
+            origin: Origin::Annotation(d.annotation),
+        })
         .collect();
     ValueFacts { value: v, ty: f.ty(v).clone(), dims, unreduced: Some(s.unreduced.clone()) }
 }
@@ -81,7 +86,9 @@ pub fn seed(f: &Function, mesh: &Mesh) -> Result<Seeds> {
     let place = |seeds: &mut Seeds, v: ValueId, s: &TensorSharding, d: Direct| -> Result<()> {
         let ms = MeshSharding::resolve(s, f.ty(v), mesh, &d.site)?;
         match seeds.direct[v.index()].take() {
-            Some(kept) if kept.prio < d.prio || (kept.prio == d.prio && kept.annotation.kind != AnnotationKind::Value) => {
+            Some(kept)
+                if kept.prio < d.prio || (kept.prio == d.prio && kept.annotation.kind != AnnotationKind::Value) =>
+            {
                 if kept.sharding != d.sharding {
                     seeds.conflicts.push(SeedConflict { kept: kept.clone(), other: d });
                 }

@@ -69,7 +69,11 @@ impl MeshSharding {
                 suggestion: mesh.closest_axis(name).map(str::to_string),
             })?;
             if used & (1 << i) != 0 {
-                return Err(CompilerError::DuplicateAxis { site: site.clone(), sharding: text.clone(), axis: name.into() });
+                return Err(CompilerError::DuplicateAxis {
+                    site: site.clone(),
+                    sharding: text.clone(),
+                    axis: name.into(),
+                });
             }
             used |= 1 << i;
             Ok(i)
@@ -165,14 +169,24 @@ pub fn local_shape(global_shape: &[usize], sharding: &TensorSharding, mesh: &Mes
 
 /// Which block of each dimension device `device` holds (block numbers, see
 /// the module doc).
-pub fn shard_index(global_shape: &[usize], sharding: &TensorSharding, mesh: &Mesh, device: usize) -> Result<Vec<usize>> {
+pub fn shard_index(
+    global_shape: &[usize],
+    sharding: &TensorSharding,
+    mesh: &Mesh,
+    device: usize,
+) -> Result<Vec<usize>> {
     let s = resolve_plain(global_shape, sharding, mesh)?;
     Ok(s.block_index(mesh, &mesh.coords(device)?))
 }
 
 /// The global index of the first element of device `device`'s block, per
 /// dimension (block number times local extent).
-pub fn shard_offset(global_shape: &[usize], sharding: &TensorSharding, mesh: &Mesh, device: usize) -> Result<Vec<usize>> {
+pub fn shard_offset(
+    global_shape: &[usize],
+    sharding: &TensorSharding,
+    mesh: &Mesh,
+    device: usize,
+) -> Result<Vec<usize>> {
     let s = resolve_plain(global_shape, sharding, mesh)?;
     let local = s.local_shape(global_shape, mesh);
     Ok(s.block_index(mesh, &mesh.coords(device)?).iter().zip(&local).map(|(b, l)| b * l).collect())

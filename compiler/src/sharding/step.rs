@@ -27,8 +27,9 @@ use weft_ir::InstId;
 /// What one step changed.
 #[derive(Debug, Default)]
 pub struct StepOutcome {
-    /// New dimension facts, by tensor index (operands, then the result).
-    pub updates: Vec<(usize, Vec<DimFact>)>,
+    /// Refined dimensions: (tensor index counting operands then the result,
+    /// dimension, new fact). Each only adds axes after the current ones.
+    pub updates: Vec<(usize, usize, DimFact)>,
     /// Conflicts settled, keyed by factor.
     pub resolutions: Vec<Resolution>,
 }
@@ -123,7 +124,14 @@ pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase:
             for &f in fs {
                 let axes = proj[t].axes(f);
                 if !axes.is_empty() {
-                    props.push(Proposal { factor: f, axes: axes.to_vec(), tensor: t, prio, fixed: !df.open, cost: 0.0 });
+                    props.push(Proposal {
+                        factor: f,
+                        axes: axes.to_vec(),
+                        tensor: t,
+                        prio,
+                        fixed: !df.open,
+                        cost: 0.0,
+                    });
                 }
             }
         }
@@ -131,8 +139,9 @@ pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase:
     if props.is_empty() {
         return StepOutcome::default();
     }
-    for i in 0..props.len() {
-        props[i].cost = cost(&props[i], rule, ts, &proj);
+    let costs: Vec<f64> = props.iter().map(|p| cost(p, rule, ts, &proj)).collect();
+    for (p, c) in props.iter_mut().zip(costs) {
+        p.cost = c;
     }
     props.sort_by(|a, b| rank(a, b, ts));
 
@@ -168,9 +177,7 @@ pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase:
 
     let result = ts.len() - 1;
     for (t, facts) in ts.iter().enumerate() {
-        let mut dims = facts.dims.clone();
         let mut used_t = facts.axis_mask();
-        let mut changed = false;
         for (d, fs) in rule.tensor(t).iter().enumerate() {
             let df = &facts.dims[d];
             let (want, _) = dim_axes(fs, &m, rule, mesh);
@@ -189,11 +196,7 @@ pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase:
             let Some(src) = axes.get(df.axes.len()).and_then(|&a| axis_src[a]) else { continue };
             let from = ts[props[src].tensor].value;
             let origin = if t == result { Origin::Forward { inst, from } } else { Origin::Backward { inst, from } };
-            dims[d] = DimFact { axes, open: true, prio: Some(props[src].prio), origin };
-            changed = true;
-        }
-        if changed {
-            out.updates.push((t, dims));
+            out.updates.push((t, d, DimFact { axes, open: true, prio: Some(props[src].prio), origin }));
         }
     }
     out
@@ -212,7 +215,12 @@ fn resolution(
     let factor = if win.factor == lose.factor {
         factor_name(lose.factor)
     } else {
-        format!("{} (axis {{{}}} already on factor {})", factor_name(lose.factor), names(kept).join(", "), factor_name(win.factor))
+        format!(
+            "{} (axis {{{}}} already on factor {})",
+            factor_name(lose.factor),
+            names(kept).join(", "),
+            factor_name(win.factor)
+        )
     };
     Resolution {
         inst,
