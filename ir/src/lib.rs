@@ -19,6 +19,7 @@ pub mod infer;
 pub mod interp;
 pub mod literal;
 pub mod op;
+pub mod prng;
 pub mod sharding;
 pub mod tensor;
 pub mod text;
