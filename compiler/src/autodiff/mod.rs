@@ -56,7 +56,10 @@ pub fn value_and_grad(m: &Module, f: &Function, wrt: &[&str], opts: &GradOptions
             let names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
             CompilerError::Autodiff {
                 func: f.name.clone(),
-                message: format!("cannot differentiate with respect to `{name}`: no such parameter (parameters: {})", names.join(", ")),
+                message: format!(
+                    "cannot differentiate with respect to `{name}`: no such parameter (parameters: {})",
+                    names.join(", ")
+                ),
             }
         })?;
         let t = f.ty(f.params[pos]);
