@@ -349,6 +349,10 @@ pub enum Op {
     Call {
         /// Name of the callee.
         callee: String,
+        /// Rematerialise: differentiation recomputes the callee's
+        /// activations in the backward pass instead of keeping them (like
+        /// `jax.checkpoint`). Printed as `{remat = true}`.
+        remat: bool,
     },
     /// Identity that asks for its result to have this sharding, like JAX's
     /// `with_sharding_constraint`. Its rank must equal the operand's.
