@@ -25,7 +25,7 @@ pub(crate) fn iota(ty: &TensorType, dim: usize) -> Result<HostTensor, String> {
         return Err(format!("iota dimension {dim} is out of range for {ty}"));
     }
     Ok(with_element_type!(ty.dtype, T => {
-        let line: Vec<T> = (0..ty.shape[dim]).map(|i| T::from_f64(i as f64)).collect();
+        let line: Vec<T> = (0..ty.shape[dim]).map(|i| T::from_f64_rounded(i as f64)).collect();
         let line = ArrayD::from_shape_vec(IxDyn(&[ty.shape[dim]]), line).expect("1-d");
         T::wrap(broadcast_array(&line, &[dim], &ty.shape)?)
     }))

@@ -72,7 +72,7 @@ pub fn check_close(actual: &HostTensor, expected: &HostTensor, rtol: f64, atol: 
     let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
     let bad = |x: f64, y: f64| {
         let d = abs_diff(x, y);
-        !(d <= atol + rtol * y.abs())
+        d != 0.0 && !(d <= atol + rtol * y.abs())
     };
     let failing = a.iter().zip(&e).filter(|(&x, &y)| bad(x, y)).count();
     match a.iter().zip(&e).position(|(&x, &y)| bad(x, y)) {

@@ -2,7 +2,7 @@
 //! and from little-endian bytes (the form files and devices use).
 //!
 //! Dtype conversion goes through the exact `f64` value of each element and
-//! rounds once to the target ([`Element::from_f64`]), so there is no double
+//! rounds once to the target ([`Element::from_f64_rounded`]), so there is no double
 //! rounding (e.g. `i32 -> bf16` does not round through `f32`). The one
 //! exception is integer-to-integer conversion, which reinterprets the bits
 //! (two's complement wrap: `i32 -1 -> u32 4294967295`), as XLA does; that is
@@ -73,5 +73,5 @@ impl HostTensor {
 }
 
 fn convert_array<S: Element>(a: &ArrayD<S>, to: DType) -> HostTensor {
-    with_element_type!(to, T => T::wrap(a.mapv(|x| T::from_f64(x.to_f64()))))
+    with_element_type!(to, T => T::wrap(a.mapv(|x| T::from_f64_rounded(x.to_f64_exact()))))
 }

@@ -173,14 +173,14 @@ impl HostTensor {
             return Err(shape_error(&ty.shape, values.len()));
         }
         Ok(with_element_type!(ty.dtype, T => {
-            let data: Vec<T> = values.iter().map(|&v| T::from_f64(v)).collect();
+            let data: Vec<T> = values.iter().map(|&v| T::from_f64_rounded(v)).collect();
             T::wrap(ArrayD::from_shape_vec(IxDyn(&ty.shape), data).expect("length checked"))
         }))
     }
 
     /// A tensor of type `ty` with every element equal to `value` (rounded).
     pub fn full(ty: &TensorType, value: f64) -> HostTensor {
-        with_element_type!(ty.dtype, T => T::wrap(ArrayD::from_elem(IxDyn(&ty.shape), T::from_f64(value))))
+        with_element_type!(ty.dtype, T => T::wrap(ArrayD::from_elem(IxDyn(&ty.shape), T::from_f64_rounded(value))))
     }
 
     /// A tensor of type `ty` filled with zeros (`false` for bool).
@@ -273,15 +273,15 @@ impl HostTensor {
 
     /// Every element as `f64` (exact), in row-major order.
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        for_each_variant!(self, a => a.iter().map(|&x| x.to_f64()).collect())
+        for_each_variant!(self, a => a.iter().map(|&x| x.to_f64_exact()).collect())
     }
 
     /// The element at row-major position `i` as `f64`. Panics if out of range.
     pub fn get_f64(&self, i: usize) -> f64 {
         for_each_variant!(self, a => {
             match a.as_slice() {
-                Some(s) => s[i].to_f64(),
-                None => a.iter().nth(i).expect("element index out of range").to_f64(),
+                Some(s) => s[i].to_f64_exact(),
+                None => a.iter().nth(i).expect("element index out of range").to_f64_exact(),
             }
         })
     }
