@@ -165,6 +165,8 @@ pub(crate) fn unary(op: UnaryOp, x: &HostTensor) -> Result<HostTensor, String> {
         UnaryOp::Log => float_map!(x, name, |v| v.ln()),
         UnaryOp::Log1p => float_map!(x, name, |v| v.ln_1p()),
         UnaryOp::Tanh => float_map!(x, name, |v| v.tanh()),
+        UnaryOp::Cos => float_map!(x, name, |v| v.cos()),
+        UnaryOp::Sin => float_map!(x, name, |v| v.sin()),
         UnaryOp::Logistic => float_map!(x, name, |v| v.logistic()),
         UnaryOp::Sqrt => float_map!(x, name, |v| v.sqrt()),
         UnaryOp::Rsqrt => float_map!(x, name, |v| v.sqrt().recip()),

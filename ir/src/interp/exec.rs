@@ -184,7 +184,7 @@ impl<'m> Interpreter<'m> {
         match &inst.op {
             Op::ShardingConstraint { .. } | Op::Reshard { .. } => return Ok(vec![take_or_clone(f, inst, dying, env)]),
             Op::Reshape { shape } => return Ok(vec![shape::reshape(take_or_clone(f, inst, dying, env), shape).map_err(d)?]),
-            Op::Call { callee } => {
+            Op::Call { callee, .. } => {
                 let fi = self.by_name.get(callee.as_str()).copied().ok_or_else(|| d(format!("unknown function @{callee}")))?;
                 let callee_f = &self.module.functions[fi];
                 let args: Vec<Cow<'_, HostTensor>> = inst.operands.iter().map(|&v| Cow::Borrowed(operand(env, f, v))).collect();
