@@ -9,8 +9,12 @@ use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, DotDims, Op, ReduceOp};
 
 fn dot(l: &HostTensor, r: &HostTensor, lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]) -> HostTensor {
-    let dims =
-        DotDims { lhs_batch: lb.to_vec(), rhs_batch: rb.to_vec(), lhs_contract: lc.to_vec(), rhs_contract: rc.to_vec() };
+    let dims = DotDims {
+        lhs_batch: lb.to_vec(),
+        rhs_batch: rb.to_vec(),
+        lhs_contract: lc.to_vec(),
+        rhs_contract: rc.to_vec(),
+    };
     run_op(Op::DotGeneral(dims), &[l, r])
 }
 
@@ -179,4 +183,57 @@ fn integer_and_half_sums() {
     let e8 = 2f64.powi(-8);
     let x = t(DType::BF16, &[3], &[1.0, e8, e8]);
     assert_bits(&reduce(ReduceOp::Sum, &x, &[0]), &t(DType::BF16, &[], &[1.0 + 2.0 * e8]));
+}
+
+/// Physical data of a rank-3 tensor whose logical element `[a][b][c]` is
+/// `f([a, b, c])`, stored with dimension `i` being logical dimension `perm[i]`.
+fn permuted_tensor(logical: [usize; 3], perm: [usize; 3], f: impl Fn([usize; 3]) -> i32) -> HostTensor {
+    let shape = perm.map(|p| logical[p]);
+    let mut data = Vec::new();
+    for p0 in 0..shape[0] {
+        for p1 in 0..shape[1] {
+            for p2 in 0..shape[2] {
+                let mut l = [0; 3];
+                for (i, p) in [p0, p1, p2].into_iter().enumerate() {
+                    l[perm[i]] = p;
+                }
+                data.push(f(l));
+            }
+        }
+    }
+    i32t(&shape, &data)
+}
+
+const PERMS: [[usize; 3]; 6] = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..Default::default() })]
+
+    /// dot_general with any placement of the batch, free and contracting
+    /// dimensions equals a naive batched matmul.
+    #[test]
+    fn dot_general_matches_naive_loops(
+        b in 0usize..3, m in 0usize..4, k in 0usize..4, n in 0usize..4,
+        pl in 0usize..6, pr in 0usize..6, seed in 0i32..1000,
+    ) {
+        let (pl, pr) = (PERMS[pl], PERMS[pr]);
+        let lv = |[bi, mi, ki]: [usize; 3]| (bi as i32 * 7 + mi as i32 * 3 + ki as i32 * 5 + seed) % 11 - 5;
+        let rv = |[bi, ki, ni]: [usize; 3]| (bi as i32 * 2 + ki as i32 * 9 + ni as i32 * 4 + seed) % 13 - 6;
+        let lhs = permuted_tensor([b, m, k], pl, lv);
+        let rhs = permuted_tensor([b, k, n], pr, rv);
+        let pos = |perm: [usize; 3], logical: usize| perm.iter().position(|&p| p == logical).unwrap();
+        let got = dot(&lhs, &rhs, &[pos(pl, 0)], &[pos(pr, 0)], &[pos(pl, 2)], &[pos(pr, 1)]);
+        let mut want = Vec::new();
+        for bi in 0..b {
+            for mi in 0..m {
+                for ni in 0..n {
+                    want.push((0..k).map(|ki| lv([bi, mi, ki]) * rv([bi, ki, ni])).sum::<i32>());
+                }
+            }
+        }
+        proptest::prop_assert!(got.bitwise_eq(&i32t(&[b, m, n], &want)), "got {got}");
+        // The same product in f32 is exact for these small integers.
+        let gotf = dot(&lhs.convert(DType::F32), &rhs.convert(DType::F32), &[pos(pl, 0)], &[pos(pr, 0)], &[pos(pl, 2)], &[pos(pr, 1)]);
+        proptest::prop_assert!(gotf.bitwise_eq(&i32t(&[b, m, n], &want).convert(DType::F32)), "got {gotf}");
+    }
 }

@@ -7,9 +7,7 @@ use interp_util::*;
 use std::collections::BTreeMap;
 use weft_ir::interp::{self, Interpreter};
 use weft_ir::tensor::HostTensor;
-use weft_ir::{
-    BinaryOp, DType, DotDims, IrError, Literal, Module, Op, ReduceOp, TensorSharding, TensorType, UnaryOp,
-};
+use weft_ir::{BinaryOp, DType, DotDims, IrError, Literal, Module, Op, ReduceOp, TensorSharding, TensorType, UnaryOp};
 
 fn f32ty(shape: &[usize]) -> TensorType {
     TensorType::new(DType::F32, shape.to_vec())

@@ -49,7 +49,10 @@ impl Plan {
         let pairs = dims.lhs_batch.iter().zip(&dims.rhs_batch).chain(dims.lhs_contract.iter().zip(&dims.rhs_contract));
         for (&a, &b) in pairs {
             if ls[a] != rs[b] {
-                return Err(format!("dot_general pairs lhs dimension {a} ({}) with rhs dimension {b} ({})", ls[a], rs[b]));
+                return Err(format!(
+                    "dot_general pairs lhs dimension {a} ({}) with rhs dimension {b} ({})",
+                    ls[a], rs[b]
+                ));
             }
         }
         let prod = |shape: &[usize], ds: &[usize]| ds.iter().map(|&d| shape[d]).product::<usize>();

@@ -97,18 +97,18 @@ macro_rules! float_zip {
             (HostTensor::F64(a), HostTensor::F64(b)) => {
                 Some(HostTensor::F64(Zip::from(a).and(b).map_collect(|&$x: &f64, &$y: &f64| $e)))
             }
-            (HostTensor::BF16(a), HostTensor::BF16(b)) => Some(HostTensor::BF16(Zip::from(a).and(b).map_collect(
-                |p: &bf16, q: &bf16| {
+            (HostTensor::BF16(a), HostTensor::BF16(b)) => {
+                Some(HostTensor::BF16(Zip::from(a).and(b).map_collect(|p: &bf16, q: &bf16| {
                     let ($x, $y) = (p.to_f32(), q.to_f32());
                     bf16::from_f32($e)
-                },
-            ))),
-            (HostTensor::F16(a), HostTensor::F16(b)) => Some(HostTensor::F16(Zip::from(a).and(b).map_collect(
-                |p: &f16, q: &f16| {
+                })))
+            }
+            (HostTensor::F16(a), HostTensor::F16(b)) => {
+                Some(HostTensor::F16(Zip::from(a).and(b).map_collect(|p: &f16, q: &f16| {
                     let ($x, $y) = (p.to_f32(), q.to_f32());
                     f16::from_f32($e)
-                },
-            ))),
+                })))
+            }
             _ => None,
         }
     };
@@ -190,31 +190,38 @@ pub(crate) fn unary(op: UnaryOp, x: &HostTensor) -> Result<HostTensor, String> {
 /// Applies a binary op to two tensors of identical type.
 pub(crate) fn binary(op: BinaryOp, l: &HostTensor, r: &HostTensor) -> Result<HostTensor, String> {
     same_type(op.name(), l, r)?;
-    let out = match op {
-        BinaryOp::Add => float_zip!(l, r, |x, y| x + y).or_else(|| int_zip!(l, r, |x, y| x.wrapping_add(y))),
-        BinaryOp::Sub => float_zip!(l, r, |x, y| x - y).or_else(|| int_zip!(l, r, |x, y| x.wrapping_sub(y))),
-        BinaryOp::Mul => float_zip!(l, r, |x, y| x * y).or_else(|| int_zip!(l, r, |x, y| x.wrapping_mul(y))),
-        BinaryOp::Div => float_zip!(l, r, |x, y| x / y)
-            .or_else(|| int_zip!(l, r, |x, y| if y == 0 { 0 } else { x.wrapping_div(y) })),
-        BinaryOp::Rem => float_zip!(l, r, |x, y| x % y)
-            .or_else(|| int_zip!(l, r, |x, y| if y == 0 { x } else { x.wrapping_rem(y) })),
-        BinaryOp::Max => float_zip!(l, r, |x, y| x.max_nan(y)).or_else(|| int_zip!(l, r, |x, y| x.max(y))),
-        BinaryOp::Min => float_zip!(l, r, |x, y| x.min_nan(y)).or_else(|| int_zip!(l, r, |x, y| x.min(y))),
-        BinaryOp::Pow => float_zip!(l, r, |x, y| x.powf(y)),
-        BinaryOp::And => int_zip!(l, r, |x, y| x & y).or_else(|| bool_zip!(l, r, |x, y| x & y)),
-        BinaryOp::Or => int_zip!(l, r, |x, y| x | y).or_else(|| bool_zip!(l, r, |x, y| x | y)),
-        BinaryOp::Xor => int_zip!(l, r, |x, y| x ^ y).or_else(|| bool_zip!(l, r, |x, y| x ^ y)),
-        BinaryOp::ShiftLeft => int_zip!(l, r, |x, y| if y as u32 >= 32 { 0 } else { x << y }),
-        BinaryOp::ShiftRightLogical => match (l, r) {
-            (HostTensor::I32(a), HostTensor::I32(b)) => Some(HostTensor::I32(
-                Zip::from(a).and(b).map_collect(|&x, &y| if y as u32 >= 32 { 0 } else { ((x as u32) >> y) as i32 }),
-            )),
-            (HostTensor::U32(a), HostTensor::U32(b)) => {
-                Some(HostTensor::U32(Zip::from(a).and(b).map_collect(|&x, &y| if y >= 32 { 0 } else { x >> y })))
-            }
-            _ => None,
-        },
-    };
+    let out =
+        match op {
+            BinaryOp::Add => float_zip!(l, r, |x, y| x + y).or_else(|| int_zip!(l, r, |x, y| x.wrapping_add(y))),
+            BinaryOp::Sub => float_zip!(l, r, |x, y| x - y).or_else(|| int_zip!(l, r, |x, y| x.wrapping_sub(y))),
+            BinaryOp::Mul => float_zip!(l, r, |x, y| x * y).or_else(|| int_zip!(l, r, |x, y| x.wrapping_mul(y))),
+            BinaryOp::Div => float_zip!(l, r, |x, y| x / y)
+                .or_else(|| int_zip!(l, r, |x, y| if y == 0 { 0 } else { x.wrapping_div(y) })),
+            BinaryOp::Rem => float_zip!(l, r, |x, y| x % y)
+                .or_else(|| int_zip!(l, r, |x, y| if y == 0 { x } else { x.wrapping_rem(y) })),
+            BinaryOp::Max => float_zip!(l, r, |x, y| x.max_nan(y)).or_else(|| int_zip!(l, r, |x, y| x.max(y))),
+            BinaryOp::Min => float_zip!(l, r, |x, y| x.min_nan(y)).or_else(|| int_zip!(l, r, |x, y| x.min(y))),
+            BinaryOp::Pow => float_zip!(l, r, |x, y| x.powf(y)),
+            BinaryOp::And => int_zip!(l, r, |x, y| x & y).or_else(|| bool_zip!(l, r, |x, y| x & y)),
+            BinaryOp::Or => int_zip!(l, r, |x, y| x | y).or_else(|| bool_zip!(l, r, |x, y| x | y)),
+            BinaryOp::Xor => int_zip!(l, r, |x, y| x ^ y).or_else(|| bool_zip!(l, r, |x, y| x ^ y)),
+            BinaryOp::ShiftLeft => int_zip!(l, r, |x, y| if y as u32 >= 32 { 0 } else { x << y }),
+            BinaryOp::ShiftRightLogical => match (l, r) {
+                (HostTensor::I32(a), HostTensor::I32(b)) => {
+                    Some(HostTensor::I32(Zip::from(a).and(b).map_collect(|&x, &y| {
+                        if y as u32 >= 32 {
+                            0
+                        } else {
+                            ((x as u32) >> y) as i32
+                        }
+                    })))
+                }
+                (HostTensor::U32(a), HostTensor::U32(b)) => {
+                    Some(HostTensor::U32(Zip::from(a).and(b).map_collect(|&x, &y| if y >= 32 { 0 } else { x >> y })))
+                }
+                _ => None,
+            },
+        };
     out.ok_or_else(|| unsupported(op.name(), l))
 }
 

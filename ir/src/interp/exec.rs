@@ -155,7 +155,11 @@ impl<'m> Interpreter<'m> {
             }
             for (&r, t) in inst.results.iter().zip(outs) {
                 if !t.has_type(f.ty(r)) {
-                    return Err(diag(f, inst, format!("produced {} but {} is declared {}", t.ty(), f.value_ref(r), f.ty(r))));
+                    return Err(diag(
+                        f,
+                        inst,
+                        format!("produced {} but {} is declared {}", t.ty(), f.value_ref(r), f.ty(r)),
+                    ));
                 }
                 env[r.index()] = Some(Cow::Owned(t));
             }
@@ -174,7 +178,13 @@ impl<'m> Interpreter<'m> {
         Ok(results)
     }
 
-    fn exec_inst(&self, f: &Function, inst: &Inst, dying: &[ValueId], env: &mut Env<'_>) -> Result<Vec<HostTensor>, IrError> {
+    fn exec_inst(
+        &self,
+        f: &Function,
+        inst: &Inst,
+        dying: &[ValueId],
+        env: &mut Env<'_>,
+    ) -> Result<Vec<HostTensor>, IrError> {
         let d = |m: String| diag(f, inst, m);
         if let Some(n) = inst.op.arity() {
             if inst.operands.len() != n {
@@ -183,11 +193,18 @@ impl<'m> Interpreter<'m> {
         }
         match &inst.op {
             Op::ShardingConstraint { .. } | Op::Reshard { .. } => return Ok(vec![take_or_clone(f, inst, dying, env)]),
-            Op::Reshape { shape } => return Ok(vec![shape::reshape(take_or_clone(f, inst, dying, env), shape).map_err(d)?]),
+            Op::Reshape { shape } => {
+                return Ok(vec![shape::reshape(take_or_clone(f, inst, dying, env), shape).map_err(d)?])
+            }
             Op::Call { callee, .. } => {
-                let fi = self.by_name.get(callee.as_str()).copied().ok_or_else(|| d(format!("unknown function @{callee}")))?;
+                let fi = self
+                    .by_name
+                    .get(callee.as_str())
+                    .copied()
+                    .ok_or_else(|| d(format!("unknown function @{callee}")))?;
                 let callee_f = &self.module.functions[fi];
-                let args: Vec<Cow<'_, HostTensor>> = inst.operands.iter().map(|&v| Cow::Borrowed(operand(env, f, v))).collect();
+                let args: Vec<Cow<'_, HostTensor>> =
+                    inst.operands.iter().map(|&v| Cow::Borrowed(operand(env, f, v))).collect();
                 if let Err(e) = check_positional(callee_f, args.iter().map(|a| a.as_ref())) {
                     return Err(d(format!("bad arguments to @{callee}: {e}")));
                 }
@@ -225,9 +242,9 @@ impl<'m> Interpreter<'m> {
 /// The value of operand `v`; a missing one is a broken invariant (the
 /// verifier guarantees definition before use).
 fn operand<'e>(env: &'e Env<'_>, f: &Function, v: ValueId) -> &'e HostTensor {
-    env.get(v.index())
-        .and_then(|slot| slot.as_deref())
-        .unwrap_or_else(|| panic!("{} has no value when used in @{} (was the module verified?)", f.value_ref(v), f.name))
+    env.get(v.index()).and_then(|slot| slot.as_deref()).unwrap_or_else(|| {
+        panic!("{} has no value when used in @{} (was the module verified?)", f.value_ref(v), f.name)
+    })
 }
 
 /// Operand 0 of `inst`, moved out of the environment if this is its last
@@ -278,7 +295,12 @@ fn check_positional<'t>(f: &Function, args: impl ExactSizeIterator<Item = &'t Ho
         let p = f.params[given];
         return Err(IrError::Input {
             name: f.param_name(given),
-            message: format!("missing input of @{} (takes {}, given {given}); expected {}", f.name, f.params.len(), f.ty(p)),
+            message: format!(
+                "missing input of @{} (takes {}, given {given}); expected {}",
+                f.name,
+                f.params.len(),
+                f.ty(p)
+            ),
         });
     }
     Ok(())

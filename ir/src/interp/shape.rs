@@ -90,7 +90,13 @@ pub(crate) fn slice(x: &HostTensor, start: &[usize], limit: &[usize], stride: &[
     }
     for d in 0..rank {
         if stride[d] == 0 || start[d] > limit[d] || limit[d] > shape[d] {
-            return Err(format!("slice [{}, {}) step {} is invalid for dimension {d} of {}", start[d], limit[d], stride[d], x.ty()));
+            return Err(format!(
+                "slice [{}, {}) step {} is invalid for dimension {d} of {}",
+                start[d],
+                limit[d],
+                stride[d],
+                x.ty()
+            ));
         }
     }
     let info = |ax: ndarray::AxisDescription| {
@@ -109,7 +115,9 @@ pub(crate) fn concatenate(xs: &[&HostTensor], dim: usize) -> Result<HostTensor, 
     fn typed<T: Element>(xs: &[&HostTensor], dim: usize) -> Result<ArrayD<T>, String> {
         let views = xs
             .iter()
-            .map(|x| x.as_array::<T>().map(|a| a.view()).ok_or_else(|| format!("concatenate of mixed dtypes ({})", x.ty())))
+            .map(|x| {
+                x.as_array::<T>().map(|a| a.view()).ok_or_else(|| format!("concatenate of mixed dtypes ({})", x.ty()))
+            })
             .collect::<Result<Vec<_>, String>>()?;
         ndarray::concatenate(Axis(dim), &views).map_err(|e| format!("concatenate: {e}"))
     }
@@ -118,7 +126,13 @@ pub(crate) fn concatenate(xs: &[&HostTensor], dim: usize) -> Result<HostTensor, 
 
 /// Pads `x` with the scalar `value`: `low`/`high` elements before/after each
 /// dimension (negative values crop) and `interior` between neighbours.
-pub(crate) fn pad(x: &HostTensor, value: &HostTensor, low: &[i64], high: &[i64], interior: &[usize]) -> Result<HostTensor, String> {
+pub(crate) fn pad(
+    x: &HostTensor,
+    value: &HostTensor,
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+) -> Result<HostTensor, String> {
     let rank = x.shape().len();
     if value.dtype() != x.dtype() || !value.shape().is_empty() {
         return Err(format!("pad value must be a {} scalar, got {}", x.dtype(), value.ty()));

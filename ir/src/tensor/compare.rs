@@ -8,6 +8,7 @@
 
 use super::{for_each_variant, Element, HostTensor};
 use crate::DType;
+use std::cmp::Ordering;
 
 impl HostTensor {
     /// True if both tensors have the same dtype, shape and bit pattern of
@@ -16,7 +17,8 @@ impl HostTensor {
         if self.dtype() != other.dtype() || self.shape() != other.shape() {
             return false;
         }
-        let bits = |t: &HostTensor| -> Vec<u64> { for_each_variant!(t, a => a.iter().map(|x| x.to_bits_u64()).collect()) };
+        let bits =
+            |t: &HostTensor| -> Vec<u64> { for_each_variant!(t, a => a.iter().map(|x| x.to_bits_u64()).collect()) };
         bits(self) == bits(other)
     }
 
@@ -25,7 +27,7 @@ impl HostTensor {
     /// mismatch involving NaN or infinity as `+inf`. Shapes that differ give
     /// `+inf`.
     pub fn max_abs_diff(&self, other: &HostTensor) -> f64 {
-        self.fold_pairs(other, |a, b| abs_diff(a, b))
+        self.fold_pairs(other, abs_diff)
     }
 
     /// The largest relative difference `|a - b| / max(|a|, |b|)` over all
@@ -72,7 +74,8 @@ pub fn check_close(actual: &HostTensor, expected: &HostTensor, rtol: f64, atol: 
     let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
     let bad = |x: f64, y: f64| {
         let d = abs_diff(x, y);
-        d != 0.0 && !(d <= atol + rtol * y.abs())
+        let within = matches!(d.partial_cmp(&(atol + rtol * y.abs())), Some(Ordering::Less | Ordering::Equal));
+        d != 0.0 && !within
     };
     let failing = a.iter().zip(&e).filter(|(&x, &y)| bad(x, y)).count();
     match a.iter().zip(&e).position(|(&x, &y)| bad(x, y)) {
