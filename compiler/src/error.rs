@@ -12,6 +12,14 @@ pub enum CompilerError {
         /// What is wrong.
         message: String,
     },
+    /// A state or batch tree does not match a training step's layout.
+    #[error("leaf `{leaf}`: {message}")]
+    State {
+        /// The offending leaf.
+        leaf: String,
+        /// What is wrong.
+        message: String,
+    },
     /// An error from the IR (e.g. a transform's input failed verification).
     #[error(transparent)]
     Ir(#[from] weft_ir::IrError),

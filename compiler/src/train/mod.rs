@@ -9,10 +9,12 @@
 //! state and batch always give the same next state, which is what makes
 //! checkpoints resume bit for bit.
 
+mod host;
 mod optim;
 mod state;
 mod step;
 
+pub use host::{check_tree, Metrics, Tree};
 pub use optim::{broadcast_scalar, clip_by_global_norm, Optimizer, Schedule};
 pub use state::{StateLeaf, StateRole};
 pub use step::{build_train_step, LossScaling, TrainConfig, TrainStep};
