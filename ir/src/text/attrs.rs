@@ -51,30 +51,36 @@ pub(crate) struct Attr {
 }
 
 /// The entries of one dictionary, being taken by an op (or a value
-/// annotation) that reports what it expected.
+/// annotation) that knows which names it takes.
 pub(crate) struct Attrs {
     entries: Vec<Attr>,
     /// What the dictionary belongs to, for messages: `` `transpose` ``.
     owner: String,
     /// Where the dictionary is (or the op, if there is none).
     loc: Loc,
-    /// Names taken so far, for the "it takes ..." hint.
-    known: Vec<&'static str>,
-}
-
-fn err(loc: Loc, message: String) -> ParseError {
-    ParseError { loc, message }
 }
 
 impl Attrs {
-    /// Wraps the entries of a dictionary (already free of duplicates).
-    pub fn new(entries: Vec<Attr>, owner: String, loc: Loc) -> Attrs {
-        Attrs { entries, owner, loc, known: Vec::new() }
+    /// Wraps the entries of a dictionary (already free of duplicates),
+    /// rejecting any name not in `known`, with a suggestion when one is close.
+    pub fn new(entries: Vec<Attr>, owner: String, loc: Loc, known: &[&str]) -> Result<Attrs, ParseError> {
+        if let Some(a) = entries.iter().find(|a| !known.contains(&a.name.as_str())) {
+            let close = known.iter().min_by_key(|k| strsim::levenshtein(&a.name, k));
+            let hint = match close {
+                Some(k) if strsim::levenshtein(&a.name, k) <= 3 => format!("; did you mean `{k}`?"),
+                None => " (it takes no attributes)".to_string(),
+                Some(_) => {
+                    let names: Vec<String> = known.iter().map(|n| format!("`{n}`")).collect();
+                    format!(" (it takes {})", names.join(", "))
+                }
+            };
+            return Err(err(a.loc, format!("unknown attribute `{}` for {owner}{hint}", a.name)));
+        }
+        Ok(Attrs { entries, owner, loc })
     }
 
     /// Removes and returns attribute `name`, if present.
     pub fn optional(&mut self, name: &'static str) -> Option<Attr> {
-        self.known.push(name);
         let i = self.entries.iter().position(|a| a.name == name)?;
         Some(self.entries.remove(i))
     }
@@ -84,17 +90,15 @@ impl Attrs {
         self.optional(name).ok_or_else(|| err(self.loc, format!("{} needs attribute `{name}`", self.owner)))
     }
 
-    /// Fails if any attribute was not taken.
-    pub fn finish(self) -> Result<(), ParseError> {
-        let Some(a) = self.entries.first() else { return Ok(()) };
-        let takes = if self.known.is_empty() {
-            "it takes no attributes".to_string()
-        } else {
-            let names: Vec<String> = self.known.iter().map(|n| format!("`{n}`")).collect();
-            format!("it takes {}", names.join(", "))
-        };
-        Err(err(a.loc, format!("unknown attribute `{}` for {} ({takes})", a.name, self.owner)))
+    /// The entries nobody took. Empty unless the `known` list given to
+    /// [`Attrs::new`] names an attribute its owner does not read (a bug).
+    pub fn leftover(&self) -> Vec<&str> {
+        self.entries.iter().map(|a| a.name.as_str()).collect()
     }
+}
+
+fn err(loc: Loc, message: String) -> ParseError {
+    ParseError { loc, message }
 }
 
 fn expected(a: &Attr, what: &str, found: &str, at: Loc) -> ParseError {

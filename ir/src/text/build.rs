@@ -25,6 +25,14 @@ fn err(loc: Loc, message: String) -> ParseError {
     ParseError { loc, message }
 }
 
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
 fn is_id(text: &str) -> bool {
     text.bytes().all(|b| b.is_ascii_digit())
 }
@@ -127,7 +135,7 @@ fn build_function(ast: FuncAst, sigs: &HeaderSigs) -> Result<Function, ParseErro
                             "`{}` produces {} result{} but {} value{} bound",
                             inst.op.name(),
                             types.len(),
-                            if types.len() == 1 { "" } else { "s" },
+                            plural(types.len()),
                             inst.results.len(),
                             if inst.results.len() == 1 { " is" } else { "s are" }
                         ),
@@ -156,7 +164,14 @@ fn build_function(ast: FuncAst, sigs: &HeaderSigs) -> Result<Function, ParseErro
     if results.len() != ast.results.len() {
         return Err(err(
             ast.ret_loc,
-            format!("`return` gives {} values but @{} declares {} results", results.len(), f.name, ast.results.len()),
+            format!(
+                "`return` gives {} value{} but @{} declares {} result{}",
+                results.len(),
+                plural(results.len()),
+                f.name,
+                ast.results.len(),
+                plural(ast.results.len())
+            ),
         ));
     }
     for (k, ((&r, name), declared)) in results.iter().zip(&ast.ret).zip(&ast.results).enumerate() {

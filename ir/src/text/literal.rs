@@ -101,6 +101,15 @@ fn is_decimal_text(s: &str) -> bool {
     digits(int) && frac.is_none_or(digits) && exponent.is_none_or(|e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)))
 }
 
+/// "a" or "an", as the dtype's name is read aloud ("an f32", "a u32").
+fn article(d: DType) -> &'static str {
+    if matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::I32) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
 /// The value of one literal element of dtype `d`, already rounded to it.
 pub(crate) fn scalar_value(text: &str, loc: Loc, d: DType) -> Result<f64, ParseError> {
     match d {
@@ -111,7 +120,7 @@ pub(crate) fn scalar_value(text: &str, loc: Loc, d: DType) -> Result<f64, ParseE
         },
         DType::I32 | DType::U32 => {
             if !is_integer_text(text) {
-                return Err(err(loc, format!("an {d} constant takes integers, found `{text}`")));
+                return Err(err(loc, format!("{} {d} constant takes integers, found `{text}`", article(d))));
             }
             let (lo, hi) = if d == DType::I32 { (i32::MIN as i64, i32::MAX as i64) } else { (0, u32::MAX as i64) };
             match text.parse::<i64>() {
@@ -133,7 +142,7 @@ pub(crate) fn scalar_value(text: &str, loc: Loc, d: DType) -> Result<f64, ParseE
                 _ => {
                     return Err(err(
                         loc,
-                        format!("a {d} constant takes numbers, `inf`, `-inf` or `nan`, found `{text}`"),
+                        format!("{} {d} constant takes numbers, `inf`, `-inf` or `nan`, found `{text}`", article(d)),
                     ))
                 }
             };

@@ -37,6 +37,23 @@ pub(crate) fn unknown_op(name: &str, loc: Loc) -> ParseError {
     ParseError { loc, message: format!("unknown op `{name}`{hint}") }
 }
 
+/// The attribute names an op takes (in canonical order).
+pub(crate) fn attr_names(mnemonic: &str) -> &'static [&'static str] {
+    match mnemonic {
+        "iota" | "concatenate" => &["dim"],
+        "broadcast_in_dim" | "reduce_sum" | "reduce_max" | "reduce_min" => &["dims"],
+        "transpose" => &["perm"],
+        "slice" => &["start", "limit", "stride"],
+        "pad" => &["low", "high", "interior"],
+        "dot_general" => &["lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract"],
+        "sharding_constraint" | "reshard" => SHARDING_ATTRS,
+        _ => &[],
+    }
+}
+
+/// The entries of a value annotation (and of the sharding ops).
+pub(crate) const SHARDING_ATTRS: &[&str] = &["sharding", "unreduced"];
+
 /// The parts of an instruction that determine its op.
 pub(crate) struct OpParts<'a> {
     /// The mnemonic.
@@ -57,7 +74,7 @@ pub(crate) struct OpParts<'a> {
 pub(crate) fn make_op(p: OpParts<'_>) -> Result<Op, ParseError> {
     let m = p.mnemonic;
     let (entries, dict_loc) = p.attrs.unwrap_or((Vec::new(), p.loc));
-    let mut a = Attrs::new(entries, format!("`{m}`"), dict_loc);
+    let mut a = Attrs::new(entries, format!("`{m}`"), dict_loc, attr_names(m))?;
     let ty = || {
         p.types.and_then(|t| t.first()).map(|t| &t.ty).ok_or_else(|| ParseError {
             loc: p.loc,
@@ -130,7 +147,8 @@ pub(crate) fn make_op(p: OpParts<'_>) -> Result<Op, ParseError> {
             _ => return Err(unknown_op(m, p.loc)),
         }
     };
-    a.finish()?;
+    let left = a.leftover();
+    assert!(left.is_empty(), "`{m}` lists attributes {left:?} it does not read");
     Ok(op)
 }
 

@@ -8,7 +8,7 @@ use super::ast::{FuncAst, InstAst, Name, ParamAst, TypeAnn};
 use super::attrs::{take_sharding, Attr, AttrValue, Attrs, AxisItem};
 use super::lexer::{Tok, Token};
 use super::literal::{element_count, LitAst};
-use super::ops::{make_op, mnemonics, unknown_op, OpParts};
+use super::ops::{make_op, mnemonics, unknown_op, OpParts, SHARDING_ATTRS};
 use crate::{DType, Loc, ParseError, TensorType};
 
 /// The deepest nesting of `[`/`{` accepted in literals and attributes.
@@ -178,9 +178,8 @@ impl Parser {
         let mut sharding = None;
         if self.is('{') {
             let (entries, dict_loc) = self.attr_dict()?;
-            let mut attrs = Attrs::new(entries, "a value annotation".into(), dict_loc);
+            let mut attrs = Attrs::new(entries, "a value annotation".into(), dict_loc, SHARDING_ATTRS)?;
             sharding = Some(take_sharding(&mut attrs)?);
-            attrs.finish()?;
         }
         Ok(TypeAnn { ty, loc, sharding })
     }
