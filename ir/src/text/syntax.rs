@@ -149,7 +149,12 @@ impl Parser {
 
     /// `f32[2,3]`.
     fn tensor_type(&mut self) -> PResult<(TensorType, Loc)> {
-        let (name, loc) = self.ident("a type such as `f32[2,3]`")?;
+        const WHAT: &str = "a type such as `f32[2,3]`";
+        let is_type_name = self.toks.get(self.pos + 1).is_some_and(|t| t.tok == Tok::Punct('['));
+        if matches!(&self.peek().tok, Tok::Ident(n) if DType::from_name(n).is_none() && !is_type_name) {
+            return self.error(WHAT);
+        }
+        let (name, loc) = self.ident(WHAT)?;
         let dtype = DType::from_name(&name).ok_or_else(|| {
             let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
             ParseError { loc, message: format!("unknown element type `{name}` (expected one of {})", names.join(", ")) }
