@@ -2,5 +2,15 @@
 //!
 //! Transformations over weft's IR: automatic differentiation and training
 //! steps, sharding propagation on an e-graph, auto-sharding and the SPMD
-//! partitioner. (Being built; see the issues.)
+//! partitioner.
 #![warn(missing_docs)]
+
+pub mod autodiff;
+pub mod dce;
+pub mod emit;
+pub mod error;
+pub mod memory;
+pub mod random;
+pub mod train;
+
+pub use error::CompilerError;
