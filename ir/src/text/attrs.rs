@@ -21,6 +21,8 @@ pub(crate) enum AxisItem {
 pub(crate) enum AttrValue {
     /// An integer.
     Int(i64),
+    /// `true` or `false`.
+    Bool(bool),
     /// `[v, ...]`.
     List(Vec<(AttrValue, Loc)>),
     /// `{axis, ..., ?}`.
@@ -31,6 +33,7 @@ impl AttrValue {
     fn describe(&self) -> &'static str {
         match self {
             AttrValue::Int(_) => "an integer",
+            AttrValue::Bool(_) => "a boolean",
             AttrValue::List(_) => "a list",
             AttrValue::Axes(_) => "an axis set `{...}`",
         }
@@ -103,6 +106,14 @@ fn err(loc: Loc, message: String) -> ParseError {
 
 fn expected(a: &Attr, what: &str, found: &str, at: Loc) -> ParseError {
     err(at, format!("attribute `{}` must be {what}, found {found}", a.name))
+}
+
+/// `true` or `false`.
+pub(crate) fn as_bool(a: &Attr) -> Result<bool, ParseError> {
+    match &a.value {
+        AttrValue::Bool(b) => Ok(*b),
+        other => Err(expected(a, "`true` or `false`", other.describe(), a.value_loc)),
+    }
 }
 
 /// A non-negative integer.

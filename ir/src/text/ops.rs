@@ -7,7 +7,7 @@
 //! from the annotation, which is therefore mandatory for them.
 
 use super::ast::TypeAnn;
-use super::attrs::{as_i64_list, as_usize, as_usize_list, take_sharding, Attr, Attrs};
+use super::attrs::{as_bool, as_i64_list, as_usize, as_usize_list, take_sharding, Attr, Attrs};
 use super::literal::{literal_for, LitAst};
 use crate::{BinaryOp, CompareOp, DotDims, Loc, Op, ParseError, ReduceOp, UnaryOp};
 
@@ -47,6 +47,7 @@ pub(crate) fn attr_names(mnemonic: &str) -> &'static [&'static str] {
         "pad" => &["low", "high", "interior"],
         "dot_general" => &["lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract"],
         "sharding_constraint" | "reshard" => SHARDING_ATTRS,
+        "call" => &["remat"],
         _ => &[],
     }
 }
@@ -141,7 +142,10 @@ pub(crate) fn make_op(p: OpParts<'_>) -> Result<Op, ParseError> {
                 let rhs_contract = as_usize_list(&a.required("rhs_contract")?)?;
                 Op::DotGeneral(DotDims { lhs_batch, rhs_batch, lhs_contract, rhs_contract })
             }
-            "call" => Op::Call { callee: p.callee.clone().unwrap_or_default() },
+            "call" => {
+                let remat = a.optional("remat").map(|r| as_bool(&r)).transpose()?.unwrap_or(false);
+                Op::Call { callee: p.callee.clone().unwrap_or_default(), remat }
+            }
             "sharding_constraint" => Op::ShardingConstraint { sharding: take_sharding(&mut a)? },
             "reshard" => Op::Reshard { to: take_sharding(&mut a)? },
             _ => return Err(unknown_op(m, p.loc)),
@@ -157,10 +161,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_op_name_is_a_mnemonic() {
+    fn mnemonics_are_unique_and_complete() {
         let all = mnemonics();
-        assert_eq!(all.len(), 2 + 13 + 13 + 6 + 8 + 1 + 3 + 3);
-        assert!(all.contains(&"shift_right_logical") && all.contains(&"reduce_min"));
+        let unique: std::collections::HashSet<_> = all.iter().collect();
+        assert_eq!(unique.len(), all.len());
+        let fixed = 2 + 8 + 1 + 3;
+        let n = UnaryOp::ALL.len() + BinaryOp::ALL.len() + CompareOp::ALL.len() + ReduceOp::ALL.len() + fixed;
+        assert_eq!(all.len(), n);
+        assert!(all.contains(&"shift_right_logical") && all.contains(&"reduce_min") && all.contains(&"call"));
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub fn print_function(f: &Function) -> String {
                 out.push(' ');
                 out.push_str(&format_literal(lit));
             }
-            Op::Call { callee } => {
+            Op::Call { callee, .. } => {
                 let _ = write!(out, " @{callee}({})", refs(f, &inst.operands));
             }
             _ if !inst.operands.is_empty() => {
@@ -134,6 +134,7 @@ fn op_attrs(op: &Op) -> Vec<String> {
             a.push(format!("rhs_contract = {}", list(&d.rhs_contract)));
         }
         Op::ShardingConstraint { sharding: s } | Op::Reshard { to: s } => a.push(sharding_entries(s)),
+        Op::Call { remat: true, .. } => a.push("remat = true".to_string()),
         Op::Constant(_)
         | Op::Unary(_)
         | Op::Binary(_)
@@ -141,7 +142,7 @@ fn op_attrs(op: &Op) -> Vec<String> {
         | Op::Select
         | Op::Convert { .. }
         | Op::Reshape { .. }
-        | Op::Call { .. } => {}
+        | Op::Call { remat: false, .. } => {}
     }
     a
 }

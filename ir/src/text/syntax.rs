@@ -277,6 +277,10 @@ impl Parser {
                     .map(AttrValue::Int)
                     .map_err(|_| ParseError { loc: t.loc, message: format!("expected an integer, found `{s}`") })
             }
+            Tok::Ident(s) if s == "true" || s == "false" => {
+                self.next();
+                Ok(AttrValue::Bool(s == "true"))
+            }
             Tok::Punct('[') => {
                 self.next();
                 let items = self.list(']', |p| {
@@ -302,7 +306,7 @@ impl Parser {
                 self.expect('}')?;
                 Ok(AttrValue::Axes(items))
             }
-            _ => self.error("an attribute value (an integer, `[...]` or `{...}`)"),
+            _ => self.error("an attribute value (an integer, `true`, `false`, `[...]` or `{...}`)"),
         }
     }
 

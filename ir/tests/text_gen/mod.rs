@@ -371,7 +371,8 @@ impl Gen<'_> {
                 let callee = &callees[self.c.below(callees.len())];
                 let (name, params) = (callee.name.clone(), callee.param_types());
                 let args = params.into_iter().map(|p| self.operand(|t| *t == p, |_| p.clone())).collect();
-                self.add(Op::Call { callee: name }, args);
+                let remat = self.c.one_in(3);
+                self.add(Op::Call { callee: name, remat }, args);
             }
             16 | 17 => {
                 let v = self.operand(any, Self::ty);
