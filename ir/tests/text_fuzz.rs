@@ -79,7 +79,7 @@ fn corpus(data: Vec<u32>, pick_sample: bool) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn byte_mutations_never_panic(

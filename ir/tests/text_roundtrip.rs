@@ -45,7 +45,7 @@ fn drop_inferable_types(m: &Module, text: &str) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn generated_modules_round_trip(data in prop::collection::vec(any::<u32>(), 0..500)) {

@@ -1,7 +1,7 @@
 //! The semantic pass: [`FuncAst`]s to a [`Module`].
 //!
 //! Resolves `%name`/`%N` to value ids in definition order, infers omitted
-//! result types with [`crate::infer`] (callee signatures come from the
+//! result types with [`crate::infer()`] (callee signatures come from the
 //! headers, so calls may refer to functions defined later), and checks what
 //! the IR cannot represent otherwise: that the returned values have the
 //! header's types. Everything else about types is left to the verifier, so a

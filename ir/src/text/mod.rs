@@ -7,7 +7,7 @@
 //! types, constants bit for bit, shardings), so print -> parse -> print is
 //! byte-identical. Hand-written input may omit the result types of ops whose
 //! type follows from their operands; the parser infers them with
-//! [`crate::infer`]. The grammar and every op are specified in `specs/ir.md`.
+//! [`crate::infer()`]. The grammar and every op are specified in `specs/ir.md`.
 //!
 //! The parser reports the first problem with its line and column and what it
 //! expected; it never panics. It does not verify: a program whose annotated
