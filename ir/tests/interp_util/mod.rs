@@ -37,7 +37,7 @@ impl FnBuilder {
 
     /// Adds a call of `callee` (which must already be in `m`).
     pub fn call(&mut self, m: &Module, callee: &str, operands: &[ValueId]) -> Vec<ValueId> {
-        self.ops(Op::Call { callee: callee.to_string() }, operands, m)
+        self.ops(Op::Call { callee: callee.to_string(), remat: false }, operands, m)
     }
 
     pub fn finish(mut self, results: &[ValueId]) -> Function {
