@@ -131,6 +131,25 @@ fn linear_one_hot_embedding_mask() {
 }
 
 #[test]
+fn attention_and_clip() {
+    let f = FunctionBuilder::new("att");
+    let q = f.param("q", F32, &[2, 4, 8, 16]);
+    let k = f.param("k", F32, &[2, 4, 8, 16]);
+    let v = f.param("v", F32, &[2, 4, 8, 32]);
+    let k2 = f.param("k2", F32, &[2, 4, 5, 16]);
+    let v2 = f.param("v2", F32, &[2, 4, 5, 32]);
+    let out = vec![
+        (f.dot_product_attention(q, k, v, true), "f32[2,4,8,32]"),
+        (f.dot_product_attention(q, k2, v2, false), "f32[2,4,8,32]"),
+        (f.clip(q, -1.0, 1.0), "f32[2,4,8,16]"),
+    ];
+    let func = finish(f, &out);
+    let selects = func.insts.iter().filter(|i| i.op == Op::Select).count();
+    // softmax's guarded shift uses one select each; the causal mask adds one.
+    assert_eq!(selects, 3);
+}
+
+#[test]
 fn losses_and_metrics() {
     let f = FunctionBuilder::new("loss");
     let logits = f.param("logits", F32, &[8, 10]);

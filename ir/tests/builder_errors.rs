@@ -94,6 +94,10 @@ fn composite_input_checks() {
         ("predicate must be bool", Box::new(|f, x| f.select(x, x, x))),
         ("different dtypes", Box::new(|f, x| f.mul(x, f.zeros(I32, &[3])))),
         (
+            "(causal T == T')",
+            Box::new(|f, x| f.dot_product_attention(x, f.zeros(F32, &[4, 3]), f.zeros(F32, &[4, 3]), true)),
+        ),
+        (
             "dense constant of type f32[2] needs 2 values",
             Box::new(|f, _| f.dense(TensorType::new(F32, vec![2]), vec![1.0])),
         ),
@@ -208,6 +212,7 @@ fn exercise(f: &FunctionBuilder, x: Value, i: Value, p: Value) {
     let _ = (f.relu(x), f.gelu(x), f.sigmoid(x), f.silu(x), f.softplus(x), f.softmax(x, -1), f.log_softmax(x, 0));
     let _ = (f.layer_norm(x, Some(x), Some(x), -1, 1e-5), f.rms_norm(x, Some(x), 0, 1e-5), f.matmul(x, x));
     let _ = (f.linear(x, x, Some(x)), f.one_hot(i, 3, F32), f.embedding(i, x), f.causal_mask(3));
+    let _ = (f.dot_product_attention(x, x, x, true), f.clip(x, 0.0, 1.0));
     let _ = (
         f.softmax_cross_entropy(x, i),
         f.mse(x, x),

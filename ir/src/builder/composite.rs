@@ -184,4 +184,39 @@ impl FunctionBuilder {
             self.ge(q, k)
         })
     }
+
+    /// Scaled dot-product attention: `softmax(q k^T / sqrt(D)) v` for
+    /// `q[..., Tq, D]`, `k[..., Tk, D]`, `v[..., Tk, Dv]` (leading dims as in
+    /// [`matmul`](Self::matmul)), giving `[..., Tq, Dv]`. With `causal`
+    /// (which needs `Tq == Tk`), query `i` only sees keys `j <= i`.
+    #[track_caller]
+    pub fn dot_product_attention(&self, q: Value, k: Value, v: Value, causal: bool) -> Value {
+        self.scope("dot_product_attention", || {
+            let Some(ts) = self.inputs("dot_product_attention", &[q, k, v]) else { return self.poison() };
+            let (tq, tk, tv) = (&ts[0], &ts[1], &ts[2]);
+            let last2 = |t: &TensorType| (t.rank() >= 2).then(|| (t.shape[t.rank() - 2], t.shape[t.rank() - 1]));
+            let ok = match (last2(tq), last2(tk), last2(tv)) {
+                (Some((sq, dq)), Some((sk, dk)), Some((sv, _))) => dq == dk && sk == sv && (!causal || sq == sk),
+                _ => false,
+            };
+            if !ok || !tq.dtype.is_float() {
+                let what = if causal { "causal " } else { "" };
+                self.fail(
+                    "dot_product_attention",
+                    format!(
+                        "needs float q[..., T, D], k[..., T', D], v[..., T', Dv] ({what}T == T'), got {tq}, {tk}, {tv}"
+                    ),
+                );
+                return self.poison();
+            }
+            let d = tq.shape[tq.rank() - 1];
+            let scores = self.matmul(q, self.swap_axes(k, -1, -2));
+            let mut scores = self.mul_scalar(scores, 1.0 / (d as f64).sqrt());
+            if causal {
+                let mask = self.causal_mask(tq.shape[tq.rank() - 2]);
+                scores = self.masked_fill(scores, self.not(mask), f64::NEG_INFINITY);
+            }
+            self.matmul(self.softmax(scores, -1), v)
+        })
+    }
 }

@@ -198,6 +198,12 @@ impl FunctionBuilder {
         })
     }
 
+    /// Clamps `x` to `[lo, hi]` (like `numpy.clip`).
+    #[track_caller]
+    pub fn clip(&self, x: Value, lo: f64, hi: f64) -> Value {
+        self.scope("clip", || self.minimum_scalar(self.maximum_scalar(x, lo), hi))
+    }
+
     /// `x * x`.
     #[track_caller]
     pub fn square(&self, x: Value) -> Value {

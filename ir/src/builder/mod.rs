@@ -48,6 +48,7 @@ mod elementwise;
 mod linalg;
 mod loss;
 mod module;
+mod params;
 mod reduce;
 mod shape;
 
