@@ -174,3 +174,38 @@ impl<'m> Emitter<'m> {
         self.op(Op::DotGeneral(dims), &[x, y])
     }
 }
+
+impl Emitter<'_> {
+    /// Copies `callee`'s instructions into this function with its parameters
+    /// bound to `args`, and returns the values of its results. Value names
+    /// are not copied (they would collide when inlining twice).
+    pub fn inline(&mut self, callee: &Function, args: &[ValueId]) -> Vec<ValueId> {
+        assert_eq!(args.len(), callee.params.len(), "inline of @{} with the wrong number of arguments", callee.name);
+        let mut map: std::collections::HashMap<ValueId, ValueId> =
+            callee.params.iter().copied().zip(args.iter().copied()).collect();
+        for inst in &callee.insts {
+            let ops: Vec<ValueId> = inst.operands.iter().map(|o| map[o]).collect();
+            let results = self.op_multi(inst.op.clone(), &ops);
+            for (&r, nr) in inst.results.iter().zip(results) {
+                self.f.values[nr.index()].sharding = callee.value(r).sharding.clone();
+                map.insert(r, nr);
+            }
+        }
+        callee.results.iter().map(|r| map[r]).collect()
+    }
+
+    /// Sum of all elements (a scalar).
+    pub fn sum_all(&mut self, x: ValueId) -> ValueId {
+        let r = self.ty(x).rank();
+        self.reduce_sum(x, (0..r).collect())
+    }
+
+    /// Names a value (if the name is free) and returns it.
+    pub fn named(&mut self, v: ValueId, name: impl Into<String>) -> ValueId {
+        let name = name.into();
+        if self.f.value_by_name(&name).is_none() {
+            self.f.values[v.index()].name = Some(name);
+        }
+        v
+    }
+}

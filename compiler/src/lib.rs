@@ -9,5 +9,8 @@ pub mod autodiff;
 pub mod dce;
 pub mod emit;
 pub mod error;
+pub mod memory;
+pub mod random;
+pub mod train;
 
 pub use error::CompilerError;

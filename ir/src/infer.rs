@@ -225,7 +225,7 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
             }
             one(t.clone())
         }
-        Op::Call { callee } => {
+        Op::Call { callee, .. } => {
             let sig = funcs.signature_of(callee).ok_or_else(|| format!("call to unknown function @{callee}"))?;
             if sig.params.len() != operands.len() {
                 return Err(format!(

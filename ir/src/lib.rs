@@ -20,6 +20,7 @@ pub mod interp;
 pub mod literal;
 pub mod op;
 pub mod prng;
+pub mod prng_emit;
 pub mod sharding;
 pub mod tensor;
 pub mod text;

@@ -14,8 +14,14 @@
 //!    vector-Jacobian product ([`vjp`]), accumulating cotangents by addition;
 //! 4. dead forward values are removed by [`crate::dce`].
 //!
-//! Calls must be inlined first. Gradients of gradients are not supported.
+//! Calls are inlined first. A call marked `remat` (like `jax.checkpoint`)
+//! becomes a region whose activations are *recomputed*: when the reverse
+//! sweep reaches the region, it re-emits the region's forward instructions
+//! and feeds the recomputed values to the region's VJP rules, so the forward
+//! copies of the region's intermediates die as soon as the region's outputs
+//! are computed. Gradients of gradients are not supported.
 
+mod inline;
 mod vjp;
 
 use crate::dce::dce;
@@ -56,7 +62,10 @@ pub fn value_and_grad(m: &Module, f: &Function, wrt: &[&str], opts: &GradOptions
             let names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
             CompilerError::Autodiff {
                 func: f.name.clone(),
-                message: format!("cannot differentiate with respect to `{name}`: no such parameter (parameters: {})", names.join(", ")),
+                message: format!(
+                    "cannot differentiate with respect to `{name}`: no such parameter (parameters: {})",
+                    names.join(", ")
+                ),
             }
         })?;
         let t = f.ty(f.params[pos]);
@@ -68,11 +77,16 @@ pub fn value_and_grad(m: &Module, f: &Function, wrt: &[&str], opts: &GradOptions
         }
         wrt_params.push(f.params[pos]);
     }
-    if f.insts.iter().any(|i| matches!(i.op, Op::Call { .. })) {
-        return Err(CompilerError::Autodiff {
-            func: f.name.clone(),
-            message: "calls must be inlined before differentiation".into(),
-        });
+    let (flat, regions) = inline::inline_with_regions(m, f)?;
+    let wrt_params: Vec<ValueId> =
+        wrt_params.iter().map(|p| flat.params[f.params.iter().position(|q| q == p).expect("param")]).collect();
+    let loss = flat.results[0];
+    let f = &flat;
+    let mut region_of = vec![None; f.insts.len()];
+    for (r, range) in regions.iter().enumerate() {
+        for i in range.clone() {
+            region_of[i] = Some(r);
+        }
     }
 
     let name = opts.name.clone().unwrap_or_else(|| format!("{}_value_and_grad", f.name));
@@ -104,14 +118,26 @@ pub fn value_and_grad(m: &Module, f: &Function, wrt: &[&str], opts: &GradOptions
     let mut cot: HashMap<ValueId, ValueId> = HashMap::new();
     let seed = e.full(loss_ty, 1.0);
     cot.insert(loss, seed);
-    for inst in f.insts.iter().rev() {
+    // Recomputed values of the remat region being differentiated.
+    let mut recomputed: Option<(usize, HashMap<ValueId, ValueId>)> = None;
+    for (i, inst) in f.insts.iter().enumerate().rev() {
         let r = inst.results[0];
         let Some(&g) = cot.get(&r) else { continue };
         if !active[r.index()] {
             continue;
         }
-        let operands: Vec<ValueId> = inst.operands.iter().map(|o| map[o]).collect();
-        let result = map[&r];
+        if let Some(reg) = region_of[i] {
+            if recomputed.as_ref().map(|(k, _)| *k) != Some(reg) {
+                recomputed = Some((reg, recompute(&mut e, f, regions[reg].clone(), &map)));
+            }
+        }
+        let rmap = match (region_of[i], &recomputed) {
+            (Some(reg), Some((k, rm))) if reg == *k => Some(rm),
+            _ => None,
+        };
+        let lookup = |v: &ValueId| rmap.and_then(|rm| rm.get(v)).copied().unwrap_or(map[v]);
+        let operands: Vec<ValueId> = inst.operands.iter().map(lookup).collect();
+        let result = lookup(&r);
         let contributions = vjp::vjp(&mut e, &inst.op, &operands, result, g);
         for (k, c) in contributions.into_iter().enumerate() {
             let (Some(c), o) = (c, inst.operands[k]) else { continue };
@@ -160,6 +186,26 @@ pub fn value_and_grad(m: &Module, f: &Function, wrt: &[&str], opts: &GradOptions
         }
     }
     Ok(dce(&e.f))
+}
+
+/// Re-emits the forward instructions of a remat region; values defined
+/// outside it come from the forward copies in `map`.
+fn recompute(
+    e: &mut Emitter<'_>,
+    f: &Function,
+    range: std::ops::Range<usize>,
+    map: &HashMap<ValueId, ValueId>,
+) -> HashMap<ValueId, ValueId> {
+    let mut rmap = HashMap::new();
+    for inst in &f.insts[range] {
+        let ops: Vec<ValueId> = inst.operands.iter().map(|o| rmap.get(o).copied().unwrap_or(map[o])).collect();
+        let results = e.op_multi(inst.op.clone(), &ops);
+        for (&r, nr) in inst.results.iter().zip(results) {
+            e.f.values[nr.index()].sharding = f.value(r).sharding.clone();
+            rmap.insert(r, nr);
+        }
+    }
+    rmap
 }
 
 /// Marks values that depend differentiably on any of `wrt`.

@@ -178,6 +178,15 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: ValueId, y: ValueId, g: ValueId) ->
             let d = e.sub(one, y2);
             e.mul(g, d)
         }
+        UnaryOp::Cos => {
+            let s = e.unary(UnaryOp::Sin, x);
+            let gs = e.mul(g, s);
+            e.neg(gs)
+        }
+        UnaryOp::Sin => {
+            let c = e.unary(UnaryOp::Cos, x);
+            e.mul(g, c)
+        }
         UnaryOp::Logistic => {
             let one = e.full_like(y, 1.0);
             let omy = e.sub(one, y);
@@ -223,7 +232,8 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: ValueId, yv: ValueId, out: ValueI
         BinaryOp::Max | BinaryOp::Min => {
             // Balanced: ties split the cotangent in half, like lax.max.
             let dt = e.ty(x).dtype;
-            let (cx, cy) = if b == BinaryOp::Max { (CompareOp::Gt, CompareOp::Lt) } else { (CompareOp::Lt, CompareOp::Gt) };
+            let (cx, cy) =
+                if b == BinaryOp::Max { (CompareOp::Gt, CompareOp::Lt) } else { (CompareOp::Lt, CompareOp::Gt) };
             let wx = e.compare(cx, x, yv);
             let wy = e.compare(cy, x, yv);
             let eq = e.compare(CompareOp::Eq, x, yv);
@@ -258,7 +268,14 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: ValueId, yv: ValueId, out: ValueI
 
 /// JAX's `_dot_general_transpose_lhs`: the cotangent of `x` in
 /// `dot_general(x, y, dims)` (or of `y` when `swap_ans`, with `dims` swapped).
-fn dot_transpose_lhs(e: &mut Emitter<'_>, g: ValueId, x: ValueId, y: ValueId, dims: &DotDims, swap_ans: bool) -> ValueId {
+fn dot_transpose_lhs(
+    e: &mut Emitter<'_>,
+    g: ValueId,
+    x: ValueId,
+    y: ValueId,
+    dims: &DotDims,
+    swap_ans: bool,
+) -> ValueId {
     let x_rank = e.ty(x).rank();
     let y_rank = e.ty(y).rank();
     let remaining = |rank: usize, a: &[usize], b: &[usize]| -> Vec<usize> {
@@ -273,12 +290,8 @@ fn dot_transpose_lhs(e: &mut Emitter<'_>, g: ValueId, x: ValueId, y: ValueId, di
     } else {
         (nb + x_kept.len()..nb + x_kept.len() + y_kept.len()).collect()
     };
-    let d = DotDims {
-        lhs_batch: ans_batch,
-        rhs_batch: dims.rhs_batch.clone(),
-        lhs_contract: ans_y,
-        rhs_contract: y_kept,
-    };
+    let d =
+        DotDims { lhs_batch: ans_batch, rhs_batch: dims.rhs_batch.clone(), lhs_contract: ans_y, rhs_contract: y_kept };
     let prod = e.dot(g, y, d);
     // The product's dims are [x batch, x kept, x contract (ordered by y's
     // contracting dims ascending)]; permute back to x's order.
