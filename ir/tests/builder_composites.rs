@@ -227,5 +227,5 @@ fn gpt_block_module() {
     let m = mb.finish().unwrap_or_else(|e| panic!("{e}"));
     let gpt = m.function("gpt").unwrap();
     assert_eq!(gpt.result_types().iter().map(|t| t.to_string()).collect::<Vec<_>>(), ["f32[]", "f32[]"]);
-    assert!(gpt.insts.iter().any(|i| i.op == Op::Call { callee: "mlp".into() }));
+    assert!(gpt.insts.iter().any(|i| i.op == Op::Call { callee: "mlp".into(), remat: false }));
 }

@@ -93,6 +93,12 @@ fn composite_input_checks() {
         ("same leading shape", Box::new(|f, x| f.softmax_cross_entropy(x, f.zeros(I32, &[3])))),
         ("predicate must be bool", Box::new(|f, x| f.select(x, x, x))),
         ("different dtypes", Box::new(|f, x| f.mul(x, f.zeros(I32, &[3])))),
+        ("the key must be u32[2], got f32[2,3]", Box::new(|f, x| f.random_uniform(x, F32, &[2]))),
+        ("the rate 1 is outside [0, 1)", Box::new(|f, x| f.dropout(x, f.zeros(weft_ir::DType::U32, &[2]), 1.0))),
+        (
+            "needs a float dtype, got i32",
+            Box::new(|f, _| f.random_normal(f.zeros(weft_ir::DType::U32, &[2]), I32, &[2])),
+        ),
         (
             "(causal T == T')",
             Box::new(|f, x| f.dot_product_attention(x, f.zeros(F32, &[4, 3]), f.zeros(F32, &[4, 3]), true)),
@@ -213,6 +219,8 @@ fn exercise(f: &FunctionBuilder, x: Value, i: Value, p: Value) {
     let _ = (f.layer_norm(x, Some(x), Some(x), -1, 1e-5), f.rms_norm(x, Some(x), 0, 1e-5), f.matmul(x, x));
     let _ = (f.linear(x, x, Some(x)), f.one_hot(i, 3, F32), f.embedding(i, x), f.causal_mask(3));
     let _ = (f.dot_product_attention(x, x, x, true), f.clip(x, 0.0, 1.0));
+    let _ = (f.fold_in(i, i), f.split_key(i, 2), f.random_bits(i, &[2]), f.random_uniform(i, F32, &[2]));
+    let _ = (f.random_normal(x, F32, &[1]), f.bernoulli(i, 0.5, &[3]), f.dropout(x, i, 0.5));
     let _ = (
         f.softmax_cross_entropy(x, i),
         f.mse(x, x),

@@ -63,6 +63,8 @@ fn unary_ops() {
         (f.log(x), "f32[2,3]"),
         (f.log1p(x), "f32[2,3]"),
         (f.tanh(x), "f32[2,3]"),
+        (f.cos(x), "f32[2,3]"),
+        (f.sin(x), "f32[2,3]"),
         (f.logistic(x), "f32[2,3]"),
         (f.sqrt(x), "f32[2,3]"),
         (f.rsqrt(x), "f32[2,3]"),
@@ -83,7 +85,7 @@ fn unary_ops() {
         out.push((f.unary(op, arg), want));
     }
     let func = finish(f, &out);
-    let names: Vec<&str> = (0..13).map(|k| def_op(&func, k).name()).collect();
+    let names: Vec<&str> = (0..UnaryOp::ALL.len()).map(|k| def_op(&func, k).name()).collect();
     let all: Vec<&str> = UnaryOp::ALL.iter().map(|u| u.name()).collect();
     assert_eq!(names, all);
 }
@@ -228,4 +230,25 @@ fn late_parameters_are_numbered_first() {
     assert_eq!(func.insts[1].operands[1], func.params[1]);
     assert_eq!(func.results[1], func.params[1]);
     assert_eq!(func.results[0], func.insts[1].results[0]);
+}
+
+#[test]
+fn random_numbers() {
+    let f = FunctionBuilder::new("r");
+    let key = f.param("key", U32, &[2]);
+    let x = f.param("x", F32, &[4, 5]);
+    let keys = f.split_key(key, 3);
+    assert_eq!(keys.len(), 3);
+    let out = vec![
+        (f.fold_in(key, f.scalar(U32, 7.0)), "u32[2]"),
+        (f.random_bits(keys[0], &[3, 4]), "u32[3,4]"),
+        (f.random_uniform(keys[1], F32, &[8]), "f32[8]"),
+        (f.random_uniform(keys[1], weft_ir::DType::BF16, &[2, 2]), "bf16[2,2]"),
+        (f.random_normal(keys[2], F32, &[]), "f32[]"),
+        (f.bernoulli(key, 0.25, &[6]), "bool[6]"),
+        (f.dropout(x, key, 0.1), "f32[4,5]"),
+        (f.dropout(x, key, 0.0), "f32[4,5]"),
+    ];
+    let func = finish(f, &out);
+    assert_eq!(func.results[7], func.params[1], "dropout with rate 0 is the identity");
 }

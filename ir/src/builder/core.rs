@@ -197,7 +197,7 @@ impl FunctionBuilder {
     pub fn emit(&self, op: Op, operands: &[Value]) -> Vec<Value> {
         let name = op.name();
         let n_results = match &op {
-            Op::Call { callee } => self.callees.signature(callee).map_or(1, |s| s.results.len()),
+            Op::Call { callee, .. } => self.callees.signature(callee).map_or(1, |s| s.results.len()),
             _ => 1,
         };
         let Some(tys) = self.inputs(name, operands) else { return vec![self.poison(); n_results] };

@@ -74,6 +74,10 @@ impl FunctionBuilder {
         log1p => Log1p;
         /// Hyperbolic tangent.
         tanh => Tanh;
+        /// Cosine.
+        cos => Cos;
+        /// Sine.
+        sin => Sin;
         /// `1 / (1 + e^-x)` (the primitive; [`sigmoid`](Self::sigmoid) is an alias).
         logistic => Logistic;
         /// Square root.

@@ -49,6 +49,7 @@ mod linalg;
 mod loss;
 mod module;
 mod params;
+mod random;
 mod reduce;
 mod shape;
 

@@ -114,7 +114,15 @@ impl FunctionBuilder {
     /// if the callee is unknown).
     #[track_caller]
     pub fn call(&self, callee: &str, args: &[Value]) -> Vec<Value> {
-        self.emit(Op::Call { callee: callee.to_string() }, args)
+        self.emit(Op::Call { callee: callee.to_string(), remat: false }, args)
+    }
+
+    /// [`call`](Self::call) marked for rematerialization: differentiation
+    /// recomputes the callee's activations in the backward pass instead of
+    /// keeping them (like `jax.checkpoint`).
+    #[track_caller]
+    pub fn call_remat(&self, callee: &str, args: &[Value]) -> Vec<Value> {
+        self.emit(Op::Call { callee: callee.to_string(), remat: true }, args)
     }
 
     /// [`call`](Self::call) for a callee with exactly `N` results:
@@ -123,6 +131,18 @@ impl FunctionBuilder {
     #[track_caller]
     pub fn call_n<const N: usize>(&self, callee: &str, args: &[Value]) -> [Value; N] {
         let r = self.call(callee, args);
+        self.exactly(callee, r)
+    }
+
+    /// [`call_remat`](Self::call_remat) for a callee with exactly `N` results.
+    #[track_caller]
+    pub fn call_remat_n<const N: usize>(&self, callee: &str, args: &[Value]) -> [Value; N] {
+        let r = self.call_remat(callee, args);
+        self.exactly(callee, r)
+    }
+
+    #[track_caller]
+    fn exactly<const N: usize>(&self, callee: &str, r: Vec<Value>) -> [Value; N] {
         let n = r.len();
         match <[Value; N]>::try_from(r) {
             Ok(a) => a,
