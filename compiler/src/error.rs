@@ -1,7 +1,8 @@
 //! The compiler's error type.
 //!
-//! Every mistake a user can make when asking the compiler for something (a
-//! malformed mesh, a sharding that names an unknown axis or does not divide a
+//! Every mistake a user can make when asking the compiler for something
+//! (differentiating something that cannot be, a training state that does not
+//! match its step, a malformed mesh, a sharding that names an unknown axis or does not divide a
 //! dimension, two annotations that contradict each other under the strict
 //! policy, a call left in a program handed to propagation) is one variant of
 //! [`CompilerError`], carrying enough context to find it: the function, the
@@ -172,7 +173,24 @@ pub enum CompilerError {
         /// One line per problem, naming the instruction.
         problems: Vec<String>,
     },
-    /// The program itself is ill-formed.
+    /// Differentiation was asked for something it cannot do.
+    #[error("autodiff of @{func}: {message}")]
+    Autodiff {
+        /// The function being differentiated.
+        func: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A state or batch tree does not match a training step's layout.
+    #[error("leaf `{leaf}`: {message}")]
+    State {
+        /// The offending leaf.
+        leaf: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An error from the IR: the program is ill-formed (e.g. a transform's
+    /// input failed verification).
     #[error(transparent)]
     Ir(#[from] IrError),
 }

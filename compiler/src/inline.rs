@@ -63,7 +63,7 @@ impl State<'_> {
         let get = |map: &[Option<ValueId>], v: ValueId| map[v.index()].expect("verified: defined before use");
         for inst in &g.insts {
             let ops: Vec<ValueId> = inst.operands.iter().map(|&o| get(&map, o)).collect();
-            if let Op::Call { callee } = &inst.op {
+            if let Op::Call { callee, .. } = &inst.op {
                 let h = self.m.function(callee).expect("verified: callee exists");
                 self.calls += 1;
                 let inner = format!("{prefix}{callee}.{}.", self.calls);

@@ -2,21 +2,27 @@
 //!
 //! Transformations over weft's IR: automatic differentiation and training
 //! steps, sharding propagation on an e-graph, auto-sharding and the SPMD
-//! partitioner. (Being built; see the issues.)
+//! partitioner.
 //!
-//! Available now: [`sharding`] — device meshes, the meaning of a sharding
-//! on a mesh, per-op sharding rules in Shardy's factor notation,
-//! propagation of shardings on an `egg` e-graph with explanations, and the
+//! Sharding: [`sharding`] has device meshes, the meaning of a sharding on a
+//! mesh, per-op sharding rules in Shardy's factor notation, propagation of
+//! shardings on an `egg` e-graph with explanations, and the
 //! local-computability check the partitioner relies on; [`inline_calls`]
-//! flattens calls before propagation; every error is a [`CompilerError`].
+//! flattens calls before propagation. Every error is a [`CompilerError`].
 #![warn(missing_docs)]
 // Errors carry sites, shardings and sizes so they can be read without the
 // program at hand; they are returned on cold paths only.
 #![allow(clippy::result_large_err)]
 
+pub mod autodiff;
+pub mod dce;
+pub mod emit;
 pub mod error;
 pub mod inline;
+pub mod memory;
+pub mod random;
 pub mod sharding;
+pub mod train;
 
 pub use error::{CompilerError, Site};
 pub use inline::inline_calls;

@@ -64,7 +64,8 @@ fn calls_must_be_inlined() {
     let g = b.f;
     let mut b = B::new("f");
     let x = b.param("x", &[4], None);
-    let id = b.f.add_inst(Op::Call { callee: "g".into() }, vec![x], vec![(b.f.ty(x).clone(), None)], None);
+    let id =
+        b.f.add_inst(Op::Call { callee: "g".into(), remat: false }, vec![x], vec![(b.f.ty(x).clone(), None)], None);
     let r = b.f.insts[id.index()].results[0];
     b.ret(&[r], &[None]);
     let e = err(&b);

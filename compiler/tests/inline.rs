@@ -17,8 +17,12 @@ fn layer() -> Function {
 
 fn call(b: &mut B, callee: &str, args: &[ValueId], name: Option<&str>) -> ValueId {
     let ty: TensorType = b.f.ty(args[0]).clone();
-    let id =
-        b.f.add_inst(Op::Call { callee: callee.into() }, args.to_vec(), vec![(ty, name.map(str::to_string))], None);
+    let id = b.f.add_inst(
+        Op::Call { callee: callee.into(), remat: false },
+        args.to_vec(),
+        vec![(ty, name.map(str::to_string))],
+        None,
+    );
     b.f.insts[id.index()].results[0]
 }
 

@@ -131,7 +131,7 @@ fn constraint_reshard_and_call() {
     let r = rule(Op::Reshard { to: s }, &[t(&[4, 8])]);
     assert_eq!(r.kind, RuleKind::Reshard);
     let a = t(&[4]);
-    assert!(rule_for(&Op::Call { callee: "f".into() }, &[&a], &[&a]).is_none());
+    assert!(rule_for(&Op::Call { callee: "f".into(), remat: false }, &[&a], &[&a]).is_none());
 }
 
 #[test]

@@ -82,10 +82,9 @@ impl DType {
         match self {
             DType::F64 => v,
             DType::F32 => v as f32 as f64,
-            // Converting through f32 first could double-round; `from_f64`
-            // rounds once, to nearest-even.
-            DType::BF16 => half::bf16::from_f64(v).to_f64(),
-            DType::F16 => half::f16::from_f64(v).to_f64(),
+            // Rounds once, to nearest-even (see `bf16_from_f64`).
+            DType::BF16 => bf16_from_f64(v).to_f64(),
+            DType::F16 => f16_from_f64(v).to_f64(),
             DType::I32 => (v as i32) as f64,
             DType::U32 => (v as u32) as f64,
             DType::Bool => {
@@ -97,6 +96,33 @@ impl DType {
             }
         }
     }
+}
+
+/// `v` rounded to `f32` with round-to-odd: exact values are kept, inexact
+/// ones become whichever neighbour has an odd significand. Rounding that to
+/// a format with at least two fewer significand bits (bf16, f16) gives the
+/// correctly rounded result of `v`, with no double rounding.
+fn f32_round_to_odd(v: f64) -> f32 {
+    let r = v as f32;
+    if r.is_nan() || r as f64 == v {
+        return r;
+    }
+    // Truncate toward zero (one step down in magnitude if RNE went up; the
+    // bit pattern of |r| is monotonic), then force the last bit to 1.
+    let bits = if (r as f64).abs() > v.abs() { r.to_bits() - 1 } else { r.to_bits() };
+    f32::from_bits(bits | 1)
+}
+
+/// `v` rounded once to the nearest `bf16`, ties to even. (`half::bf16::from_f64`
+/// drops the low 32 bits of the mantissa before rounding, so it misrounds
+/// values just above a tie.)
+pub fn bf16_from_f64(v: f64) -> half::bf16 {
+    half::bf16::from_f32(f32_round_to_odd(v))
+}
+
+/// `v` rounded once to the nearest `f16`, ties to even (see [`bf16_from_f64`]).
+pub fn f16_from_f64(v: f64) -> half::f16 {
+    half::f16::from_f32(f32_round_to_odd(v))
 }
 
 impl fmt::Display for DType {

@@ -113,9 +113,12 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
         }
         Op::Reshape { shape } => {
             let t = operands[0];
-            let n: usize = shape.iter().product();
-            if n != t.num_elements() {
-                return Err(format!("reshape of {t} ({} elements) to {:?} ({n} elements)", t.num_elements(), shape));
+            let count = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            let (Some(n), Some(m)) = (count(shape), count(&t.shape)) else {
+                return Err(format!("reshape of {t} to {shape:?}: too many elements"));
+            };
+            if n != m {
+                return Err(format!("reshape of {t} ({m} elements) to {shape:?} ({n} elements)"));
             }
             one(TensorType::new(t.dtype, shape.clone()))
         }
@@ -170,7 +173,9 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
                         ));
                     }
                 }
-                shape[*dim] += t.shape[*dim];
+                shape[*dim] = shape[*dim]
+                    .checked_add(t.shape[*dim])
+                    .ok_or_else(|| format!("concatenate dimension {dim} is too large"))?;
             }
             one(TensorType::new(first.dtype, shape))
         }
@@ -186,13 +191,15 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
             }
             let mut shape = Vec::with_capacity(t.rank());
             for d in 0..t.rank() {
-                let n = t.shape[d] as i64;
-                let inner = if n == 0 { 0 } else { n + (n - 1) * interior[d] as i64 };
-                let e = inner + low[d] + high[d];
+                let n = t.shape[d] as i128;
+                let too_large = || format!("pad extent in dimension {d} is too large");
+                let inner = if n == 0 { Some(0) } else { (n - 1).checked_mul(interior[d] as i128) };
+                let e =
+                    inner.and_then(|i| i.checked_add(n + low[d] as i128 + high[d] as i128)).ok_or_else(too_large)?;
                 if e < 0 {
                     return Err(format!("pad gives a negative extent {e} in dimension {d}"));
                 }
-                shape.push(e as usize);
+                shape.push(usize::try_from(e).map_err(|_| too_large())?);
             }
             one(TensorType::new(t.dtype, shape))
         }
@@ -225,7 +232,7 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
             }
             one(t.clone())
         }
-        Op::Call { callee } => {
+        Op::Call { callee, .. } => {
             let sig = funcs.signature_of(callee).ok_or_else(|| format!("call to unknown function @{callee}"))?;
             if sig.params.len() != operands.len() {
                 return Err(format!(

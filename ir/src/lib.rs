@@ -19,6 +19,8 @@ pub mod infer;
 pub mod interp;
 pub mod literal;
 pub mod op;
+pub mod prng;
+pub mod prng_emit;
 pub mod sharding;
 pub mod tensor;
 pub mod text;

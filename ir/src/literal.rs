@@ -9,12 +9,28 @@ use crate::{DType, TensorType};
 
 /// The elements of a literal: one value broadcast to the whole shape, or one
 /// value per element in row-major order.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Equality compares values bitwise, except that every NaN equals every NaN
+/// (so a constant equals itself and `-0.0` differs from `0.0`).
+#[derive(Clone, Debug)]
 pub enum LiteralData {
     /// Every element has this value.
     Splat(f64),
     /// One value per element, row-major.
     Dense(Vec<f64>),
+}
+
+impl PartialEq for LiteralData {
+    fn eq(&self, other: &LiteralData) -> bool {
+        let same = |a: &f64, b: &f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        match (self, other) {
+            (LiteralData::Splat(a), LiteralData::Splat(b)) => same(a, b),
+            (LiteralData::Dense(a), LiteralData::Dense(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same(a, b))
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A constant tensor.

@@ -23,6 +23,10 @@ pub enum UnaryOp {
     Log1p,
     /// Hyperbolic tangent (floats).
     Tanh,
+    /// Cosine (floats).
+    Cos,
+    /// Sine (floats).
+    Sin,
     /// `1 / (1 + e^-x)` (floats).
     Logistic,
     /// Square root (floats).
@@ -41,13 +45,15 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every unary op.
-    pub const ALL: [UnaryOp; 13] = [
+    pub const ALL: [UnaryOp; 15] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
         UnaryOp::Log,
         UnaryOp::Log1p,
         UnaryOp::Tanh,
+        UnaryOp::Cos,
+        UnaryOp::Sin,
         UnaryOp::Logistic,
         UnaryOp::Sqrt,
         UnaryOp::Rsqrt,
@@ -66,6 +72,8 @@ impl UnaryOp {
             UnaryOp::Log => "log",
             UnaryOp::Log1p => "log1p",
             UnaryOp::Tanh => "tanh",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Sin => "sin",
             UnaryOp::Logistic => "logistic",
             UnaryOp::Sqrt => "sqrt",
             UnaryOp::Rsqrt => "rsqrt",
@@ -341,6 +349,10 @@ pub enum Op {
     Call {
         /// Name of the callee.
         callee: String,
+        /// Rematerialise: differentiation recomputes the callee's
+        /// activations in the backward pass instead of keeping them (like
+        /// `jax.checkpoint`). Printed as `{remat = true}`.
+        remat: bool,
     },
     /// Identity that asks for its result to have this sharding, like JAX's
     /// `with_sharding_constraint`. Its rank must equal the operand's.

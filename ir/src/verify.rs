@@ -319,7 +319,7 @@ fn check_call_cycles(m: &Module, diags: &mut Vec<Diagnostic>) {
             f.insts
                 .iter()
                 .filter_map(|i| match &i.op {
-                    Op::Call { callee } => index.get(callee.as_str()).copied(),
+                    Op::Call { callee, .. } => index.get(callee.as_str()).copied(),
                     _ => None,
                 })
                 .collect()
@@ -397,7 +397,7 @@ mod tests {
     fn rejects_recursion() {
         let mut f = Function::new("f");
         let x = f.add_param(None, f32s(&[]));
-        let i = f.add_inst(Op::Call { callee: "f".into() }, vec![x], vec![(f32s(&[]), None)], None);
+        let i = f.add_inst(Op::Call { callee: "f".into(), remat: false }, vec![x], vec![(f32s(&[]), None)], None);
         f.results = f.insts[i.index()].results.clone();
         let m = Module { functions: vec![f] };
         let e = verify_module(&m).unwrap_err().to_string();

@@ -227,7 +227,7 @@ impl Mesh {
     pub fn closest_axis(&self, name: &str) -> Option<&str> {
         self.axes
             .iter()
-            .map(|a| (edit_distance(&a.name.to_lowercase(), &name.to_lowercase()), a.name.as_str()))
+            .map(|a| (strsim::levenshtein(&a.name.to_lowercase(), &name.to_lowercase()), a.name.as_str()))
             .filter(|&(d, n)| d <= 2 && d < n.len().max(name.len()))
             .min_by_key(|&(d, _)| d)
             .map(|(_, n)| n)
@@ -240,19 +240,6 @@ fn spread(mut k: usize, axes: &[usize], mesh: &Mesh, coords: &mut [usize]) {
         coords[a] = k % mesh.size(a);
         k /= mesh.size(a);
     }
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 impl fmt::Display for Mesh {

@@ -70,7 +70,7 @@ pub struct PropagationStats {
 /// program with reshards inserted, and why every value is sharded as it is.
 pub fn propagate(f: &Function, mesh: &Mesh, options: &PropagateOptions) -> Result<ShardedFunction> {
     for (id, inst) in f.iter_insts() {
-        if let Op::Call { callee } = &inst.op {
+        if let Op::Call { callee, .. } = &inst.op {
             let site = Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
             return Err(CompilerError::CallNotInlined { site, callee: callee.clone() });
         }

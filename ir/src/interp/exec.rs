@@ -1,0 +1,307 @@
+//! The execution loop: input checking, instruction dispatch, calls, and
+//! freeing values after their last use.
+//!
+//! Each function gets a small plan once, when the [`Interpreter`] is built:
+//! for every instruction, the values whose last use it is. Values live in a
+//! per-call environment indexed by value id; parameters are borrowed from
+//! the caller (no copy of the inputs), instruction results are owned.
+//! Identity-like ops (`sharding_constraint`, `reshard`, `reshape`) take their
+//! operand instead of copying it when this is its last use.
+
+use super::{dot, elementwise, reduce, shape};
+use crate::tensor::HostTensor;
+use crate::{verify_module, Diagnostic, Function, Inst, IrError, Module, Op, ValueDef, ValueId};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+
+/// Runs functions of one verified module. Build it once and reuse it.
+pub struct Interpreter<'m> {
+    module: &'m Module,
+    by_name: HashMap<&'m str, usize>,
+    plans: Vec<Plan>,
+}
+
+/// Per-function liveness, computed once.
+struct Plan {
+    /// For each instruction, the values to drop after it runs.
+    frees: Vec<Vec<ValueId>>,
+    /// Parameters no instruction or result uses.
+    unused_params: Vec<ValueId>,
+}
+
+/// Values of one running function, by value id.
+type Env<'a> = Vec<Option<Cow<'a, HostTensor>>>;
+
+impl Plan {
+    fn new(f: &Function) -> Plan {
+        let n = f.values.len();
+        let mut last_use: Vec<Option<usize>> = vec![None; n];
+        for (i, inst) in f.insts.iter().enumerate() {
+            for v in &inst.operands {
+                last_use[v.index()] = Some(i);
+            }
+        }
+        let mut is_result = vec![false; n];
+        for r in &f.results {
+            is_result[r.index()] = true;
+        }
+        let mut frees = vec![Vec::new(); f.insts.len()];
+        let mut unused_params = Vec::new();
+        for (v, data) in f.values.iter().enumerate() {
+            let id = ValueId(v as u32);
+            match (is_result[v], last_use[v], data.def) {
+                (true, _, _) => {}
+                (false, Some(i), _) => frees[i].push(id),
+                (false, None, ValueDef::Param(_)) => unused_params.push(id),
+                (false, None, ValueDef::Inst { inst, .. }) => {
+                    if let Some(list) = frees.get_mut(inst.index()) {
+                        list.push(id);
+                    }
+                }
+            }
+        }
+        Plan { frees, unused_params }
+    }
+}
+
+impl<'m> Interpreter<'m> {
+    /// Verifies `module` ([`verify_module`]) and prepares to run it.
+    pub fn new(module: &'m Module) -> Result<Interpreter<'m>, IrError> {
+        verify_module(module)?;
+        Ok(Interpreter::from_verified(module))
+    }
+
+    /// Prepares to run a module that has already passed [`verify_module`],
+    /// without verifying it again. On an unverified module, ill-typed
+    /// instructions are reported as [`IrError::Interp`] where detected, and
+    /// a use before definition panics.
+    pub fn from_verified(module: &'m Module) -> Interpreter<'m> {
+        let by_name = module.functions.iter().enumerate().map(|(i, f)| (f.name.as_str(), i)).collect();
+        let plans = module.functions.iter().map(Plan::new).collect();
+        Interpreter { module, by_name, plans }
+    }
+
+    /// The module this interpreter runs.
+    pub fn module(&self) -> &'m Module {
+        self.module
+    }
+
+    fn function(&self, name: &str) -> Result<usize, IrError> {
+        self.by_name.get(name).copied().ok_or_else(|| {
+            IrError::Interp(Diagnostic {
+                func: name.to_string(),
+                loc: None,
+                subject: String::new(),
+                message: "no function of this name in the module".into(),
+            })
+        })
+    }
+
+    /// Runs `func` on positional `args` (borrowed, not copied).
+    pub fn run(&self, func: &str, args: &[HostTensor]) -> Result<Vec<HostTensor>, IrError> {
+        let fi = self.function(func)?;
+        check_positional(&self.module.functions[fi], args.iter())?;
+        self.exec(fi, args.iter().map(Cow::Borrowed).collect())
+    }
+
+    /// Runs `func` on positional `args`, consuming them (so they can be
+    /// freed, or reused by identity ops, as soon as they are dead).
+    pub fn run_owned(&self, func: &str, args: Vec<HostTensor>) -> Result<Vec<HostTensor>, IrError> {
+        let fi = self.function(func)?;
+        check_positional(&self.module.functions[fi], args.iter())?;
+        self.exec(fi, args.into_iter().map(Cow::Owned).collect())
+    }
+
+    /// Runs `func` with inputs by parameter name (an unnamed parameter `i`
+    /// is called `arg{i}`). Every parameter must be given exactly once, with
+    /// its type, and no other names.
+    pub fn run_named(&self, func: &str, inputs: &BTreeMap<String, HostTensor>) -> Result<Vec<HostTensor>, IrError> {
+        let fi = self.function(func)?;
+        let f = &self.module.functions[fi];
+        let names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
+        let mut args = Vec::with_capacity(names.len());
+        for (name, &p) in names.iter().zip(&f.params) {
+            let t = inputs.get(name).ok_or_else(|| IrError::Input {
+                name: name.clone(),
+                message: format!("missing input of @{}; expected {}", f.name, f.ty(p)),
+            })?;
+            check_type(name, f, p, t)?;
+            args.push(Cow::Borrowed(t));
+        }
+        if let Some(extra) = inputs.keys().find(|k| !names.contains(k)) {
+            return Err(IrError::Input {
+                name: extra.clone(),
+                message: format!("@{} has no parameter of this name (parameters: {})", f.name, names.join(", ")),
+            });
+        }
+        self.exec(fi, args)
+    }
+
+    fn exec<'a>(&self, fi: usize, args: Vec<Cow<'a, HostTensor>>) -> Result<Vec<HostTensor>, IrError> {
+        let f = &self.module.functions[fi];
+        let plan = &self.plans[fi];
+        let mut env: Env<'a> = (0..f.values.len()).map(|_| None).collect();
+        for (&p, a) in f.params.iter().zip(args) {
+            env[p.index()] = Some(a);
+        }
+        for v in &plan.unused_params {
+            env[v.index()] = None;
+        }
+        for (inst, dying) in f.insts.iter().zip(&plan.frees) {
+            let outs = self.exec_inst(f, inst, dying, &mut env)?;
+            if outs.len() != inst.results.len() {
+                let m = format!("produced {} results for {} result values", outs.len(), inst.results.len());
+                return Err(diag(f, inst, m));
+            }
+            for (&r, t) in inst.results.iter().zip(outs) {
+                if !t.has_type(f.ty(r)) {
+                    return Err(diag(
+                        f,
+                        inst,
+                        format!("produced {} but {} is declared {}", t.ty(), f.value_ref(r), f.ty(r)),
+                    ));
+                }
+                env[r.index()] = Some(Cow::Owned(t));
+            }
+            for v in dying {
+                env[v.index()] = None;
+            }
+        }
+        let mut results = Vec::with_capacity(f.results.len());
+        for (j, &r) in f.results.iter().enumerate() {
+            let slot = &mut env[r.index()];
+            // Move the value out at its last mention among the results.
+            let t = if f.results[j + 1..].contains(&r) { slot.clone() } else { slot.take() };
+            let t = t.unwrap_or_else(|| panic!("result {} of @{} has no value", f.value_ref(r), f.name));
+            results.push(t.into_owned());
+        }
+        Ok(results)
+    }
+
+    fn exec_inst(
+        &self,
+        f: &Function,
+        inst: &Inst,
+        dying: &[ValueId],
+        env: &mut Env<'_>,
+    ) -> Result<Vec<HostTensor>, IrError> {
+        let d = |m: String| diag(f, inst, m);
+        if let Some(n) = inst.op.arity() {
+            if inst.operands.len() != n {
+                return Err(d(format!("takes {n} operands, got {}", inst.operands.len())));
+            }
+        }
+        match &inst.op {
+            Op::ShardingConstraint { .. } | Op::Reshard { .. } => return Ok(vec![take_or_clone(f, inst, dying, env)]),
+            Op::Reshape { shape } => {
+                return Ok(vec![shape::reshape(take_or_clone(f, inst, dying, env), shape).map_err(d)?])
+            }
+            Op::Call { callee, .. } => {
+                let fi = self
+                    .by_name
+                    .get(callee.as_str())
+                    .copied()
+                    .ok_or_else(|| d(format!("unknown function @{callee}")))?;
+                let callee_f = &self.module.functions[fi];
+                let args: Vec<Cow<'_, HostTensor>> =
+                    inst.operands.iter().map(|&v| Cow::Borrowed(operand(env, f, v))).collect();
+                if let Err(e) = check_positional(callee_f, args.iter().map(|a| a.as_ref())) {
+                    return Err(d(format!("bad arguments to @{callee}: {e}")));
+                }
+                return self.exec(fi, args);
+            }
+            _ => {}
+        }
+        let x = |k: usize| operand(env, f, inst.operands[k]);
+        let out = match &inst.op {
+            Op::Constant(lit) => HostTensor::from_literal(lit).map_err(|e| e.to_string()),
+            Op::Iota { dim, ty } => shape::iota(ty, *dim),
+            Op::Unary(u) => elementwise::unary(*u, x(0)),
+            Op::Binary(b) => elementwise::binary(*b, x(0), x(1)),
+            Op::Compare(c) => elementwise::compare(*c, x(0), x(1)),
+            Op::Select => elementwise::select(x(0), x(1), x(2)),
+            Op::Convert { to } => Ok(x(0).convert(*to)),
+            Op::BroadcastInDim { dims, shape } => shape::broadcast_in_dim(x(0), dims, shape),
+            Op::Transpose { perm } => shape::transpose(x(0), perm),
+            Op::Slice { start, limit, stride } => shape::slice(x(0), start, limit, stride),
+            Op::Concatenate { dim } => {
+                let xs: Vec<&HostTensor> = (0..inst.operands.len()).map(x).collect();
+                shape::concatenate(&xs, *dim)
+            }
+            Op::Pad { low, high, interior } => shape::pad(x(0), x(1), low, high, interior),
+            Op::DotGeneral(dims) => dot::dot_general(x(0), x(1), dims),
+            Op::Reduce { op, dims } => reduce::reduce(*op, x(0), dims),
+            Op::ShardingConstraint { .. } | Op::Reshard { .. } | Op::Reshape { .. } | Op::Call { .. } => {
+                unreachable!("handled above")
+            }
+        };
+        out.map(|t| vec![t]).map_err(d)
+    }
+}
+
+/// The value of operand `v`; a missing one is a broken invariant (the
+/// verifier guarantees definition before use).
+fn operand<'e>(env: &'e Env<'_>, f: &Function, v: ValueId) -> &'e HostTensor {
+    env.get(v.index()).and_then(|slot| slot.as_deref()).unwrap_or_else(|| {
+        panic!("{} has no value when used in @{} (was the module verified?)", f.value_ref(v), f.name)
+    })
+}
+
+/// Operand 0 of `inst`, moved out of the environment if this is its last
+/// use and it appears once, copied otherwise.
+fn take_or_clone(f: &Function, inst: &Inst, dying: &[ValueId], env: &mut Env<'_>) -> HostTensor {
+    let v = inst.operands[0];
+    let once = inst.operands.iter().filter(|&&o| o == v).count() == 1;
+    if once && dying.contains(&v) {
+        if let Some(t) = env[v.index()].take() {
+            return t.into_owned();
+        }
+    }
+    operand(env, f, v).clone()
+}
+
+fn diag(f: &Function, inst: &Inst, message: String) -> IrError {
+    let results: Vec<String> = inst.results.iter().map(|&r| f.value_ref(r)).collect();
+    IrError::Interp(Diagnostic {
+        func: f.name.clone(),
+        loc: inst.loc,
+        subject: format!("{} = `{}`", results.join(", "), inst.op.name()),
+        message,
+    })
+}
+
+fn check_type(name: &str, f: &Function, p: ValueId, t: &HostTensor) -> Result<(), IrError> {
+    if t.has_type(f.ty(p)) {
+        Ok(())
+    } else {
+        Err(IrError::Input { name: name.to_string(), message: format!("expected {}, given {}", f.ty(p), t.ty()) })
+    }
+}
+
+fn check_positional<'t>(f: &Function, args: impl ExactSizeIterator<Item = &'t HostTensor>) -> Result<(), IrError> {
+    let given = args.len();
+    for (i, t) in args.enumerate() {
+        match f.params.get(i) {
+            Some(&p) => check_type(&f.param_name(i), f, p, t)?,
+            None => {
+                return Err(IrError::Input {
+                    name: format!("arg{i}"),
+                    message: format!("@{} takes {} inputs, given {given}", f.name, f.params.len()),
+                })
+            }
+        }
+    }
+    if given < f.params.len() {
+        let p = f.params[given];
+        return Err(IrError::Input {
+            name: f.param_name(given),
+            message: format!(
+                "missing input of @{} (takes {}, given {given}); expected {}",
+                f.name,
+                f.params.len(),
+                f.ty(p)
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! Golden tests: `tests/golden/<stage>/<name>.weft` is run through the stage
+//! and the output compared with `<name>.expected` beside it.
+//!
+//! A stage is one entry in [`STAGES`], a function from the input text to the
+//! output text; adding a compiler stage (shard, lower, ...) is one more entry
+//! and one more directory. Errors are output too (a golden may pin down an
+//! error message), so a stage function never fails.
+//!
+//! `BLESS=1 cargo test --test golden` (re)writes every `.expected` file; on a
+//! mismatch the test prints a unified diff per file.
+
+use similar::TextDiff;
+use std::fs;
+use std::path::{Path, PathBuf};
+use weft_ir::text::{parse_module, print_module};
+use weft_ir::{verify_module, IrError};
+
+/// A stage: input text to output text.
+type Stage = fn(&str) -> String;
+
+/// Every stage, by directory name.
+const STAGES: &[(&str, Stage)] = &[("parse", parse_stage), ("infer", infer_stage), ("verify", verify_stage)];
+
+/// Canonical print, or the parse error.
+fn parse_stage(text: &str) -> String {
+    match parse_module(text) {
+        Ok(m) => print_module(&m),
+        Err(e) => format!("{e}\n"),
+    }
+}
+
+/// Inputs omit result types; the output shows them inferred. The module must
+/// also verify, so an expectation can never pin down a wrong inference.
+fn infer_stage(text: &str) -> String {
+    match parse_module(text) {
+        Ok(m) => match verify_module(&m) {
+            Ok(()) => print_module(&m),
+            Err(e) => error_lines(e),
+        },
+        Err(e) => format!("{e}\n"),
+    }
+}
+
+/// The verifier's errors, one per line, or `ok` and the canonical print.
+fn verify_stage(text: &str) -> String {
+    match parse_module(text) {
+        Ok(m) => match verify_module(&m) {
+            Ok(()) => format!("ok\n{}", print_module(&m)),
+            Err(e) => error_lines(e),
+        },
+        Err(e) => format!("{e}\n"),
+    }
+}
+
+fn error_lines(e: IrError) -> String {
+    match e {
+        IrError::Verify(diags) => diags.iter().map(|d| format!("{d}\n")).collect(),
+        other => format!("{other}\n"),
+    }
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden")
+}
+
+/// A path relative to the package root, for messages.
+fn shown(p: &Path) -> String {
+    p.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(p).display().to_string()
+}
+
+fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Runs one input; returns a failure report, or `None` if it matches (or
+/// was blessed).
+fn check_file(run: Stage, input: &Path, bless: bool) -> Option<String> {
+    let text = fs::read_to_string(input).unwrap_or_else(|e| panic!("cannot read {}: {e}", input.display()));
+    let actual = match std::panic::catch_unwind(|| run(&text)) {
+        Ok(out) => out,
+        Err(_) => return Some(format!("{}: the stage panicked (see the message above)", shown(input))),
+    };
+    let expected_path = input.with_extension("expected");
+    let expected = fs::read_to_string(&expected_path).ok();
+    if expected.as_deref() == Some(actual.as_str()) {
+        return None;
+    }
+    if bless {
+        fs::write(&expected_path, &actual).unwrap_or_else(|e| panic!("cannot write {}: {e}", expected_path.display()));
+        eprintln!("blessed {}", expected_path.display());
+        return None;
+    }
+    let Some(expected) = expected else {
+        return Some(format!("{}: missing (the output would be:)\n{actual}", shown(&expected_path)));
+    };
+    let diff = TextDiff::from_lines(&expected, &actual)
+        .unified_diff()
+        .context_radius(3)
+        .header(&shown(&expected_path), "actual output")
+        .to_string();
+    Some(format!("{} differs:\n{diff}", shown(&expected_path)))
+}
+
+#[test]
+fn golden() {
+    let bless = std::env::var("BLESS").is_ok_and(|v| v == "1");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for dir in sorted_entries(&golden_dir()) {
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        if dir.is_dir() && !STAGES.iter().any(|(s, _)| *s == name) {
+            failures.push(format!("{}: no stage named `{name}` in STAGES", shown(&dir)));
+        }
+    }
+    for (stage, run) in STAGES {
+        let dir = golden_dir().join(stage);
+        if !dir.is_dir() {
+            failures.push(format!("{}: missing directory for stage `{stage}`", shown(&dir)));
+            continue;
+        }
+        for path in sorted_entries(&dir) {
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("weft") => {
+                    checked += 1;
+                    failures.extend(check_file(*run, &path, bless));
+                }
+                Some("expected") if !path.with_extension("weft").exists() => {
+                    failures.push(format!("{}: no `.weft` input beside it", shown(&path)));
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(checked > 0, "no golden inputs found under {}", golden_dir().display());
+    assert!(
+        failures.is_empty(),
+        "{} golden failure{}:\n\n{}\n\nIf the new output is right, bless it: BLESS=1 cargo test --test golden",
+        failures.len(),
+        if failures.len() == 1 { "" } else { "s" },
+        failures.join("\n\n")
+    );
+}
