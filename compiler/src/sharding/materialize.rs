@@ -56,6 +56,14 @@ fn natural(rule: &OpRule, m: &[Vec<usize>], mesh: &Mesh) -> MeshSharding {
     MeshSharding::from_axes(tensor_axes(&rule.results[0], m, rule, mesh), red.flat_map(|f| m[f].clone()).collect())
 }
 
+/// The pending-sum axes of `nat` a value sharded as `want` keeps: those its
+/// dimensions do not use (an axis that also splits a dimension of the value
+/// is reduce-scattered into it).
+fn kept_unreduced(nat: &MeshSharding, want: &MeshSharding) -> Vec<usize> {
+    let used = want.dims.iter().fold(0u64, |m, d| m | mask(&d.axes));
+    nat.unreduced.iter().copied().filter(|&a| used & (1 << a) == 0).collect()
+}
+
 fn mask(axes: &[usize]) -> u64 {
     axes.iter().fold(0, |m, &a| m | (1 << a))
 }
@@ -138,7 +146,7 @@ impl Emitter<'_> {
         let nat = natural(rule, m, self.mesh);
         let mut fin = want.clone();
         if !fixed_unreduced {
-            fin.unreduced = nat.unreduced.clone();
+            fin.unreduced = kept_unreduced(&nat, want);
             let local: usize = fin.local_shape(&ty.shape, self.mesh).iter().product();
             cost += all_reduce_cost((local * ty.dtype.size_bytes()) as f64, &nat.unreduced, self.mesh);
         }
@@ -297,7 +305,7 @@ pub fn materialize(
                 }
                 let nat = natural(rule, &m, mesh);
                 if facts.unreduced.is_none() {
-                    want.unreduced = nat.unreduced.clone();
+                    want.unreduced = kept_unreduced(&nat, &want);
                 }
                 finals[r.index()] = want.clone();
                 if nat == want {
@@ -323,9 +331,18 @@ pub fn materialize(
         let fin = &finals[r.index()];
         let req = match seeds.results.get(k).cloned().flatten() {
             Some(mut a) => {
+                // Open dimensions of the annotation take what propagation
+                // added, where that does not reuse an axis.
+                let mut used = a.axis_mask();
                 for (d, fd) in a.dims.iter_mut().zip(&fin.dims) {
                     if d.open && fd.axes.starts_with(&d.axes) {
-                        d.axes = fd.axes.clone();
+                        for &x in &fd.axes[d.axes.len()..] {
+                            if used & (1 << x) != 0 {
+                                break;
+                            }
+                            used |= 1 << x;
+                            d.axes.push(x);
+                        }
                     }
                     d.open = false;
                 }
