@@ -36,11 +36,11 @@ impl fmt::Display for Site {
         if let Some(loc) = self.loc {
             write!(f, "{loc}: ")?;
         }
-        write!(f, "in @{}", self.func)?;
-        if !self.subject.is_empty() {
-            write!(f, ": {}", self.subject)?;
+        match (self.func.is_empty(), self.subject.is_empty()) {
+            (false, false) => write!(f, "in @{}: {}", self.func, self.subject),
+            (false, true) => write!(f, "in @{}", self.func),
+            (true, _) => f.write_str(&self.subject),
         }
-        Ok(())
     }
 }
 

@@ -120,3 +120,10 @@ fn device_grid_rendering() {
     let cube = TensorType::new(DType::F32, vec![2, 2, 2]);
     assert!(render_grid(&cube, &MeshSharding::replicated(3), &m).is_err());
 }
+
+#[test]
+fn plain_helpers_report_the_tensor() {
+    let m = Mesh::parse("data=2").unwrap();
+    let e = local_shape(&[3], &s("[{data}]"), &m).unwrap_err().to_string();
+    assert!(e.starts_with("tensor f32[3]: sharding [{data}] splits dimension 0 (extent 3)"), "{e}");
+}

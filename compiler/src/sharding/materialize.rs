@@ -106,7 +106,7 @@ impl Emitter<'_> {
             user,
             from: from.to_ir(self.mesh),
             to: want.to_ir(self.mesh),
-            collectives: plan.steps.iter().map(|c| c.describe(self.mesh)).collect(),
+            collectives: plan.describe(self.mesh),
             cost: plan.cost,
             why: why(),
         });

@@ -16,7 +16,6 @@
 
 use super::mesh::Mesh;
 use super::spec::MeshSharding;
-use std::fmt;
 use weft_ir::TensorType;
 
 /// One collective (or local) operation of a reshard plan.
@@ -135,6 +134,11 @@ impl ReshardPlan {
     /// Whether the plan moves any data.
     pub fn communicates(&self) -> bool {
         self.steps.iter().any(Collective::communicates)
+    }
+
+    /// The steps with axis names, e.g. `["all-gather{model} dim 1"]`.
+    pub fn describe(&self, mesh: &Mesh) -> Vec<String> {
+        self.steps.iter().map(|c| c.describe(mesh)).collect()
     }
 }
 
@@ -282,10 +286,4 @@ fn plan_cost(steps: &[Collective], local_bytes: usize, mesh: &Mesh) -> f64 {
         }
     }
     cost
-}
-
-impl fmt::Display for ReshardPlan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} step(s), cost {}", self.steps.len(), self.cost)
-    }
 }

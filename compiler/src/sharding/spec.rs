@@ -157,7 +157,7 @@ pub fn fmt_sharding(s: &TensorSharding) -> String {
 
 fn resolve_plain(shape: &[usize], sharding: &TensorSharding, mesh: &Mesh) -> Result<MeshSharding> {
     let ty = TensorType::new(weft_ir::DType::F32, shape.to_vec());
-    MeshSharding::resolve(sharding, &ty, mesh, &Site::new("", "tensor", None))
+    MeshSharding::resolve(sharding, &ty, mesh, &Site::new("", format!("tensor {ty}"), None))
 }
 
 /// The shape of the block each device holds of a tensor of shape
