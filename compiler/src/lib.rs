@@ -10,6 +10,7 @@ pub mod dce;
 pub mod emit;
 pub mod error;
 pub mod memory;
+pub mod precision;
 pub mod random;
 pub mod train;
 
