@@ -1,9 +1,15 @@
 //! # weft
 //!
-//! The facade crate: re-exports the IR, compiler and runtime crates and hosts
-//! the `weft` command-line tool.
+//! The facade crate: re-exports the IR, compiler and runtime crates, and
+//! hosts the `weft` command-line tool's implementation ([`cli`]).
 #![warn(missing_docs)]
 
+pub mod cli;
+pub mod diagnostics;
+pub mod error;
+pub mod models;
+
+pub use error::{Error, Result};
 pub use weft_compiler as compiler;
 pub use weft_ir as ir;
 pub use weft_runtime as runtime;

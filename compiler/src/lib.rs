@@ -20,6 +20,7 @@ pub mod emit;
 pub mod error;
 pub mod inline;
 pub mod memory;
+pub mod precision;
 pub mod random;
 pub mod sharding;
 pub mod train;

@@ -3,7 +3,7 @@
 use crate::emit::Emitter;
 use weft_ir::ValueId;
 
-/// `fold_in(key, data)` for a u32[2] key and a u32 scalar.
+/// `fold_in(key, data)` for a `u32[2]` key and a u32 scalar.
 pub fn fold_in(e: &mut Emitter<'_>, key: ValueId, data: ValueId) -> ValueId {
     weft_ir::prng_emit::fold_in(&mut e.f, key, data)
 }

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod builder;
+pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod func;

@@ -3,7 +3,7 @@
 //! One enum, [`Op`], with typed attributes. Ops whose result type is not a
 //! function of their operands carry it in their attributes (`constant`,
 //! `iota`, `convert`, `broadcast_in_dim`, `reshape`), so type inference
-//! ([`crate::infer`]) is a pure function of the op and its operand types.
+//! ([`crate::infer()`]) is a pure function of the op and its operand types.
 //! Semantics follow StableHLO; `specs/ir.md` has the table.
 
 use crate::{DType, Literal, Shape, TensorSharding, TensorType};

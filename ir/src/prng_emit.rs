@@ -84,7 +84,7 @@ pub fn threefry2x32(f: &mut Function, key: [ValueId; 2], ctr: [ValueId; 2]) -> [
     [x0, x1]
 }
 
-/// `fold_in(key, data)`: `key` is u32[2], `data` a u32 scalar.
+/// `fold_in(key, data)`: `key` is `u32[2]`, `data` a u32 scalar.
 pub fn fold_in(f: &mut Function, key: ValueId, data: ValueId) -> ValueId {
     let kw = key_words(f, key);
     let zero = constant(f, TensorType::scalar(DType::U32), 0.0);

@@ -15,7 +15,7 @@
 //!    dominance in straight-line code); no use before definition.
 //! 6. Every instruction has the arity its op requires, its attributes are
 //!    consistent with its operand types, and its declared result types equal
-//!    the types [`crate::infer`] derives (this covers dimension numbers in
+//!    the types [`crate::infer()`] derives (this covers dimension numbers in
 //!    range, matching extents, dtype rules, shapes that match annotations).
 //! 7. Every `call` names a function of the module with a matching
 //!    signature, and the call graph has no cycles (no recursion).

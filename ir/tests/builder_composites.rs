@@ -225,6 +225,10 @@ fn gpt_block_module() {
         vec![f.softmax_cross_entropy(logits, targets), f.accuracy(logits, targets)]
     });
     let m = mb.finish().unwrap_or_else(|e| panic!("{e}"));
+    // What the builder makes prints and parses back to the same module.
+    let text = weft_ir::text::print_module(&m);
+    let parsed = weft_ir::text::parse_and_verify(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(weft_ir::text::print_module(&parsed), text);
     let gpt = m.function("gpt").unwrap();
     assert_eq!(gpt.result_types().iter().map(|t| t.to_string()).collect::<Vec<_>>(), ["f32[]", "f32[]"]);
     assert!(gpt.insts.iter().any(|i| i.op == Op::Call { callee: "mlp".into(), remat: false }));

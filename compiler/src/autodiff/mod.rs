@@ -11,7 +11,7 @@
 //!    a requested parameter (only those get cotangents, so e.g. the integer
 //!    label path and masks cost nothing);
 //! 3. instructions are visited in reverse and each active one emits its
-//!    vector-Jacobian product ([`vjp`]), accumulating cotangents by addition;
+//!    vector-Jacobian product (one rule per op, in `vjp.rs`), accumulating cotangents by addition;
 //! 4. dead forward values are removed by [`crate::dce`].
 //!
 //! Calls are inlined first. A call marked `remat` (like `jax.checkpoint`)

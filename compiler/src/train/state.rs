@@ -14,7 +14,7 @@ pub enum StateRole {
     },
     /// The step counter (`step`, i32 scalar).
     Step,
-    /// The PRNG key (`rng`, u32[2]); constant across steps, each step uses
+    /// The PRNG key (`rng`, `u32[2]`); constant across steps, each step uses
     /// `fold_in(rng, step)`.
     Rng,
     /// The dynamic loss scale (`loss_scale.scale`, f32 scalar).

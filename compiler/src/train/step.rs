@@ -85,7 +85,7 @@ fn err(f: &Function, message: String) -> CompilerError {
 
 /// Builds `train_step` from `loss`, whose first result is the scalar loss
 /// and whose parameters are: trained parameters named `params.*`, an
-/// optional PRNG key named `rng` (u32[2]), and batch inputs (anything else).
+/// optional PRNG key named `rng` (`u32[2]`), and batch inputs (anything else).
 /// Further results are auxiliary metrics, named by their value names.
 pub fn build_train_step(m: &Module, loss: &Function, cfg: &TrainConfig) -> Result<TrainStep, CompilerError> {
     if cfg.micro_batches == 0 {
@@ -393,7 +393,7 @@ fn all_finite(e: &mut Emitter<'_>, xs: &[ValueId]) -> ValueId {
     e.compare(CompareOp::Eq, acc, one)
 }
 
-/// `fold_in(key, data)` for a u32[2] key and an i32 or u32 scalar.
+/// `fold_in(key, data)` for a `u32[2]` key and an i32 or u32 scalar.
 fn fold_in(e: &mut Emitter<'_>, key: ValueId, data: ValueId) -> ValueId {
     let d = e.convert(data, DType::U32);
     crate::random::fold_in(e, key, d)

@@ -62,11 +62,9 @@ impl FunctionBuilder {
     pub fn softmax(&self, x: Value, axis: isize) -> Value {
         self.scope("softmax", || {
             let Some(t) = self.float_input("softmax", x) else { return self.poison() };
-            if self.axis("softmax", &t, axis).is_none() {
-                return self.poison();
-            }
-            let e = self.exp(self.sub(x, self.stable_max(x, &[axis])));
-            self.div(e, self.sum(e, &[axis], true))
+            let Some(a) = self.axis("softmax", &t, axis) else { return self.poison() };
+            let e = self.exp(self.sub(x, self.broadcast_back(self.stable_max(x, &[a]), &t, &[a])));
+            self.div(e, self.broadcast_back(self.reduce_sum(e, &[a]), &t, &[a]))
         })
     }
 
@@ -76,12 +74,10 @@ impl FunctionBuilder {
     pub fn log_softmax(&self, x: Value, axis: isize) -> Value {
         self.scope("log_softmax", || {
             let Some(t) = self.float_input("log_softmax", x) else { return self.poison() };
-            if self.axis("log_softmax", &t, axis).is_none() {
-                return self.poison();
-            }
-            let shifted = self.sub(x, self.stable_max(x, &[axis]));
-            let lse = self.log(self.sum(self.exp(shifted), &[axis], true));
-            self.sub(shifted, lse)
+            let Some(a) = self.axis("log_softmax", &t, axis) else { return self.poison() };
+            let shifted = self.sub(x, self.broadcast_back(self.stable_max(x, &[a]), &t, &[a]));
+            let lse = self.log(self.reduce_sum(self.exp(shifted), &[a]));
+            self.sub(shifted, self.broadcast_back(lse, &t, &[a]))
         })
     }
 
@@ -93,9 +89,10 @@ impl FunctionBuilder {
         self.scope("layer_norm", || {
             let Some(t) = self.float_input("layer_norm", x) else { return self.poison() };
             let Some(a) = self.axis("layer_norm", &t, axis) else { return self.poison() };
-            let centered = self.sub(x, self.mean(x, &[axis], true));
-            let var = self.mean(self.square(centered), &[axis], true);
-            let y = self.mul(centered, self.rsqrt(self.add_scalar(var, eps)));
+            let centered = self.sub(x, self.broadcast_back(self.mean(x, &[axis], false), &t, &[a]));
+            let var = self.mean(self.square(centered), &[axis], false);
+            let inv = self.rsqrt(self.add_scalar(var, eps));
+            let y = self.mul(centered, self.broadcast_back(inv, &t, &[a]));
             self.scale_shift("layer_norm", y, &t, a, gamma, beta)
         })
     }
@@ -106,8 +103,8 @@ impl FunctionBuilder {
         self.scope("rms_norm", || {
             let Some(t) = self.float_input("rms_norm", x) else { return self.poison() };
             let Some(a) = self.axis("rms_norm", &t, axis) else { return self.poison() };
-            let ms = self.mean(self.square(x), &[axis], true);
-            let y = self.mul(x, self.rsqrt(self.add_scalar(ms, eps)));
+            let ms = self.mean(self.square(x), &[axis], false);
+            let y = self.mul(x, self.broadcast_back(self.rsqrt(self.add_scalar(ms, eps)), &t, &[a]));
             self.scale_shift("rms_norm", y, &t, a, gamma, None)
         })
     }

@@ -8,7 +8,7 @@
 //! [`Value`] without adding instructions or further errors. Composite
 //! helpers run inside [`FunctionBuilder::scope`], which remembers the
 //! caller's location and the composite's name, so an error deep inside
-//! `softmax` is reported as "`exp` in `softmax` at <your file>:<line>".
+//! `softmax` is reported as "`exp` in `softmax` at your_file.rs:LINE:COL".
 
 use crate::{infer, Function, IrError, Module, Op, TensorType, ValueDef, ValueId};
 use std::cell::RefCell;

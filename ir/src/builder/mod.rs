@@ -22,6 +22,10 @@
 //!   interpreter) only ever see the closed op set.
 //! * [`ModuleBuilder`] collects functions that call each other; a function
 //!   can call any function added to the module before it was started.
+//! * Random numbers (`random_uniform`, `dropout`, ...) take a `u32[2]`
+//!   Threefry key value and expand into u32 ops (see [`crate::prng_emit`]).
+//! * [`FunctionBuilder::emit`] appends any [`Op`](crate::Op) with inferred
+//!   result types, for code that copies or transforms instructions.
 //!
 //! Axes of composite helpers are `isize` and may be negative (counted from
 //! the end, as in NumPy); attributes of primitive ops are exact `usize`

@@ -89,8 +89,12 @@ impl FunctionBuilder {
             let Some(t) = self.float_input("mean", x) else { return self.poison() };
             let Some(ax) = self.axes("mean", &t, axes) else { return self.poison() };
             let n: usize = ax.iter().map(|&d| t.shape[d]).product();
-            let s = self.sum(x, axes, keepdims);
-            self.div_scalar(s, n as f64)
+            let m = self.div_scalar(self.reduce_sum(x, &ax), n as f64);
+            if keepdims {
+                self.reshape(m, &kept_shape(&t.shape, &ax))
+            } else {
+                m
+            }
         })
     }
 
@@ -110,10 +114,9 @@ impl FunctionBuilder {
     #[track_caller]
     pub fn variance(&self, x: Value, axes: &[isize], keepdims: bool) -> Value {
         self.scope("variance", || {
-            if self.float_input("variance", x).is_none() {
-                return self.poison();
-            }
-            let mu = self.mean(x, axes, true);
+            let Some(t) = self.float_input("variance", x) else { return self.poison() };
+            let Some(ax) = self.axes("variance", &t, axes) else { return self.poison() };
+            let mu = self.broadcast_back(self.mean(x, axes, false), &t, &ax);
             let d = self.sub(x, mu);
             let sq = self.square(d);
             self.mean(sq, axes, keepdims)
@@ -128,14 +131,13 @@ impl FunctionBuilder {
         self.scope("logsumexp", || {
             let Some(t) = self.float_input("logsumexp", x) else { return self.poison() };
             let Some(ax) = self.axes("logsumexp", &t, axes) else { return self.poison() };
-            let m = self.stable_max(x, axes);
-            let e = self.exp(self.sub(x, m));
-            let r = self.add(self.log(self.sum(e, axes, true)), m);
+            let m = self.stable_max(x, &ax);
+            let e = self.exp(self.sub(x, self.broadcast_back(m, &t, &ax)));
+            let r = self.add(self.log(self.reduce_sum(e, &ax)), m);
             if keepdims {
-                r
+                self.reshape(r, &kept_shape(&t.shape, &ax))
             } else {
-                let shape: Vec<usize> = (0..t.rank()).filter(|d| !ax.contains(d)).map(|d| t.shape[d]).collect();
-                self.reshape(r, &shape)
+                r
             }
         })
     }
@@ -158,8 +160,8 @@ impl FunctionBuilder {
         self.scope(name, || {
             let Some(t) = self.input(name, x) else { return self.poison() };
             let Some(a) = self.axis(name, &t, axis) else { return self.poison() };
-            let ext = if is_max { self.max(x, &[axis], true) } else { self.min(x, &[axis], true) };
-            let hit = self.eq(x, ext);
+            let ext = if is_max { self.reduce_max(x, &[a]) } else { self.reduce_min(x, &[a]) };
+            let hit = self.eq(x, self.broadcast_back(ext, &t, &[a]));
             let idx = self.iota(DType::I32, &t.shape, a);
             let none = self.full(DType::I32, &t.shape, t.shape[a] as f64);
             let cand = self.select(hit, idx, none);
@@ -167,14 +169,23 @@ impl FunctionBuilder {
         })
     }
 
-    /// The maximum over `axes` with kept dimensions, replaced by 0 where it
-    /// is not finite: the shift that makes `exp(x - m)` safe.
+    /// The maximum over `dims` (removed), replaced by 0 where it is not
+    /// finite: the shift that makes `exp(x - m)` safe.
     #[track_caller]
-    pub(crate) fn stable_max(&self, x: Value, axes: &[isize]) -> Value {
-        let m = self.max(x, axes, true);
+    pub(crate) fn stable_max(&self, x: Value, dims: &[usize]) -> Value {
+        let m = self.reduce_max(x, dims);
         let finite = self.is_finite(m);
         let zero = self.zeros_like(m);
         self.select(finite, m, zero)
+    }
+
+    /// Broadcasts `v`, the reduction of a `t`-typed value over `dims`, back
+    /// to `t`'s shape (cleaner IR than a keepdims reshape followed by a
+    /// broadcast that drops the size-1 dimensions again).
+    #[track_caller]
+    pub(crate) fn broadcast_back(&self, v: Value, t: &TensorType, dims: &[usize]) -> Value {
+        let kept: Vec<usize> = (0..t.rank()).filter(|d| !dims.contains(d)).collect();
+        self.broadcast_in_dim(v, &t.shape, &kept)
     }
 
     /// Like [`input`](Self::input), but also requires a float dtype.

@@ -1,6 +1,3 @@
-//! PENDING: rename to builder_numeric.rs once `weft_ir::interp::run` is on main.
-//! (Verified passing against the `interp` branch overlaid on this branch.)
-//!
 //! Numeric checks of the builder's composites on the reference
 //! interpreter: properties (softmax rows sum to 1, layer_norm gives zero
 //! mean and unit variance), stability at extreme logits, and hand-computed

@@ -1,0 +1,31 @@
+//! The facade crate's error: one enum wrapping each crate's own, plus the
+//! command-line tool's usage and file errors.
+
+use std::path::PathBuf;
+
+/// Every error the `weft` facade and CLI report.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An error from the IR crate (parse, verify, interpret, tensor files).
+    #[error(transparent)]
+    Ir(#[from] weft_ir::IrError),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The command line asked for something that does not exist or fit.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Reads a file to a string, naming the file in the error.
+pub fn read_to_string(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+}

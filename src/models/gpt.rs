@@ -1,0 +1,182 @@
+//! A GPT-style decoder: token and position embeddings, `layers` pre-norm
+//! blocks of causal multi-head self-attention and a GELU MLP, a final layer
+//! norm, an unembedding and softmax cross-entropy on next-token targets.
+//!
+//! Each block is its own function `@block`, called once per layer; with
+//! `remat` the calls are marked for rematerialisation (activation
+//! checkpointing), so the backward pass recomputes each block's activations.
+
+use super::{filled, normal_init, Shardings};
+use std::collections::BTreeMap;
+use weft_ir::builder::{FunctionBuilder, ModuleBuilder, Value};
+use weft_ir::prng::Key;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{DType, IrError, Module};
+
+/// Sizes and options of the decoder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GptConfig {
+    /// Vocabulary size V.
+    pub vocab: usize,
+    /// Sequence length T.
+    pub seq: usize,
+    /// Model width C.
+    pub d_model: usize,
+    /// Attention heads (must divide C).
+    pub heads: usize,
+    /// Number of blocks.
+    pub layers: usize,
+    /// Batch size B.
+    pub batch: usize,
+    /// Dropout rate on attention probabilities and residual branches
+    /// (0 disables dropout and the `rng` input).
+    pub dropout: f64,
+    /// Recompute each block's activations in the backward pass.
+    pub remat: bool,
+    /// Dtype of the computation (parameters stay f32).
+    pub compute: DType,
+}
+
+impl Default for GptConfig {
+    fn default() -> Self {
+        GptConfig { vocab: 32, seq: 8, d_model: 16, heads: 2, layers: 2, batch: 2, dropout: 0.0, remat: false, compute: DType::F32 }
+    }
+}
+
+/// The per-block parameter suffixes and shapes.
+fn block_params(cfg: &GptConfig) -> Vec<(&'static str, Vec<usize>)> {
+    let c = cfg.d_model;
+    vec![
+        ("ln1.g", vec![c]),
+        ("ln1.b", vec![c]),
+        ("attn.wqkv", vec![c, 3 * c]),
+        ("attn.wo", vec![c, c]),
+        ("ln2.g", vec![c]),
+        ("ln2.b", vec![c]),
+        ("mlp.w1", vec![c, 4 * c]),
+        ("mlp.b1", vec![4 * c]),
+        ("mlp.w2", vec![4 * c, c]),
+        ("mlp.b2", vec![c]),
+    ]
+}
+
+/// Every parameter's name and shape, in the order of `@loss`'s parameters.
+pub fn param_shapes(cfg: &GptConfig) -> Vec<(String, Vec<usize>)> {
+    let (v, t, c) = (cfg.vocab, cfg.seq, cfg.d_model);
+    let mut out = vec![("params.wte".to_string(), vec![v, c]), ("params.wpe".to_string(), vec![t, c])];
+    for i in 0..cfg.layers {
+        for (s, shape) in block_params(cfg) {
+            out.push((format!("params.h.{i}.{s}"), shape));
+        }
+    }
+    out.push(("params.ln_f.g".into(), vec![c]));
+    out.push(("params.ln_f.b".into(), vec![c]));
+    out.push(("params.lm_head".into(), vec![c, v]));
+    out
+}
+
+fn build_block(cfg: &GptConfig, mb: &ModuleBuilder) -> FunctionBuilder {
+    let (b, t, c, nh) = (cfg.batch, cfg.seq, cfg.d_model, cfg.heads);
+    let hd = c / nh;
+    let f = mb.function("block");
+    let x = f.param("x", cfg.compute, &[b, t, c]);
+    let ps: Vec<Value> = block_params(cfg).iter().map(|(s, shape)| f.param(s, DType::F32, shape)).collect();
+    let key = (cfg.dropout > 0.0).then(|| f.param("key", DType::U32, &[2]));
+    let w = |i: usize| f.convert(ps[i], cfg.compute);
+    let drop = |v: Value, k: u32| match key {
+        Some(key) => f.dropout(v, f.fold_in(key, f.scalar(DType::U32, k as f64)), cfg.dropout),
+        None => v,
+    };
+    // Attention.
+    let h = f.layer_norm(x, Some(w(0)), Some(w(1)), -1, 1e-5);
+    let qkv = f.linear(h, w(2), None);
+    let parts = f.split(qkv, -1, 3);
+    let heads = |v: Value| f.transpose(f.reshape(v, &[b, t, nh, hd]), &[0, 2, 1, 3]);
+    let (q, k, v) = (heads(parts[0]), heads(parts[1]), heads(parts[2]));
+    let scores = f.mul_scalar(f.matmul(q, f.swap_axes(k, -1, -2)), 1.0 / (hd as f64).sqrt());
+    let masked = f.masked_fill(scores, f.not(f.causal_mask(t)), f64::NEG_INFINITY);
+    let probs = drop(f.softmax(masked, -1), 0);
+    let y = f.reshape(f.transpose(f.matmul(probs, v), &[0, 2, 1, 3]), &[b, t, c]);
+    let x = f.add(x, drop(f.linear(y, w(3), None), 1));
+    // MLP.
+    let h = f.layer_norm(x, Some(w(4)), Some(w(5)), -1, 1e-5);
+    let a = f.gelu(f.linear(h, w(6), Some(w(7))));
+    let x = f.add(x, drop(f.linear(a, w(8), Some(w(9))), 2));
+    f.set_results(&[x]);
+    f
+}
+
+/// Builds the module with `@block` and `@loss(params..., [rng: u32[2]],
+/// tokens: i32[B,T], targets: i32[B,T]) -> (loss f32[], accuracy f32[])`.
+pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> {
+    if cfg.heads == 0 || cfg.d_model % cfg.heads != 0 {
+        return Err(IrError::Builder(format!("heads ({}) must divide d_model ({})", cfg.heads, cfg.d_model)));
+    }
+    let mut mb = ModuleBuilder::new();
+    let block = build_block(cfg, &mb);
+    mb.add(block);
+    let f = mb.function("loss");
+    let p = |name: &str, dtype: DType, shape: &[usize]| match shardings.get(name) {
+        Some(s) => f.param_sharded(name, dtype, shape, s.clone()),
+        None => f.param(name, dtype, shape),
+    };
+    let params: BTreeMap<String, Value> =
+        param_shapes(cfg).into_iter().map(|(n, s)| (n.clone(), p(&n, DType::F32, &s))).collect();
+    let rng = (cfg.dropout > 0.0).then(|| p("rng", DType::U32, &[2]));
+    let tokens = p("tokens", DType::I32, &[cfg.batch, cfg.seq]);
+    let targets = p("targets", DType::I32, &[cfg.batch, cfg.seq]);
+    let w = |n: &str| f.convert(params[n], cfg.compute);
+    let mut x = f.add(f.embedding(tokens, w("params.wte")), f.broadcast_to(w("params.wpe"), &[cfg.batch, cfg.seq, cfg.d_model]));
+    for i in 0..cfg.layers {
+        let mut args = vec![x];
+        args.extend(block_params(cfg).iter().map(|(s, _)| params[&format!("params.h.{i}.{s}")]));
+        if let Some(rng) = rng {
+            args.push(f.fold_in(rng, f.scalar(DType::U32, i as f64)));
+        }
+        x = if cfg.remat { f.call_remat_n::<1>("block", &args)[0] } else { f.call_n::<1>("block", &args)[0] };
+    }
+    let x = f.layer_norm(x, Some(w("params.ln_f.g")), Some(w("params.ln_f.b")), -1, 1e-5);
+    let logits = f.convert(f.linear(x, w("params.lm_head"), None), DType::F32);
+    let loss = f.softmax_cross_entropy(logits, targets);
+    let acc = f.name(f.accuracy(logits, targets), "accuracy");
+    f.set_results(&[loss, acc]);
+    mb.add(f);
+    mb.finish()
+}
+
+/// Deterministic initial parameters from `seed` (GPT-2 style: N(0, 0.02)
+/// weights, unit layer-norm gains, zero biases).
+pub fn init(cfg: &GptConfig, seed: u64) -> BTreeMap<String, HostTensor> {
+    let key = Key::from_seed(seed);
+    param_shapes(cfg)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, shape))| {
+            let t = if name.ends_with(".g") {
+                filled(&shape, 1.0)
+            } else if name.ends_with(".b") || name.ends_with(".b1") || name.ends_with(".b2") {
+                filled(&shape, 0.0)
+            } else {
+                normal_init(key.fold_in(i as u32), &shape, 0.02)
+            };
+            (name, t)
+        })
+        .collect()
+}
+
+/// A fixed synthetic batch: `tokens` from `seed`, `targets` = tokens
+/// shifted left by one (the last position predicts token 0).
+pub fn synthetic_batch(cfg: &GptConfig, seed: u64) -> BTreeMap<String, HostTensor> {
+    let bits = Key::from_seed(seed).fold_in(0x70C).random_bits(cfg.batch * cfg.seq);
+    let toks: Vec<i32> = bits.iter().map(|b| (b % cfg.vocab as u32) as i32).collect();
+    let tgts: Vec<i32> = (0..cfg.batch)
+        .flat_map(|b| {
+            let row = &toks[b * cfg.seq..(b + 1) * cfg.seq];
+            (0..cfg.seq).map(move |j| if j + 1 < row.len() { row[j + 1] } else { 0 })
+        })
+        .collect();
+    BTreeMap::from([
+        ("tokens".to_string(), HostTensor::from_i32(&[cfg.batch, cfg.seq], toks).expect("shape")),
+        ("targets".to_string(), HostTensor::from_i32(&[cfg.batch, cfg.seq], tgts).expect("shape")),
+    ])
+}

@@ -1,0 +1,77 @@
+//! The `weft` command line: `check` prints canonical text or located errors
+//! with a non-zero exit; `run` executes a function on safetensors inputs.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use weft_ir::tensor::{read_safetensors, write_safetensors, HostTensor};
+
+fn weft(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft")).args(args).output().expect("weft runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("weft-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const PROGRAM: &str = "func @main(%x: f32[2,3], %w: f32[3,2]) -> (f32[2,2]) {
+  %y = dot_general %x, %w {lhs_contract = [1], rhs_contract = [0]}
+  %out = tanh %y
+  return %out
+}
+";
+
+#[test]
+fn check_prints_the_canonical_typed_program() {
+    let dir = temp_dir("check");
+    let p = dir.join("a.weft");
+    std::fs::write(&p, PROGRAM).unwrap();
+    let (code, stdout, _) = weft(&["check", p.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("%y = dot_general %x, %w {lhs_contract = [1], rhs_contract = [0]} : f32[2,2]"), "{stdout}");
+    assert!(stdout.contains("%out = tanh %y : f32[2,2]"), "{stdout}");
+}
+
+#[test]
+fn check_reports_errors_with_line_column_and_caret() {
+    let dir = temp_dir("check-err");
+    let p = dir.join("bad.weft");
+    std::fs::write(&p, PROGRAM.replace("  return", "  %z = exp %y : f32[9]\n  return")).unwrap();
+    let (code, _, stderr) = weft(&["check", p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("bad.weft:4:3: error: in @main: `%z = exp`: is annotated f32[9] but `exp` gives f32[2,2]"), "{stderr}");
+    assert!(stderr.contains("4 |   %z = exp %y : f32[9]"), "{stderr}");
+    let (code, _, stderr) = weft(&["check", dir.join("missing.weft").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("missing.weft"), "{stderr}");
+}
+
+#[test]
+fn run_executes_on_safetensors_inputs() {
+    let dir = temp_dir("run");
+    let p = dir.join("a.weft");
+    std::fs::write(&p, PROGRAM).unwrap();
+    let inputs = dir.join("in.safetensors");
+    let output = dir.join("out.safetensors");
+    let x = HostTensor::from_f32(&[2, 3], vec![1.0, 0.0, -1.0, 0.5, 0.5, 0.5]).unwrap();
+    let w = HostTensor::from_f32(&[3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    write_safetensors(&inputs, &BTreeMap::from([("x".to_string(), x), ("w".to_string(), w)])).unwrap();
+    let (code, stdout, stderr) =
+        weft(&["run", p.to_str().unwrap(), "--inputs", inputs.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("out: f32[2,2]"), "{stdout}");
+    let out = read_safetensors(&output).unwrap();
+    // x @ w = [[-4, -4], [4.5, 6]]
+    let expected: Vec<f64> = [-4.0f64, -4.0, 4.5, 6.0].iter().map(|v| (*v as f32).tanh() as f64).collect();
+    let got = out["out"].to_f64_vec();
+    for (g, e) in got.iter().zip(&expected) {
+        assert!((g - e).abs() < 1e-6, "{got:?} vs {expected:?}");
+    }
+    // A missing input names the parameter.
+    write_safetensors(&inputs, &BTreeMap::from([("x".to_string(), HostTensor::zeros(&weft_ir::TensorType::new(weft_ir::DType::F32, vec![2, 3])))])).unwrap();
+    let (code, _, stderr) = weft(&["run", p.to_str().unwrap(), "--inputs", inputs.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("`w`"), "{stderr}");
+}
