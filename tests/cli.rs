@@ -7,7 +7,11 @@ use weft_ir::tensor::{read_safetensors, write_safetensors, HostTensor};
 
 fn weft(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_weft")).args(args).output().expect("weft runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
@@ -41,7 +45,10 @@ fn check_reports_errors_with_line_column_and_caret() {
     std::fs::write(&p, PROGRAM.replace("  return", "  %z = exp %y : f32[9]\n  return")).unwrap();
     let (code, _, stderr) = weft(&["check", p.to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(stderr.contains("bad.weft:4:3: error: in @main: `%z = exp`: is annotated f32[9] but `exp` gives f32[2,2]"), "{stderr}");
+    assert!(
+        stderr.contains("bad.weft:4:3: error: in @main: `%z = exp`: is annotated f32[9] but `exp` gives f32[2,2]"),
+        "{stderr}"
+    );
     assert!(stderr.contains("4 |   %z = exp %y : f32[9]"), "{stderr}");
     let (code, _, stderr) = weft(&["check", dir.join("missing.weft").to_str().unwrap()]);
     assert_eq!(code, 1);
@@ -70,7 +77,14 @@ fn run_executes_on_safetensors_inputs() {
         assert!((g - e).abs() < 1e-6, "{got:?} vs {expected:?}");
     }
     // A missing input names the parameter.
-    write_safetensors(&inputs, &BTreeMap::from([("x".to_string(), HostTensor::zeros(&weft_ir::TensorType::new(weft_ir::DType::F32, vec![2, 3])))])).unwrap();
+    write_safetensors(
+        &inputs,
+        &BTreeMap::from([(
+            "x".to_string(),
+            HostTensor::zeros(&weft_ir::TensorType::new(weft_ir::DType::F32, vec![2, 3])),
+        )]),
+    )
+    .unwrap();
     let (code, _, stderr) = weft(&["run", p.to_str().unwrap(), "--inputs", inputs.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(stderr.contains("`w`"), "{stderr}");

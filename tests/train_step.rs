@@ -20,14 +20,16 @@ use weft_ir::{DType, Module};
 fn fd_check(m: &Module, inputs: &Tree, count: usize) {
     let m64 = promote_to_f64(m);
     let loss = m64.function("loss").unwrap();
-    let wrt: Vec<String> = (0..loss.params.len()).map(|i| loss.param_name(i)).filter(|n| n.starts_with("params.")).collect();
+    let wrt: Vec<String> =
+        (0..loss.params.len()).map(|i| loss.param_name(i)).filter(|n| n.starts_with("params.")).collect();
     let wrt_refs: Vec<&str> = wrt.iter().map(|s| s.as_str()).collect();
     let g = value_and_grad(&m64, loss, &wrt_refs, &GradOptions::default()).unwrap();
     let mut gm = m64.clone();
     gm.functions.push(g.clone());
     let interp = Interpreter::new(&gm).unwrap();
     let to64 = |t: &HostTensor| if t.dtype() == DType::F32 { t.convert(DType::F64) } else { t.clone() };
-    let args = |tree: &Tree| -> Vec<HostTensor> { (0..loss.params.len()).map(|i| to64(&tree[&loss.param_name(i)])).collect() };
+    let args =
+        |tree: &Tree| -> Vec<HostTensor> { (0..loss.params.len()).map(|i| to64(&tree[&loss.param_name(i)])).collect() };
     let out = interp.run(&g.name, &args(inputs)).unwrap();
     let n_res = loss.results.len();
     let loss_at = |tree: &Tree| interp.run("loss", &args(tree)).unwrap()[0].to_f64_vec()[0];
@@ -75,7 +77,13 @@ fn gpt_whole_model_gradients_match_finite_differences() {
 
 use gpt::GptConfig;
 
-fn train(m: &Module, cfg: &TrainConfig, params: &Tree, batch: &Tree, steps: usize) -> (Vec<BTreeMap<String, f64>>, Tree) {
+fn train(
+    m: &Module,
+    cfg: &TrainConfig,
+    params: &Tree,
+    batch: &Tree,
+    steps: usize,
+) -> (Vec<BTreeMap<String, f64>>, Tree) {
     let loss = m.function("loss").unwrap();
     let ts = build_train_step(m, loss, cfg).unwrap();
     let interp = Interpreter::new(&ts.module).unwrap();
@@ -200,7 +208,12 @@ fn schedule_clipping_and_dropout_step() {
     let cfg = GptConfig { dropout: 0.1, ..Default::default() };
     let m = gpt::build(&cfg, &Shardings::new()).unwrap();
     let sched = Schedule::WarmupCosine { init: 0.0, peak: 1e-2, warmup_steps: 2, decay_steps: 6, end: 1e-3 };
-    let tc = TrainConfig { optimizer: Optimizer::adamw(), schedule: sched.clone(), clip_global_norm: Some(0.5), ..Default::default() };
+    let tc = TrainConfig {
+        optimizer: Optimizer::adamw(),
+        schedule: sched.clone(),
+        clip_global_norm: Some(0.5),
+        ..Default::default()
+    };
     let (metrics, _) = train(&m, &tc, &gpt::init(&cfg, 0), &gpt::synthetic_batch(&cfg, 0), 8);
     for (s, mt) in metrics.iter().enumerate() {
         assert!((mt["lr"] - sched.at(s as u64)).abs() < 1e-7, "lr at step {s}: {} vs {}", mt["lr"], sched.at(s as u64));

@@ -63,7 +63,12 @@ fn retype_function(m: &Module, f: &Function, from: DType, to: DType) -> Function
             // A callee not retyped yet (first pass): keep mapped declared types.
             Err(_) => inst.results.iter().map(|&r| map_type(f.ty(r), from, to)).collect(),
         };
-        let ni = g.add_inst(op, ops, results.into_iter().zip(&inst.results).map(|(t, &r)| (t, f.value(r).name.clone())).collect(), inst.loc);
+        let ni = g.add_inst(
+            op,
+            ops,
+            results.into_iter().zip(&inst.results).map(|(t, &r)| (t, f.value(r).name.clone())).collect(),
+            inst.loc,
+        );
         for (k, &r) in inst.results.iter().enumerate() {
             let nr = g.insts[ni.index()].results[k];
             g.values[nr.index()].sharding = f.value(r).sharding.clone();

@@ -136,7 +136,9 @@ fn cases() -> Vec<Case> {
         if !matches!(b, BinaryOp::Pow | BinaryOp::Div) {
             // The same op with the operand ranges swapped (pow needs a
             // positive base and div a divisor away from zero).
-            cs.push(case(b.name(), vec![(s(&[2, 3]), l1, h1), (s(&[2, 3]), l0, h0)], move |e, p| e.binary(b, p[0], p[1])));
+            cs.push(case(b.name(), vec![(s(&[2, 3]), l1, h1), (s(&[2, 3]), l0, h0)], move |e, p| {
+                e.binary(b, p[0], p[1])
+            }));
         }
     }
     cs.push(case("select", vec![(s(&[5]), -1.0, 1.0), (s(&[5]), -1.0, 1.0)], |e, p| {

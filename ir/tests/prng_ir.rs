@@ -44,7 +44,8 @@ fn emitted_bits_uniform_and_fold_in_match_host() {
     let mask = prng_emit::bernoulli(&mut f, k, 0.3, &[64]);
     let normal = prng_emit::normal(&mut f, k, &[256]);
     f.results = vec![bits, uni, folded, mask, normal];
-    let out = run(f, &[HostTensor::from_u32(&[2], key.0.to_vec()).unwrap(), HostTensor::from_u32(&[], vec![99]).unwrap()]);
+    let out =
+        run(f, &[HostTensor::from_u32(&[2], key.0.to_vec()).unwrap(), HostTensor::from_u32(&[], vec![99]).unwrap()]);
     assert_eq!(u32s(&out[0]), key.random_bits(30));
     let host_u: Vec<f64> = key.uniform_f32(7).into_iter().map(|x| x as f64).collect();
     assert_eq!(out[1].to_f64_vec(), host_u);

@@ -39,7 +39,17 @@ pub struct GptConfig {
 
 impl Default for GptConfig {
     fn default() -> Self {
-        GptConfig { vocab: 32, seq: 8, d_model: 16, heads: 2, layers: 2, batch: 2, dropout: 0.0, remat: false, compute: DType::F32 }
+        GptConfig {
+            vocab: 32,
+            seq: 8,
+            d_model: 16,
+            heads: 2,
+            layers: 2,
+            batch: 2,
+            dropout: 0.0,
+            remat: false,
+            compute: DType::F32,
+        }
     }
 }
 
@@ -126,7 +136,8 @@ pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> 
     let tokens = p("tokens", DType::I32, &[cfg.batch, cfg.seq]);
     let targets = p("targets", DType::I32, &[cfg.batch, cfg.seq]);
     let w = |n: &str| f.convert(params[n], cfg.compute);
-    let mut x = f.add(f.embedding(tokens, w("params.wte")), f.broadcast_to(w("params.wpe"), &[cfg.batch, cfg.seq, cfg.d_model]));
+    let mut x = f
+        .add(f.embedding(tokens, w("params.wte")), f.broadcast_to(w("params.wpe"), &[cfg.batch, cfg.seq, cfg.d_model]));
     for i in 0..cfg.layers {
         let mut args = vec![x];
         args.extend(block_params(cfg).iter().map(|(s, _)| params[&format!("params.h.{i}.{s}")]));

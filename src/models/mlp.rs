@@ -43,7 +43,9 @@ pub fn build(cfg: &MlpConfig, shardings: &Shardings) -> Result<Module, IrError> 
         None => f.param(name, DType::F32, shape),
     };
     let ws: Vec<_> = (0..cfg.layers)
-        .map(|i| (p(&format!("params.layers.{i}.w1"), &[cfg.d, cfg.h]), p(&format!("params.layers.{i}.w2"), &[cfg.h, cfg.d])))
+        .map(|i| {
+            (p(&format!("params.layers.{i}.w1"), &[cfg.d, cfg.h]), p(&format!("params.layers.{i}.w2"), &[cfg.h, cfg.d]))
+        })
         .collect();
     let x = p("x", &[cfg.batch, cfg.d]);
     let y = p("y", &[cfg.batch, cfg.d]);

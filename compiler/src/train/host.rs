@@ -55,7 +55,9 @@ impl TrainStep {
         for l in &self.state {
             let t = match &l.role {
                 StateRole::Param => params[&l.name].clone(),
-                StateRole::OptimizerSlot { .. } | StateRole::Step | StateRole::LossScaleCounter => HostTensor::zeros(&l.ty),
+                StateRole::OptimizerSlot { .. } | StateRole::Step | StateRole::LossScaleCounter => {
+                    HostTensor::zeros(&l.ty)
+                }
                 StateRole::Rng => HostTensor::from_u32(&[2], Key::from_seed(seed).0.to_vec())?,
                 StateRole::LossScale => HostTensor::full(&l.ty, initial_loss_scale),
             };
@@ -78,19 +80,30 @@ impl TrainStep {
     pub fn arguments(&self, state: &Tree, batch: &Tree) -> Result<Vec<HostTensor>, CompilerError> {
         self.check_state(state)?;
         self.check_batch(batch)?;
-        Ok(self.state.iter().map(|l| state[&l.name].clone()).chain(self.batch.iter().map(|(n, _)| batch[n].clone())).collect())
+        Ok(self
+            .state
+            .iter()
+            .map(|l| state[&l.name].clone())
+            .chain(self.batch.iter().map(|(n, _)| batch[n].clone()))
+            .collect())
     }
 
     /// Splits `@train_step`'s results into the new state and the metrics.
     pub fn split_results(&self, results: Vec<HostTensor>) -> (Tree, Metrics) {
         let mut it = results.into_iter();
         let state = self.state.iter().map(|l| (l.name.clone(), it.next().expect("state result"))).collect();
-        let metrics = self.metrics.iter().map(|m| (m.clone(), it.next().expect("metric result").to_f64_vec()[0])).collect();
+        let metrics =
+            self.metrics.iter().map(|m| (m.clone(), it.next().expect("metric result").to_f64_vec()[0])).collect();
         (state, metrics)
     }
 
     /// One step on the reference interpreter.
-    pub fn run_interp(&self, interp: &Interpreter<'_>, state: &Tree, batch: &Tree) -> Result<(Tree, Metrics), CompilerError> {
+    pub fn run_interp(
+        &self,
+        interp: &Interpreter<'_>,
+        state: &Tree,
+        batch: &Tree,
+    ) -> Result<(Tree, Metrics), CompilerError> {
         let args = self.arguments(state, batch)?;
         let out = interp.run_owned("train_step", args)?;
         Ok(self.split_results(out))

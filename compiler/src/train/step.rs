@@ -5,7 +5,10 @@ use super::state::{StateLeaf, StateRole};
 use crate::autodiff::{value_and_grad, GradOptions};
 use crate::emit::Emitter;
 use crate::CompilerError;
-use weft_ir::{BinaryOp, CompareOp, DType, Function, Module, Op, ReduceOp, TensorType, UnaryOp, ValueId};
+use std::collections::BTreeMap;
+use weft_ir::{
+    BinaryOp, CompareOp, DType, Function, Module, Op, ReduceOp, TensorSharding, TensorType, UnaryOp, ValueId,
+};
 
 /// Dynamic loss scaling (for f16 training), as in optax/jmp's
 /// `DynamicLossScale`: the loss is multiplied by `scale` before
@@ -44,6 +47,15 @@ pub struct TrainConfig {
     pub micro_batches: usize,
     /// Dynamic loss scaling.
     pub loss_scaling: Option<LossScaling>,
+    /// Sharding overrides for state leaves by name (e.g. ZeRO-1 shards
+    /// `opt.m.*` over `data` while the parameters stay replicated). Leaves
+    /// not listed take their parameter's annotation (optimizer slots) or
+    /// none.
+    pub state_shardings: BTreeMap<String, TensorSharding>,
+    /// Sharding constraints on the gradient of a parameter, by parameter
+    /// name (e.g. ZeRO-2 shards gradients over `data`, which turns their
+    /// all-reduce into a reduce-scatter). Applied after accumulation.
+    pub grad_shardings: BTreeMap<String, TensorSharding>,
 }
 
 impl Default for TrainConfig {
@@ -54,6 +66,8 @@ impl Default for TrainConfig {
             clip_global_norm: None,
             micro_batches: 1,
             loss_scaling: None,
+            state_shardings: BTreeMap::new(),
+            grad_shardings: BTreeMap::new(),
         }
     }
 }
@@ -190,6 +204,18 @@ pub fn build_train_step(m: &Module, loss: &Function, cfg: &TrainConfig) -> Resul
             role: StateRole::LossScaleCounter,
         });
     }
+    for (name, sh) in &cfg.state_shardings {
+        let leaf = state
+            .iter_mut()
+            .find(|l| &l.name == name)
+            .ok_or_else(|| err(loss, format!("state_shardings names `{name}`, which is not a state leaf")))?;
+        leaf.sharding = Some(sh.clone());
+    }
+    for name in cfg.grad_shardings.keys() {
+        if !param_pos.iter().any(|&i| &names[i] == name) {
+            return Err(err(loss, format!("grad_shardings names `{name}`, which is not a parameter")));
+        }
+    }
     let batch: Vec<(String, TensorType)> = batch_pos
         .iter()
         .map(|&i| {
@@ -277,6 +303,11 @@ pub fn build_train_step(m: &Module, loss: &Function, cfg: &TrainConfig) -> Resul
             })
             .collect();
         finite = Some(all_finite(&mut e, &grads));
+    }
+    for (g, &i) in grads.iter_mut().zip(&param_pos) {
+        if let Some(sh) = cfg.grad_shardings.get(&names[i]) {
+            *g = e.op(Op::ShardingConstraint { sharding: sh.clone() }, &[*g]);
+        }
     }
     let (grads, gnorm) = clip_by_global_norm(&mut e, &grads, cfg.clip_global_norm);
     let lr = cfg.schedule.emit(&mut e, step);
