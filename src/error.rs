@@ -9,6 +9,9 @@ pub enum Error {
     /// An error from the IR crate (parse, verify, interpret, tensor files).
     #[error(transparent)]
     Ir(#[from] weft_ir::IrError),
+    /// An error from the compiler (sharding, autodiff, partitioning).
+    #[error(transparent)]
+    Compiler(#[from] weft_compiler::CompilerError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

@@ -89,3 +89,32 @@ fn run_executes_on_safetensors_inputs() {
     assert_eq!(code, 1);
     assert!(stderr.contains("`w`"), "{stderr}");
 }
+
+#[test]
+fn shard_annotates_explains_and_draws() {
+    let dir = temp_dir("shard");
+    let p = dir.join("mlp.weft");
+    std::fs::write(
+        &p,
+        "func @main(%x: f32[8,16] {sharding = [{data}, {}]}, %w1: f32[16,32] {sharding = [{}, {model}]}, %w2: f32[32,16]) -> (f32[8,16]) {
+  %h = dot_general %x, %w1 {lhs_contract = [1], rhs_contract = [0]}
+  %o = dot_general %h, %w2 {lhs_contract = [1], rhs_contract = [0]}
+  return %o
+}
+",
+    )
+    .unwrap();
+    let (code, stdout, stderr) =
+        weft(&["shard", p.to_str().unwrap(), "--mesh", "data=2,model=4", "--explain", "%w2", "--show", "%h"]);
+    assert_eq!(code, 0, "{stderr}");
+    // Backward propagation gives the unannotated %w2 its sharding (Shardy's @simple case).
+    assert!(stdout.contains("%w2: f32[32,16] {sharding = [{model}, {}]}"), "{stdout}");
+    assert!(stdout.contains("unreduced = {model}"), "{stdout}");
+    assert!(stdout.contains("all-reduce{model}"), "{stdout}");
+    assert!(stdout.contains("backward through `%o = dot_general`"), "{stdout}");
+    assert!(stdout.contains("dev 7 [4:8, 24:32]"), "{stdout}");
+    // An unknown axis is an error naming it.
+    let (code, _, stderr) = weft(&["shard", p.to_str().unwrap(), "--mesh", "data=2,mdl=4"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("model"), "{stderr}");
+}

@@ -112,3 +112,19 @@ fn deep_training_step_scales() {
         assert_eq!(s, want, "gradient {k}");
     }
 }
+
+#[test]
+fn batch_annotations_reach_the_train_step() {
+    use weft_compiler::train::{build_train_step, TrainConfig};
+    use weft_ir::builder::FunctionBuilder;
+    use weft_ir::{DType, Module, TensorSharding};
+    let f = FunctionBuilder::new("loss");
+    let w = f.param("params.w", DType::F32, &[4, 4]);
+    let x = f.param_sharded("x", DType::F32, &[8, 4], TensorSharding::new(&[&["data"], &[]]));
+    f.set_results(&[f.sum_all(f.matmul(x, w))]);
+    let m = Module { functions: vec![f.finish().unwrap()] };
+    let ts = build_train_step(&m, m.function("loss").unwrap(), &TrainConfig::default()).unwrap();
+    let step = ts.function();
+    let xv = step.value_by_name("x").unwrap();
+    assert_eq!(step.value(xv).sharding, Some(TensorSharding::new(&[&["data"], &[]])));
+}

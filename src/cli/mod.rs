@@ -6,6 +6,7 @@
 
 mod check;
 mod run;
+mod shard;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -42,6 +43,24 @@ pub enum Command {
         #[arg(long = "func")]
         func: Option<String>,
     },
+    /// Propagate shardings over a mesh: print the program with every value's
+    /// sharding and the reshards inserted, and explain or draw values.
+    Shard {
+        /// The program, in weft's text format.
+        file: PathBuf,
+        /// The device mesh, e.g. `data=2,model=4`.
+        #[arg(long)]
+        mesh: String,
+        /// The function (default: `main`, else the module's only function).
+        #[arg(long = "func")]
+        func: Option<String>,
+        /// Explain where a value's sharding comes from (`%h1`, `%3`); repeatable.
+        #[arg(long)]
+        explain: Vec<String>,
+        /// Draw which device holds which block of a value; repeatable.
+        #[arg(long)]
+        show: Vec<String>,
+    },
 }
 
 /// Runs the CLI on the process arguments and returns the exit code.
@@ -51,6 +70,9 @@ pub fn main() -> i32 {
         Command::Check { file } => check::check(&file),
         Command::Run { file, inputs, output, func } => {
             run::run(&file, inputs.as_deref(), output.as_deref(), func.as_deref())
+        }
+        Command::Shard { file, mesh, func, explain, show } => {
+            shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show })
         }
     };
     match result {

@@ -237,7 +237,17 @@ pub fn build_train_step(m: &Module, loss: &Function, cfg: &TrainConfig) -> Resul
             v
         })
         .collect();
-    let bv: Vec<ValueId> = batch.iter().map(|(n, t)| e.f.add_param(Some(n.clone()), t.clone())).collect();
+    // Batch inputs keep the loss function's annotations (e.g. data
+    // parallelism shards `x` over `data`).
+    let bv: Vec<ValueId> = batch
+        .iter()
+        .zip(&batch_pos)
+        .map(|((n, t), &i)| {
+            let v = e.f.add_param(Some(n.clone()), t.clone());
+            e.f.values[v.index()].sharding = loss.value(loss.params[i]).sharding.clone();
+            v
+        })
+        .collect();
     let leaf = |name: &str| state.iter().position(|l| l.name == name).map(|i| sv[i]);
     let step = leaf("step").expect("step leaf");
     let np = param_pos.len();
