@@ -19,7 +19,49 @@ use weft_ir::{verify_module, IrError};
 type Stage = fn(&str) -> String;
 
 /// Every stage, by directory name.
-const STAGES: &[(&str, Stage)] = &[("parse", parse_stage), ("infer", infer_stage), ("verify", verify_stage)];
+const STAGES: &[(&str, Stage)] =
+    &[("parse", parse_stage), ("infer", infer_stage), ("verify", verify_stage), ("shard", shard_stage)];
+
+/// The mesh from a first-line comment `// mesh: x=2,y=2`.
+fn mesh_of(text: &str) -> Result<weft_compiler::sharding::Mesh, String> {
+    let line = text.lines().next().unwrap_or("");
+    let spec = line.strip_prefix("// mesh:").ok_or("the first line must be `// mesh: <axes>`")?;
+    weft_compiler::sharding::Mesh::parse(spec.trim()).map_err(|e| e.to_string())
+}
+
+/// Sharding propagation over the mesh in the first line: the annotated
+/// program (every value's sharding, reshards inserted) and the reshards'
+/// collectives, or the error.
+fn shard_stage(text: &str) -> String {
+    use weft_compiler::sharding::{fmt_sharding, propagate, PropagateOptions};
+    let mesh = match mesh_of(text) {
+        Ok(m) => m,
+        Err(e) => return format!("{e}\n"),
+    };
+    let m = match parse_module(text).and_then(|m| verify_module(&m).map(|()| m)) {
+        Ok(m) => m,
+        Err(e) => return error_lines(e),
+    };
+    let entry = m.functions.last().map(|f| f.name.clone()).unwrap_or_default();
+    let run = || -> Result<String, weft_compiler::CompilerError> {
+        let f = weft_compiler::inline_calls(&m, &entry)?;
+        let sf = propagate(&f, &mesh, &PropagateOptions::default())?;
+        sf.check()?;
+        let mut out = weft_ir::text::print_function(&sf.function);
+        for r in &sf.reshards {
+            out.push_str(&format!(
+                "// {} = reshard {}: {} -> {}: {}\n",
+                sf.function.value_ref(r.value),
+                sf.source.value_ref(r.source),
+                fmt_sharding(&r.from),
+                fmt_sharding(&r.to),
+                if r.collectives.is_empty() { "local".to_string() } else { r.collectives.join(", ") }
+            ));
+        }
+        Ok(out)
+    };
+    run().unwrap_or_else(|e| format!("error: {e}\n"))
+}
 
 /// Canonical print, or the parse error.
 fn parse_stage(text: &str) -> String {
