@@ -63,6 +63,10 @@ pub struct PropagationStats {
     pub visits: usize,
     /// Whether a fixed point was reached within the visit budget.
     pub converged: bool,
+    /// E-nodes in the propagation e-graph.
+    pub egraph_nodes: usize,
+    /// E-classes in the propagation e-graph.
+    pub egraph_classes: usize,
 }
 
 /// Propagates shardings through `f` (calls inlined, see
@@ -87,7 +91,9 @@ pub fn propagate(f: &Function, mesh: &Mesh, options: &PropagateOptions) -> Resul
         })
         .collect();
     let mut g = ProgramGraph::build(f, seeds.facts.clone(), rules);
-    let (stats, resolutions) = run(f, mesh, &mut g, options);
+    let (mut stats, resolutions) = run(f, mesh, &mut g, options);
+    stats.egraph_nodes = g.egraph.total_number_of_nodes();
+    stats.egraph_classes = g.egraph.number_of_classes();
     if options.conflict_policy == ConflictPolicy::Error {
         check_conflicts(f, &g, &seeds, &resolutions)?;
     }
@@ -102,7 +108,7 @@ fn run(
 ) -> (PropagationStats, Vec<Resolution>) {
     let n = f.insts.len();
     let limit = options.max_visits_per_inst.saturating_mul(n);
-    let mut stats = PropagationStats { visits: 0, converged: true };
+    let mut stats = PropagationStats { visits: 0, converged: true, ..Default::default() };
     let mut resolutions: BTreeMap<(u32, String, ValueId), Resolution> = BTreeMap::new();
     'phases: for phase in [Priority::User, Priority::Constraint] {
         let mut queue: BTreeSet<usize> = (0..n).collect();
