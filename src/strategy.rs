@@ -1,0 +1,235 @@
+//! Named parallelism strategies as shardings: data parallel, Megatron
+//! tensor parallel, FSDP, FSDP+TP and ZeRO-1/2/3, for the example models.
+//!
+//! A strategy is nothing but annotations — on parameters and batch inputs,
+//! optimizer-state leaves (`state_shardings`) and gradients
+//! (`grad_shardings`) — so the compiler needs no special code path per
+//! strategy: the collectives fall out of propagation and partitioning.
+//! Mesh axes are called `data` (batch / FSDP / ZeRO) and `model` (tensor
+//! parallel); a strategy only uses the axes the mesh has.
+
+use crate::models::Shardings;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use weft_ir::TensorSharding;
+
+/// A parallelism strategy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// No annotations: everything replicated (or left to propagation).
+    None,
+    /// Batch split over `data`; parameters replicated; gradients all-reduced.
+    DataParallel,
+    /// Megatron tensor parallelism over `model` (column- then row-parallel
+    /// layers), batch over `data` when the mesh has it.
+    TensorParallel,
+    /// Fully sharded data parallel: parameters and optimizer state split
+    /// over `data` along dimension 0, gathered before use.
+    Fsdp,
+    /// FSDP over `data` combined with Megatron over `model`.
+    FsdpTp,
+    /// ZeRO-1: data parallel with optimizer state split over `data`.
+    Zero1,
+    /// ZeRO-2: ZeRO-1 plus gradients split over `data` (reduce-scatter).
+    Zero2,
+    /// ZeRO-3: ZeRO-2 plus parameters split over `data` (= FSDP).
+    Zero3,
+}
+
+impl Strategy {
+    /// Every strategy, in a fixed order.
+    pub const ALL: [Strategy; 8] = [
+        Strategy::None,
+        Strategy::DataParallel,
+        Strategy::TensorParallel,
+        Strategy::Fsdp,
+        Strategy::FsdpTp,
+        Strategy::Zero1,
+        Strategy::Zero2,
+        Strategy::Zero3,
+    ];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+            Strategy::DataParallel => "dp",
+            Strategy::TensorParallel => "tp",
+            Strategy::Fsdp => "fsdp",
+            Strategy::FsdpTp => "fsdp_tp",
+            Strategy::Zero1 => "zero1",
+            Strategy::Zero2 => "zero2",
+            Strategy::Zero3 => "zero3",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Strategy, String> {
+        Strategy::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Strategy::ALL.iter().map(|x| x.name()).collect();
+            format!("unknown strategy `{s}` (expected one of: {})", names.join(", "))
+        })
+    }
+}
+
+/// How a parameter takes part in Megatron tensor parallelism.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TpRole {
+    /// Not split over `model`.
+    Replicated,
+    /// A column-parallel weight `[in, out]`: `out` split over `model`.
+    Column,
+    /// The bias of a column-parallel layer: its only dimension split.
+    ColumnBias,
+    /// A row-parallel weight `[in, out]`: `in` split over `model`.
+    Row,
+}
+
+/// The annotations of a strategy for one model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StrategyShardings {
+    /// Parameters and batch inputs (for the model builder).
+    pub inputs: Shardings,
+    /// Optimizer-state leaves (`TrainConfig::state_shardings`).
+    pub state: BTreeMap<String, TensorSharding>,
+    /// Gradients (`TrainConfig::grad_shardings`).
+    pub grads: BTreeMap<String, TensorSharding>,
+}
+
+/// The annotations of `strategy` for parameters `params` (name, shape,
+/// tensor-parallel role), batch inputs `batch` (name, rank; dimension 0 is
+/// the batch), optimizer slot prefixes `slots` (e.g. `opt.m`), on a mesh
+/// with axes `axes`.
+pub fn shardings(
+    strategy: Strategy,
+    params: &[(String, Vec<usize>, TpRole)],
+    batch: &[(String, usize)],
+    slots: &[&str],
+    axes: &[&str],
+) -> StrategyShardings {
+    let has = |a: &str| axes.contains(&a);
+    let mut out = StrategyShardings::default();
+    let dp = has("data") && strategy != Strategy::None;
+    if dp {
+        for (name, rank) in batch {
+            let mut dims: Vec<Vec<&str>> = vec![vec![]; *rank];
+            if *rank > 0 {
+                dims[0] = vec!["data"];
+            }
+            out.inputs.insert(name.clone(), sharding(&dims));
+        }
+    }
+    let tp = has("model") && matches!(strategy, Strategy::TensorParallel | Strategy::FsdpTp);
+    let fsdp = has("data") && matches!(strategy, Strategy::Fsdp | Strategy::FsdpTp | Strategy::Zero3);
+    let zero_state = has("data") && matches!(strategy, Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3);
+    let zero_grads = has("data") && matches!(strategy, Strategy::Zero2 | Strategy::Zero3);
+    for (name, shape, role) in params {
+        let rank = shape.len();
+        let mut dims: Vec<Vec<&str>> = vec![vec![]; rank];
+        if tp {
+            match role {
+                TpRole::Column if rank == 2 => dims[1].push("model"),
+                TpRole::ColumnBias if rank == 1 => dims[0].push("model"),
+                TpRole::Row if rank == 2 => dims[0].push("model"),
+                _ => {}
+            }
+        }
+        // The data-axis split for FSDP/ZeRO: dimension 0 when it is free,
+        // else the first free dimension.
+        let data_dim = (0..rank).find(|&d| dims[d].is_empty() && rank >= 1);
+        let mut data_dims = dims.clone();
+        if let Some(d) = data_dim {
+            data_dims[d].insert(0, "data");
+        }
+        let param_dims = if fsdp { &data_dims } else { &dims };
+        if param_dims.iter().any(|d| !d.is_empty()) {
+            out.inputs.insert(name.clone(), sharding(param_dims));
+        }
+        let suffix = name.strip_prefix("params.").unwrap_or(name);
+        for slot in slots {
+            let leaf = format!("{slot}.{suffix}");
+            let slot_dims = if zero_state || fsdp { &data_dims } else { &dims };
+            if slot_dims.iter().any(|d| !d.is_empty()) {
+                out.state.insert(leaf, sharding(slot_dims));
+            }
+        }
+        if zero_grads && data_dim.is_some() {
+            out.grads.insert(name.clone(), sharding(&data_dims));
+        }
+    }
+    out
+}
+
+fn sharding(dims: &[Vec<&str>]) -> TensorSharding {
+    let refs: Vec<&[&str]> = dims.iter().map(|d| d.as_slice()).collect();
+    TensorSharding::new(&refs)
+}
+
+/// The tensor-parallel role of a residual-MLP parameter.
+pub fn mlp_role(name: &str) -> TpRole {
+    if name.ends_with(".w1") {
+        TpRole::Column
+    } else if name.ends_with(".w2") {
+        TpRole::Row
+    } else {
+        TpRole::Replicated
+    }
+}
+
+/// The tensor-parallel role of a GPT parameter.
+pub fn gpt_role(name: &str) -> TpRole {
+    if name.ends_with("attn.wqkv") || name.ends_with("mlp.w1") {
+        TpRole::Column
+    } else if name.ends_with("mlp.b1") {
+        TpRole::ColumnBias
+    } else if name.ends_with("attn.wo") || name.ends_with("mlp.w2") {
+        TpRole::Row
+    } else {
+        TpRole::Replicated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_annotate_as_documented() {
+        let params = vec![
+            ("params.layers.0.w1".to_string(), vec![8, 16], TpRole::Column),
+            ("params.layers.0.w2".to_string(), vec![16, 8], TpRole::Row),
+        ];
+        let batch = vec![("x".to_string(), 2)];
+        let axes = ["data", "model"];
+        let s = |st: Strategy| shardings(st, &params, &batch, &["opt.m"], &axes);
+        let dp = s(Strategy::DataParallel);
+        assert_eq!(dp.inputs["x"].to_string(), "[{data}, {}]");
+        assert!(!dp.inputs.contains_key("params.layers.0.w1") && dp.state.is_empty() && dp.grads.is_empty());
+        let tp = s(Strategy::TensorParallel);
+        assert_eq!(tp.inputs["params.layers.0.w1"].to_string(), "[{}, {model}]");
+        assert_eq!(tp.inputs["params.layers.0.w2"].to_string(), "[{model}, {}]");
+        assert_eq!(tp.state["opt.m.layers.0.w1"].to_string(), "[{}, {model}]");
+        let fsdp_tp = s(Strategy::FsdpTp);
+        assert_eq!(fsdp_tp.inputs["params.layers.0.w1"].to_string(), "[{data}, {model}]");
+        assert_eq!(fsdp_tp.inputs["params.layers.0.w2"].to_string(), "[{model}, {data}]");
+        let z1 = s(Strategy::Zero1);
+        assert!(!z1.inputs.contains_key("params.layers.0.w1"));
+        assert_eq!(z1.state["opt.m.layers.0.w1"].to_string(), "[{data}, {}]");
+        assert!(z1.grads.is_empty());
+        let z2 = s(Strategy::Zero2);
+        assert_eq!(z2.grads["params.layers.0.w2"].to_string(), "[{data}, {}]");
+        let z3 = s(Strategy::Zero3);
+        assert_eq!(z3.inputs["params.layers.0.w1"].to_string(), "[{data}, {}]");
+        assert_eq!("zero2".parse::<Strategy>().unwrap(), Strategy::Zero2);
+        assert!("zero4".parse::<Strategy>().unwrap_err().contains("fsdp_tp"));
+    }
+}
