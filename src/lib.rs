@@ -8,6 +8,7 @@ pub mod cli;
 pub mod diagnostics;
 pub mod error;
 pub mod models;
+pub mod runner;
 pub mod strategy;
 
 pub use error::{Error, Result};

@@ -5,8 +5,10 @@
 //! (0 success, 1 a problem in the user's program or data, 2 bad usage).
 
 mod check;
+mod plot;
 mod run;
 mod shard;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -61,6 +63,63 @@ pub enum Command {
         #[arg(long)]
         show: Vec<String>,
     },
+    /// Run an experiment from a TOML config: build the model's training
+    /// step, shard it over the mesh, train, checkpoint and log metrics.
+    Train {
+        /// The experiment config.
+        config: PathBuf,
+        /// Number of steps.
+        #[arg(long)]
+        steps: Option<u64>,
+        /// Device mesh, e.g. `data=2,model=4`.
+        #[arg(long)]
+        mesh: Option<String>,
+        /// Parallelism strategy (none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3).
+        #[arg(long)]
+        strategy: Option<String>,
+        /// Execution backend.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Checkpoint directory.
+        #[arg(long)]
+        checkpoint_dir: Option<PathBuf>,
+        /// Save a checkpoint every this many steps.
+        #[arg(long)]
+        checkpoint_every: Option<u64>,
+        /// Metrics file (one JSON object per step).
+        #[arg(long)]
+        metrics: Option<PathBuf>,
+        /// Initial parameters by leaf name (safetensors).
+        #[arg(long)]
+        init: Option<PathBuf>,
+        /// A fixed batch by input name (safetensors).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Continue from the newest valid checkpoint.
+        #[arg(long)]
+        resume: bool,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Draw metric curves of one or more runs into an SVG.
+    Plot {
+        /// Metrics files (JSONL).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The SVG to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Which metric.
+        #[arg(long, default_value = "loss")]
+        metric: String,
+        /// Logarithmic y axis.
+        #[arg(long)]
+        log: bool,
+    },
 }
 
 /// Runs the CLI on the process arguments and returns the exit code.
@@ -74,6 +133,38 @@ pub fn main() -> i32 {
         Command::Shard { file, mesh, func, explain, show } => {
             shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show })
         }
+        Command::Train {
+            config,
+            steps,
+            mesh,
+            strategy,
+            backend,
+            seed,
+            checkpoint_dir,
+            checkpoint_every,
+            metrics,
+            init,
+            data,
+            resume,
+            quiet,
+        } => train::train(
+            &config,
+            &crate::runner::Overrides {
+                steps,
+                mesh,
+                strategy,
+                backend,
+                seed,
+                checkpoint_dir,
+                checkpoint_every,
+                metrics,
+                init,
+                data,
+                resume,
+                quiet,
+            },
+        ),
+        Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
     };
     match result {
         Ok(code) => code,

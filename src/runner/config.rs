@@ -1,0 +1,305 @@
+//! The experiment configuration (`weft train CONFIG.toml`).
+//!
+//! ```toml
+//! steps = 100
+//! seed = 0
+//! mesh = "data=2,model=4"     # default: a single device
+//! strategy = "dp"             # none|dp|tp|fsdp|fsdp_tp|zero1|zero2|zero3
+//! backend = "cpu"             # cpu (simulated devices) | interp (unsharded oracle)
+//! metrics = "runs/mlp/metrics.jsonl"
+//!
+//! [model]
+//! kind = "mlp"                # or "gpt"
+//! layers = 4
+//! d = 64
+//! h = 256
+//! batch = 32
+//!
+//! [optimizer]
+//! kind = "sgd"                # or "adamw"
+//! lr = 0.01
+//!
+//! [checkpoint]
+//! dir = "runs/mlp/ckpt"
+//! every = 10
+//! keep_last = 3
+//! ```
+//!
+//! Unknown keys are errors (a typo never silently does nothing).
+
+use crate::models::{gpt::GptConfig, mlp::MlpConfig};
+use serde::Deserialize;
+use std::path::PathBuf;
+use weft_compiler::train::{Optimizer, Schedule, TrainConfig};
+use weft_ir::DType;
+
+/// A whole run.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Number of training steps (the run stops when `step` reaches it).
+    pub steps: u64,
+    /// Seed for parameter initialisation, synthetic data and the PRNG key.
+    #[serde(default)]
+    pub seed: u64,
+    /// Device mesh, e.g. `data=2,model=4` (default: one device).
+    #[serde(default)]
+    pub mesh: Option<String>,
+    /// Parallelism strategy name (see `weft::strategy`).
+    #[serde(default)]
+    pub strategy: Option<String>,
+    /// Execution backend.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Where to append one JSON object per step.
+    #[serde(default)]
+    pub metrics: Option<PathBuf>,
+    /// The model.
+    pub model: ModelConfig,
+    /// The optimizer and schedule.
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    /// Checkpointing.
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointConfig>,
+}
+
+/// The model and its sizes.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelConfig {
+    /// The residual MLP.
+    Mlp {
+        /// Residual layers.
+        #[serde(default = "d_layers")]
+        layers: usize,
+        /// Width D.
+        #[serde(default = "d_width")]
+        d: usize,
+        /// Hidden width H.
+        #[serde(default = "d_hidden")]
+        h: usize,
+        /// Batch size.
+        #[serde(default = "d_batch")]
+        batch: usize,
+        /// Compute dtype (`f32`, `bf16`, `f16`).
+        #[serde(default)]
+        compute: Option<String>,
+    },
+    /// The GPT-style decoder.
+    Gpt {
+        /// Vocabulary size.
+        #[serde(default = "d_vocab")]
+        vocab: usize,
+        /// Sequence length.
+        #[serde(default = "d_seq")]
+        seq: usize,
+        /// Model width.
+        #[serde(default = "d_width")]
+        d_model: usize,
+        /// Attention heads.
+        #[serde(default = "d_heads")]
+        heads: usize,
+        /// Blocks.
+        #[serde(default = "d_layers")]
+        layers: usize,
+        /// Batch size.
+        #[serde(default = "d_batch")]
+        batch: usize,
+        /// Dropout rate.
+        #[serde(default)]
+        dropout: f64,
+        /// Rematerialise blocks.
+        #[serde(default)]
+        remat: bool,
+        /// Compute dtype.
+        #[serde(default)]
+        compute: Option<String>,
+    },
+}
+
+fn d_layers() -> usize {
+    2
+}
+fn d_width() -> usize {
+    16
+}
+fn d_hidden() -> usize {
+    32
+}
+fn d_batch() -> usize {
+    8
+}
+fn d_vocab() -> usize {
+    32
+}
+fn d_seq() -> usize {
+    8
+}
+fn d_heads() -> usize {
+    2
+}
+
+/// Optimizer, schedule and clipping.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    /// `sgd` or `adamw`.
+    #[serde(default = "d_opt")]
+    pub kind: String,
+    /// Peak learning rate.
+    #[serde(default = "d_lr")]
+    pub lr: f64,
+    /// SGD momentum.
+    #[serde(default)]
+    pub momentum: f64,
+    /// AdamW weight decay.
+    #[serde(default = "d_wd")]
+    pub weight_decay: f64,
+    /// Linear warmup steps (0: constant rate unless `decay_steps` is set).
+    #[serde(default)]
+    pub warmup_steps: u64,
+    /// Cosine decay end step (0: no decay).
+    #[serde(default)]
+    pub decay_steps: u64,
+    /// Final rate of the cosine decay.
+    #[serde(default)]
+    pub end_lr: f64,
+    /// Global-norm clipping threshold.
+    #[serde(default)]
+    pub clip: Option<f64>,
+    /// Micro-batches per step (gradient accumulation).
+    #[serde(default = "d_micro")]
+    pub micro_batches: usize,
+}
+
+fn d_opt() -> String {
+    "sgd".into()
+}
+fn d_lr() -> f64 {
+    0.01
+}
+fn d_wd() -> f64 {
+    1e-4
+}
+fn d_micro() -> usize {
+    1
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        OptimizerConfig {
+            kind: d_opt(),
+            lr: d_lr(),
+            momentum: 0.0,
+            weight_decay: d_wd(),
+            warmup_steps: 0,
+            decay_steps: 0,
+            end_lr: 0.0,
+            clip: None,
+            micro_batches: 1,
+        }
+    }
+}
+
+/// Checkpointing.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Directory of the checkpoints.
+    pub dir: PathBuf,
+    /// Save every this many steps (and at the end).
+    #[serde(default = "d_every")]
+    pub every: u64,
+    /// Keep the newest N steps.
+    #[serde(default = "d_keep")]
+    pub keep_last: usize,
+    /// Also keep every K-th step.
+    #[serde(default)]
+    pub keep_every: Option<u64>,
+}
+
+fn d_every() -> u64 {
+    10
+}
+fn d_keep() -> usize {
+    3
+}
+
+fn dtype(s: &Option<String>) -> Result<DType, String> {
+    match s.as_deref() {
+        None => Ok(DType::F32),
+        Some(n) => match DType::from_name(n) {
+            Some(d) if d.is_float() => Ok(d),
+            _ => Err(format!("compute dtype `{n}` must be one of f32, bf16, f16, f64")),
+        },
+    }
+}
+
+impl ModelConfig {
+    /// The MLP sizes, if this is the MLP.
+    pub fn mlp(&self) -> Result<Option<MlpConfig>, String> {
+        Ok(match self {
+            ModelConfig::Mlp { layers, d, h, batch, compute } => {
+                Some(MlpConfig { layers: *layers, d: *d, h: *h, batch: *batch, compute: dtype(compute)? })
+            }
+            _ => None,
+        })
+    }
+
+    /// The GPT sizes, if this is the GPT.
+    pub fn gpt(&self) -> Result<Option<GptConfig>, String> {
+        Ok(match self {
+            ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, remat, compute } => {
+                Some(GptConfig {
+                    vocab: *vocab,
+                    seq: *seq,
+                    d_model: *d_model,
+                    heads: *heads,
+                    layers: *layers,
+                    batch: *batch,
+                    dropout: *dropout,
+                    remat: *remat,
+                    compute: dtype(compute)?,
+                })
+            }
+            _ => None,
+        })
+    }
+}
+
+impl OptimizerConfig {
+    /// The training-step configuration (without sharding overrides).
+    pub fn train_config(&self) -> Result<TrainConfig, String> {
+        let optimizer = match self.kind.as_str() {
+            "sgd" => Optimizer::Sgd { momentum: self.momentum, nesterov: false },
+            "adamw" => Optimizer::AdamW { b1: 0.9, b2: 0.999, eps: 1e-8, weight_decay: self.weight_decay },
+            other => return Err(format!("optimizer kind `{other}` must be `sgd` or `adamw`")),
+        };
+        let schedule = if self.warmup_steps == 0 && self.decay_steps == 0 {
+            Schedule::Constant(self.lr)
+        } else {
+            Schedule::WarmupCosine {
+                init: 0.0,
+                peak: self.lr,
+                warmup_steps: self.warmup_steps,
+                decay_steps: self.decay_steps.max(self.warmup_steps),
+                end: self.end_lr,
+            }
+        };
+        Ok(TrainConfig {
+            optimizer,
+            schedule,
+            clip_global_norm: self.clip,
+            micro_batches: self.micro_batches,
+            ..Default::default()
+        })
+    }
+}
+
+impl RunConfig {
+    /// Parses a TOML config.
+    pub fn from_toml(text: &str) -> Result<RunConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}

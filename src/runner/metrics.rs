@@ -1,0 +1,77 @@
+//! Metrics files: one JSON object per step (`{"step": 3, "loss": 0.25, ...}`).
+
+use crate::error::{Error, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use weft_compiler::train::Metrics;
+
+/// Appends metrics to a JSONL file.
+pub struct MetricsWriter {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+fn io(path: &Path, source: std::io::Error) -> Error {
+    Error::Io { path: path.to_path_buf(), source }
+}
+
+impl MetricsWriter {
+    /// Opens `path` for appending (truncating it unless `append`).
+    pub fn open(path: &Path, append: bool) -> Result<MetricsWriter> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append)
+            .write(true)
+            .truncate(!append)
+            .open(path)
+            .map_err(|e| io(path, e))?;
+        Ok(MetricsWriter { path: path.to_path_buf(), file })
+    }
+
+    /// Writes one step's metrics as a line.
+    pub fn write(&mut self, step: u64, m: &Metrics) -> Result<()> {
+        let mut obj = serde_json::Map::new();
+        obj.insert("step".into(), serde_json::json!(step));
+        for (k, v) in m {
+            // Non-finite values are written as strings ("NaN"), which JSON
+            // cannot carry as numbers.
+            let val =
+                serde_json::Number::from_f64(*v).map(serde_json::Value::Number).unwrap_or_else(|| v.to_string().into());
+            obj.insert(k.clone(), val);
+        }
+        let line = serde_json::Value::Object(obj).to_string();
+        writeln!(self.file, "{line}").map_err(|e| io(&self.path, e))?;
+        self.file.flush().map_err(|e| io(&self.path, e))
+    }
+}
+
+/// Reads a metrics file: `(step, metrics)` per line.
+pub fn read_metrics(path: &Path) -> Result<Vec<(u64, Metrics)>> {
+    let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = |m: &str| Error::Usage(format!("{}:{}: {m}", path.display(), i + 1));
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(&e.to_string()))?;
+        let obj = v.as_object().ok_or_else(|| bad("not a JSON object"))?;
+        let step = obj.get("step").and_then(|s| s.as_u64()).ok_or_else(|| bad("no integer `step`"))?;
+        let mut m = Metrics::new();
+        for (k, v) in obj {
+            if k == "step" {
+                continue;
+            }
+            let x = match v {
+                serde_json::Value::Number(n) => n.as_f64(),
+                serde_json::Value::String(s) => s.parse().ok(),
+                _ => None,
+            };
+            if let Some(x) = x {
+                m.insert(k.clone(), x);
+            }
+        }
+        out.push((step, m));
+    }
+    Ok(out)
+}

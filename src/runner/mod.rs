@@ -1,0 +1,203 @@
+//! The experiment runner behind `weft train CONFIG.toml`.
+//!
+//! It builds the model and its training step with the configured strategy,
+//! picks an executor for the mesh and backend, initialises (or loads) the
+//! state, and runs steps with a progress bar, writing one JSON object per
+//! step to the metrics file and a run manifest (config, weft version and git
+//! revision, mesh, device mapping, seed) beside the checkpoints.
+
+pub mod config;
+mod exec;
+mod metrics;
+
+pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
+pub use exec::{Executor, InterpExecutor};
+pub use metrics::{read_metrics, MetricsWriter};
+
+use crate::error::{Error, Result};
+use crate::models::{gpt, mlp};
+use crate::strategy::{self, Strategy};
+use std::path::PathBuf;
+use weft_compiler::train::{build_train_step, Metrics, TrainStep, Tree};
+use weft_ir::tensor::read_safetensors;
+
+/// Command-line overrides of a config (`weft train --steps ...`).
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--steps`.
+    pub steps: Option<u64>,
+    /// `--mesh`.
+    pub mesh: Option<String>,
+    /// `--strategy`.
+    pub strategy: Option<String>,
+    /// `--backend`.
+    pub backend: Option<String>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--checkpoint-dir`.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// `--checkpoint-every`.
+    pub checkpoint_every: Option<u64>,
+    /// `--metrics`.
+    pub metrics: Option<PathBuf>,
+    /// `--init FILE.safetensors`: initial parameters by leaf name.
+    pub init: Option<PathBuf>,
+    /// `--data FILE.safetensors`: a fixed batch by input name.
+    pub data: Option<PathBuf>,
+    /// `--resume`.
+    pub resume: bool,
+    /// No progress bar (for tests and logs).
+    pub quiet: bool,
+}
+
+impl Overrides {
+    /// Applies the overrides to a config.
+    pub fn apply(&self, mut c: RunConfig) -> RunConfig {
+        if let Some(s) = self.steps {
+            c.steps = s;
+        }
+        if let Some(m) = &self.mesh {
+            c.mesh = Some(m.clone());
+        }
+        if let Some(s) = &self.strategy {
+            c.strategy = Some(s.clone());
+        }
+        if let Some(b) = &self.backend {
+            c.backend = Some(b.clone());
+        }
+        if let Some(s) = self.seed {
+            c.seed = s;
+        }
+        if let Some(m) = &self.metrics {
+            c.metrics = Some(m.clone());
+        }
+        if let Some(d) = &self.checkpoint_dir {
+            let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(10);
+            let keep_last = c.checkpoint.as_ref().map(|k| k.keep_last).unwrap_or(3);
+            let keep_every = c.checkpoint.as_ref().and_then(|k| k.keep_every);
+            c.checkpoint = Some(CheckpointConfig { dir: d.clone(), every, keep_last, keep_every });
+        }
+        if let (Some(e), Some(k)) = (self.checkpoint_every, c.checkpoint.as_mut()) {
+            k.every = e;
+        }
+        c
+    }
+}
+
+/// A model with its training step, initial parameters and batch.
+pub struct Prepared {
+    /// The training step.
+    pub step: TrainStep,
+    /// Initial parameters.
+    pub params: Tree,
+    /// The (fixed) batch.
+    pub batch: Tree,
+    /// The strategy.
+    pub strategy: Strategy,
+}
+
+fn usage(e: impl std::fmt::Display) -> Error {
+    Error::Usage(e.to_string())
+}
+
+/// Builds the training step and initial values of a config on a mesh with
+/// axes `axes`.
+pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared> {
+    let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(usage)?;
+    let mut tc = c.optimizer.train_config().map_err(usage)?;
+    let slots = tc.optimizer.slots();
+    let (module, params, batch) = if let Some(cfg) = c.model.mlp().map_err(usage)? {
+        let names = mlp::param_names(&cfg);
+        let ps: Vec<_> = names
+            .iter()
+            .map(|n| {
+                let shape = if n.ends_with("w1") { vec![cfg.d, cfg.h] } else { vec![cfg.h, cfg.d] };
+                (n.clone(), shape, strategy::mlp_role(n))
+            })
+            .collect();
+        let sh = strategy::shardings(strategy, &ps, &[("x".into(), 2), ("y".into(), 2)], slots, axes);
+        tc.state_shardings = sh.state;
+        tc.grad_shardings = sh.grads;
+        (mlp::build(&cfg, &sh.inputs)?, mlp::init(&cfg, c.seed), mlp::synthetic_batch(&cfg, c.seed))
+    } else if let Some(cfg) = c.model.gpt().map_err(usage)? {
+        let ps: Vec<_> = gpt::param_shapes(&cfg)
+            .into_iter()
+            .map(|(n, s)| {
+                let r = strategy::gpt_role(&n);
+                (n, s, r)
+            })
+            .collect();
+        let sh = strategy::shardings(strategy, &ps, &[("tokens".into(), 2), ("targets".into(), 2)], slots, axes);
+        tc.state_shardings = sh.state;
+        tc.grad_shardings = sh.grads;
+        (gpt::build(&cfg, &sh.inputs)?, gpt::init(&cfg, c.seed), gpt::synthetic_batch(&cfg, c.seed))
+    } else {
+        unreachable!("ModelConfig has two kinds")
+    };
+    let step = build_train_step(&module, module.function("loss").expect("models define @loss"), &tc)?;
+    let params = match &ov.init {
+        Some(p) => read_safetensors(p)?,
+        None => params,
+    };
+    let batch = match &ov.data {
+        Some(p) => read_safetensors(p)?,
+        None => batch,
+    };
+    Ok(Prepared { step, params, batch, strategy })
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    /// Metrics of every step run (not of steps restored from a checkpoint).
+    pub metrics: Vec<(u64, Metrics)>,
+    /// The final state.
+    pub state: Tree,
+    /// Steps per second.
+    pub steps_per_sec: f64,
+}
+
+/// Runs steps from `state` until `step` reaches `c.steps`.
+pub fn run_steps(
+    c: &RunConfig,
+    prepared: &Prepared,
+    exec: &mut dyn Executor,
+    mut state: Tree,
+    metrics_out: Option<&mut MetricsWriter>,
+    mut on_step: impl FnMut(u64, &Tree) -> Result<()>,
+    quiet: bool,
+) -> Result<RunSummary> {
+    let first = state["step"].to_f64_vec()[0] as u64;
+    let total = c.steps;
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise}<{eta}]")
+                .expect("valid template"),
+        );
+        b.set_position(first);
+        b
+    };
+    let mut all = Vec::new();
+    let mut writer = metrics_out;
+    let start = std::time::Instant::now();
+    for s in first..total {
+        let (next, m) = exec.step(&prepared.step, &state, &prepared.batch)?;
+        state = next;
+        if let Some(w) = writer.as_deref_mut() {
+            w.write(s, &m)?;
+        }
+        let done = s + 1 - first;
+        let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("loss {:.6}  {:.1} steps/s", m["loss"], rate));
+        bar.inc(1);
+        all.push((s, m));
+        on_step(s + 1, &state)?;
+    }
+    bar.finish();
+    let secs = start.elapsed().as_secs_f64();
+    let n = total.saturating_sub(first);
+    Ok(RunSummary { metrics: all, state, steps_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 } })
+}
