@@ -134,21 +134,18 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
 
     // Walk instructions: definitions, dominance, types.
     for (id, inst) in f.iter_insts() {
-        let subject = inst_subject(f, id);
+        // Built only when a problem is reported: formatting it for every
+        // instruction would dominate the verifier's time.
+        let subject = || inst_subject(f, id);
         for (k, &o) in inst.operands.iter().enumerate() {
             if o.index() >= n {
-                diags.push(diag(
-                    f,
-                    inst.loc,
-                    subject.clone(),
-                    format!("operand {k} ({o}) is not a value of this function"),
-                ));
+                diags.push(diag(f, inst.loc, subject(), format!("operand {k} ({o}) is not a value of this function")));
                 structural_ok = false;
             } else if defined_by[o.index()].is_none() {
                 diags.push(diag(
                     f,
                     inst.loc,
-                    subject.clone(),
+                    subject(),
                     format!("operand {k} ({}) is used before it is defined", f.value_ref(o)),
                 ));
                 structural_ok = false;
@@ -156,7 +153,7 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
         }
         for (index, &r) in inst.results.iter().enumerate() {
             if r.index() >= n {
-                diags.push(diag(f, inst.loc, subject.clone(), format!("result {r} is not in the value arena")));
+                diags.push(diag(f, inst.loc, subject(), format!("result {r} is not in the value arena")));
                 structural_ok = false;
                 continue;
             }
@@ -164,24 +161,24 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
                 diags.push(diag(
                     f,
                     inst.loc,
-                    subject.clone(),
+                    subject(),
                     format!("result {r} breaks definition order (expected %{next})"),
                 ));
             }
             next = r.index() + 1;
             let def = ValueDef::Inst { inst: id, index: index as u32 };
             if defined_by[r.index()].is_some() {
-                diags.push(diag(f, inst.loc, subject.clone(), format!("{} is defined more than once", f.value_ref(r))));
+                diags.push(diag(f, inst.loc, subject(), format!("{} is defined more than once", f.value_ref(r))));
             }
             defined_by[r.index()] = Some(def);
             if f.values[r.index()].def != def {
-                diags.push(diag(f, inst.loc, subject.clone(), format!("{r} records the wrong definition")));
+                diags.push(diag(f, inst.loc, subject(), format!("{r} records the wrong definition")));
             }
         }
         if !structural_ok {
             continue;
         }
-        check_types(m, f, id, &subject, diags);
+        check_types(m, f, id, diags);
     }
 
     // Invariant 2: no orphan values.
@@ -273,17 +270,18 @@ fn def_loc(f: &Function, def: ValueDef) -> Option<crate::Loc> {
     }
 }
 
-fn check_types(m: &Module, f: &Function, id: InstId, subject: &str, diags: &mut Vec<Diagnostic>) {
+fn check_types(m: &Module, f: &Function, id: InstId, diags: &mut Vec<Diagnostic>) {
+    let subject = || inst_subject(f, id);
     let inst = f.inst(id);
     let tys: Vec<&crate::TensorType> = inst.operands.iter().map(|&o| f.ty(o)).collect();
     match infer(&inst.op, &tys, m) {
-        Err(msg) => diags.push(diag(f, inst.loc, subject, msg)),
+        Err(msg) => diags.push(diag(f, inst.loc, subject(), msg)),
         Ok(expected) => {
             if expected.len() != inst.results.len() {
                 diags.push(diag(
                     f,
                     inst.loc,
-                    subject,
+                    subject(),
                     format!(
                         "`{}` produces {} results but {} are bound",
                         inst.op.name(),
@@ -300,7 +298,7 @@ fn check_types(m: &Module, f: &Function, id: InstId, subject: &str, diags: &mut 
                     diags.push(diag(
                         f,
                         inst.loc,
-                        subject,
+                        subject(),
                         format!("{which}is annotated {declared} but `{}` gives {e}", inst.op.name()),
                     ));
                 }

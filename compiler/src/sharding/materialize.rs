@@ -273,7 +273,8 @@ pub fn materialize(
         let facts = g.facts(r);
         let (ty, name) = (f.ty(r).clone(), f.value(r).name.clone());
         let ops: Vec<ValueId> = inst.operands.iter().map(|o| map[o.index()]).collect();
-        let subject = weft_ir::verify::inst_subject(f, id);
+        // Formatted only when a reshard needs explaining.
+        let subject = || weft_ir::verify::inst_subject(f, id);
         let new = match rule.kind {
             RuleKind::Reshard => {
                 let s = target(facts);
@@ -283,7 +284,11 @@ pub fn materialize(
             RuleKind::Identity => {
                 let s = target(facts);
                 let why = || {
-                    format!("{subject} is an identity whose operand must already be {}", fmt_sharding(&s.to_ir(mesh)))
+                    format!(
+                        "{} is an identity whose operand must already be {}",
+                        subject(),
+                        fmt_sharding(&s.to_ir(mesh))
+                    )
                 };
                 let o = e.ensure(ops[0], &s, Some(id), &why);
                 finals[r.index()] = s.clone();
@@ -297,7 +302,8 @@ pub fn materialize(
                     let req = required(&rule.operands[i], &m, rule, mesh);
                     let why = || {
                         format!(
-                            "operand {i} of {subject} must be {} for its rule {rule}",
+                            "operand {i} of {} must be {} for its rule {rule}",
+                            subject(),
                             fmt_sharding(&req.to_ir(mesh))
                         )
                     };
@@ -314,7 +320,8 @@ pub fn materialize(
                     let tmp = e.emit(inst.op.clone(), new_ops, (ty.clone(), None), nat.clone(), inst.loc, r);
                     let why = || {
                         format!(
-                            "{subject} computes {} locally but the value is {}",
+                            "{} computes {} locally but the value is {}",
+                            subject(),
                             fmt_sharding(&nat.to_ir(mesh)),
                             fmt_sharding(&want.to_ir(mesh))
                         )
