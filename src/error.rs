@@ -9,6 +9,9 @@ pub enum Error {
     /// An error from the IR crate (parse, verify, interpret, tensor files).
     #[error(transparent)]
     Ir(#[from] weft_ir::IrError),
+    /// A checkpoint could not be saved or restored.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
