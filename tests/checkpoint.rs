@@ -32,7 +32,10 @@ fn every_dtype_round_trips_bitwise() {
         }
     }
     // Special values that must survive bit for bit.
-    tree.insert("special".into(), HostTensor::from_f32(&[4], vec![-0.0, f32::from_bits(0x7fc0_1234), f32::INFINITY, 1e-45]).unwrap());
+    tree.insert(
+        "special".into(),
+        HostTensor::from_f32(&[4], vec![-0.0, f32::from_bits(0x7fc0_1234), f32::INFINITY, 1e-45]).unwrap(),
+    );
     let mut m = open(dir.path());
     let info = m.save(42, &tree_state(&tree)).unwrap();
     assert_eq!(info.path, dir.path().join("step_00000042"));
@@ -102,7 +105,8 @@ fn temp_dirs_are_never_listed_and_leftovers_are_resolved() {
     assert_eq!(m.list_steps().unwrap(), vec![7]);
     let back = m.restore(None, &RestoreTarget::like_tree(&small_tree(7))).unwrap();
     assert_trees_bitwise_eq(&small_tree(7), &back.state.to_tree().unwrap());
-    let names: Vec<String> = std::fs::read_dir(root).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(root).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
 }
 

@@ -11,15 +11,8 @@ use weft::ir::TensorSharding;
 /// The shardings of the matrix, as per-dimension axis lists of a 2-D tensor:
 /// P(), P(('x','y')), P(('y','x')), P('x'), P('y'), and two that split the
 /// second dimension too.
-const SPECS: [[&[&str]; 2]; 7] = [
-    [&[], &[]],
-    [&["x", "y"], &[]],
-    [&["y", "x"], &[]],
-    [&["x"], &[]],
-    [&["y"], &[]],
-    [&[], &["x"]],
-    [&["x"], &["y"]],
-];
+const SPECS: [[&[&str]; 2]; 7] =
+    [[&[], &[]], [&["x", "y"], &[]], [&["y", "x"], &[]], [&["x"], &[]], [&["y"], &[]], [&[], &["x"]], [&["x"], &["y"]]];
 
 fn mesh_2x2() -> MeshSpec {
     MeshSpec::new(&[("x", 2), ("y", 2)])
@@ -56,7 +49,10 @@ fn every_saved_sharding_restores_under_every_target_sharding() {
         let back = m.restore(Some(step), &target(&mesh, None)).unwrap().state;
         for dev in 0..4 {
             let got = back.leaves["w"].device_shard(&mesh, dev).unwrap();
-            assert!(got.bitwise_eq(state.leaves["w"].device_shard(&mesh, dev).unwrap()), "saved {saved:?}, device {dev}");
+            assert!(
+                got.bitwise_eq(state.leaves["w"].device_shard(&mesh, dev).unwrap()),
+                "saved {saved:?}, device {dev}"
+            );
         }
         // Onto a single device.
         let single = m.restore(Some(step), &target(&MeshSpec::single(), Some(&[&[], &[]]))).unwrap().state;
@@ -107,7 +103,10 @@ fn another_mesh_without_a_target_sharding_is_a_topology_mismatch() {
     let err = m.restore(None, &target(&MeshSpec::single(), None)).unwrap_err();
     assert!(matches!(&err, CheckpointError::TopologyMismatch { step: 1, leaf, .. } if leaf == "w"), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("topology mismatch") && msg.contains("{x=2, y=2} (4 devices)") && msg.contains("(1 devices)"), "{msg}");
+    assert!(
+        msg.contains("topology mismatch") && msg.contains("{x=2, y=2} (4 devices)") && msg.contains("(1 devices)"),
+        "{msg}"
+    );
     // The other way round: saved on one device, restored onto four.
     m.save(2, &CheckpointState::from_tree([("w".to_string(), iota_2d(8, 4))].into())).unwrap();
     let err = m.restore(Some(2), &target(&mesh, None)).unwrap_err();

@@ -62,7 +62,9 @@ impl CrashHarness {
                     if let Some(mut s) = child.stderr.take() {
                         let _ = s.read_to_string(&mut err);
                     }
-                    return Err(format!("round {round}: the child exited by itself ({status}) before the kill:\n{err}"));
+                    return Err(format!(
+                        "round {round}: the child exited by itself ({status}) before the kill:\n{err}"
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(1).min(delay.saturating_sub(start.elapsed())));
             }

@@ -74,10 +74,7 @@ pub enum CheckpointError {
         message: String,
     },
     /// The checkpoint's leaves are not the leaves the restore target asks for.
-    #[error(
-        "step {step}: leaf set differs from the target: missing from the checkpoint [{}], not in the target [{}]",
-        .missing.join(", "), .unexpected.join(", ")
-    )]
+    #[error("step {step}: leaf set differs from the target: {}", leaf_set(.missing, .unexpected))]
     LeafSet {
         /// The step.
         step: u64,
@@ -153,6 +150,17 @@ pub enum CheckpointError {
         /// The panic message.
         message: String,
     },
+}
+
+fn leaf_set(missing: &[String], unexpected: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing from the checkpoint: {}", missing.join(", ")));
+    }
+    if !unexpected.is_empty() {
+        parts.push(format!("not in the target: {}", unexpected.join(", ")));
+    }
+    parts.join("; ")
 }
 
 /// Result with [`CheckpointError`].

@@ -63,7 +63,13 @@ impl CheckpointManager {
     /// leftovers of interrupted saves and deletions.
     pub fn open(root: impl Into<PathBuf>, options: CheckpointOptions) -> Result<CheckpointManager> {
         let root = root.into();
-        std::fs::create_dir_all(&root).map_err(io("create directory", &root))?;
+        if !root.is_dir() {
+            std::fs::create_dir_all(&root).map_err(io("create directory", &root))?;
+            // Make the new root itself durable.
+            if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fsutil::sync_dir(parent)?;
+            }
+        }
         let cleaned = fsutil::cleanup(&root)?;
         Ok(CheckpointManager { root, options, in_flight: None, cleaned })
     }

@@ -120,7 +120,10 @@ impl Manifest {
     /// the blocks of each leaf's sharding, and shard files that are listed.
     pub fn check(&self, step: u64) -> Result<(), String> {
         if self.format != FORMAT || self.version != VERSION {
-            return Err(format!("format {} version {} (this library reads {FORMAT} version {VERSION})", self.format, self.version));
+            return Err(format!(
+                "format {} version {} (this library reads {FORMAT} version {VERSION})",
+                self.format, self.version
+            ));
         }
         if self.step != step {
             return Err(format!("records step {} but is in the directory of step {step}", self.step));
@@ -143,7 +146,11 @@ impl Manifest {
             }
             let layout = BlockLayout::new(&mesh, &leaf.tensor_sharding(), &leaf.shape).map_err(ctx)?;
             if leaf.shards.len() != layout.num_blocks() {
-                return Err(ctx(format!("has {} shards, its sharding gives {} blocks", leaf.shards.len(), layout.num_blocks())));
+                return Err(ctx(format!(
+                    "has {} shards, its sharding gives {} blocks",
+                    leaf.shards.len(),
+                    layout.num_blocks()
+                )));
             }
             for (b, s) in leaf.shards.iter().enumerate() {
                 if s.offset != layout.block_offset(b) || s.shape != layout.block_shape() {

@@ -9,8 +9,8 @@
 //! - **Never lose work.** A step is written into a hidden temporary
 //!   directory, every file and the directory fsynced, and committed by one
 //!   rename; deletions (retention) rename first. A crash at any moment
-//!   leaves only complete steps visible ([`fsutil`](self) protocol, tested
-//!   by killing a writer process at random: [`crash`]). Async saves
+//!   leaves only complete steps visible (tested by killing a writer process
+//!   at random moments, with the reusable harness in [`crash`]). Async saves
 //!   ([`CheckpointManager::save_async`]) never drop an error.
 //! - **Never load wrong data.** Every file has its sha256 in the manifest
 //!   (the manifest has its own), every shard must be exactly the block its
@@ -23,6 +23,7 @@
 //! be restored onto another mesh or sharding (resharding on load). The
 //! format is specified in `specs/checkpoint.md`.
 
+mod bytes;
 pub mod crash;
 mod error;
 mod fsutil;

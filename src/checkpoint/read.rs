@@ -11,6 +11,7 @@
 //! These functions only read; they are safe to call while another process
 //! saves into the same root.
 
+use super::bytes::BlockBuf;
 use super::error::{io, CheckpointError, Result};
 use super::fsutil::{self, step_dir_name};
 use super::manifest::{hex, FileEntry, Manifest};
@@ -24,7 +25,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use weft_ir::tensor::HostTensor;
 use weft_ir::TensorType;
 
 /// The committed steps in `root`, ascending.
@@ -64,7 +64,13 @@ impl fmt::Display for LatestValid {
     /// `skipping step 300: ...` / `resuming from step 200`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for s in &self.skipped {
-            writeln!(f, "skipping step {}: {}", s.step, s.error)?;
+            let e = s.error.to_string();
+            // Most errors already start with "step N: ".
+            if e.starts_with(&format!("step {}:", s.step)) {
+                writeln!(f, "skipping {e}")?;
+            } else {
+                writeln!(f, "skipping step {}: {e}", s.step)?;
+            }
         }
         match self.step {
             Some(s) => write!(f, "resuming from step {s}"),
@@ -119,9 +125,12 @@ pub fn restore(root: &Path, step: Option<u64>, target: &RestoreTarget, threads: 
     let m = Manifest::read(&dir, step)?;
     let plans = plan_leaves(step, &m, target)?;
     let index: BTreeMap<&str, usize> = m.leaves.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
-    let buffers: Vec<Mutex<Vec<Vec<u8>>>> = plans
+    let buffers: Vec<Mutex<Vec<BlockBuf>>> = plans
         .iter()
-        .map(|p| Mutex::new(vec![vec![0u8; TensorType::new(p.ty.dtype, p.layout.block_shape()).size_bytes()]; p.layout.num_blocks()]))
+        .map(|p| {
+            let block_ty = TensorType::new(p.ty.dtype, p.layout.block_shape());
+            Mutex::new((0..p.layout.num_blocks()).map(|_| BlockBuf::new(&block_ty)).collect())
+        })
         .collect();
     let next = AtomicUsize::new(0);
     let first_error = Mutex::new(None);
@@ -140,7 +149,8 @@ pub fn restore(root: &Path, step: Option<u64>, target: &RestoreTarget, threads: 
                         let mut out = buffers[index[leaf]].lock().unwrap();
                         let bs = p.layout.block_shape();
                         for (b, buf) in out.iter_mut().enumerate() {
-                            copy_region(data, &shard.shape, &shard.offset, buf, &bs, &p.layout.block_offset(b), elem);
+                            let dst = buf.bytes_mut();
+                            copy_region(data, &shard.shape, &shard.offset, dst, &bs, &p.layout.block_offset(b), elem);
                         }
                     })
                 });
@@ -155,19 +165,15 @@ pub fn restore(root: &Path, step: Option<u64>, target: &RestoreTarget, threads: 
     }
     let mut state = CheckpointState::new(target.mesh.clone());
     for ((p, bufs), entry) in plans.into_iter().zip(buffers).zip(&m.leaves) {
-        let block_ty = TensorType::new(p.ty.dtype, p.layout.block_shape());
-        let tensors = bufs
-            .into_inner()
-            .unwrap()
-            .iter()
-            .map(|b| HostTensor::from_bytes_le(&block_ty, b))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| CheckpointError::Corrupt {
-                step,
-                file: dir.join(&entry.shards[0].file),
-                leaves: vec![entry.name.clone()],
-                message: e.to_string(),
-            })?;
+        let tensors =
+            bufs.into_inner().unwrap().into_iter().map(BlockBuf::finish).collect::<Result<Vec<_>, _>>().map_err(
+                |e| CheckpointError::Corrupt {
+                    step,
+                    file: dir.join(&entry.shards[0].file),
+                    leaves: vec![entry.name.clone()],
+                    message: e.to_string(),
+                },
+            )?;
         let leaf = if p.layout.is_replicated() {
             LeafData::Global(tensors.into_iter().next().expect("one block"))
         } else {
@@ -247,11 +253,23 @@ fn read_verified(dir: &Path, step: u64, m: &Manifest, f: &FileEntry) -> Result<V
     };
     if bytes.len() as u64 != f.bytes {
         let what = if (bytes.len() as u64) < f.bytes { "truncated" } else { "too long" };
-        return Err(corrupt(dir, step, m, &f.name, format!("{what}: {} bytes, the manifest says {}", bytes.len(), f.bytes)));
+        return Err(corrupt(
+            dir,
+            step,
+            m,
+            &f.name,
+            format!("{what}: {} bytes, the manifest says {}", bytes.len(), f.bytes),
+        ));
     }
     let got = hex(&Sha256::digest(&bytes));
     if got != f.sha256 {
-        return Err(corrupt(dir, step, m, &f.name, format!("sha256 mismatch: file has {got}, manifest says {}", f.sha256)));
+        return Err(corrupt(
+            dir,
+            step,
+            m,
+            &f.name,
+            format!("sha256 mismatch: file has {got}, manifest says {}", f.sha256),
+        ));
     }
     Ok(bytes)
 }

@@ -61,7 +61,13 @@ pub fn copy_region(
     for _ in 0..rows {
         let (mut s, mut t) = (0, 0);
         for d in 0..rank {
-            let i = if d < inner { idx[d] + lo[d] } else if d == inner { lo[d] } else { 0 };
+            let i = if d < inner {
+                idx[d] + lo[d]
+            } else if d == inner {
+                lo[d]
+            } else {
+                0
+            };
             s += (i - if d <= inner { src_offset[d] } else { 0 }) * ss[d];
             t += (i - if d <= inner { dst_offset[d] } else { 0 }) * ds[d];
         }

@@ -201,4 +201,3 @@ impl RestoreTarget {
         self.leaves.insert(name.into(), TargetLeaf { ty, sharding });
     }
 }
-

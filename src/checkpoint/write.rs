@@ -6,18 +6,22 @@
 //! written once) and the file it goes to; the result can own copies of
 //! exactly those tensors ([`Snapshot::into_owned`], the device-to-host copy
 //! of a real run). [`write`] then encodes the files as safetensors, hashes,
-//! writes and fsyncs them in a temporary directory, writes the manifest and
+//! writes and fsyncs them (in parallel) in a temporary directory, writes the manifest and
 //! commits the directory with one rename ([`super::fsutil::commit`]).
 
+use super::bytes::tensor_bytes;
+use super::error::io;
 use super::error::{CheckpointError, Result};
 use super::fsutil;
 use super::manifest::{hex, FileEntry, LeafEntry, Manifest, ShardEntry, FORMAT, VERSION};
 use super::mesh::BlockLayout;
 use super::state::{CheckpointState, LeafData};
-use safetensors::tensor::{Dtype, View};
+use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -84,14 +88,13 @@ pub(crate) fn prepare(step: u64, state: &CheckpointState, max_file_bytes: u64) -
             return Err(invalid(name, "leaf names must be non-empty, without `@`, and not `__metadata__`".into()));
         }
         let (ty, sharding) = (leaf.ty(), leaf.sharding());
-        let layout = BlockLayout::new(mesh, &sharding, &ty.shape).map_err(|message| {
-            CheckpointError::InvalidSharding {
+        let layout =
+            BlockLayout::new(mesh, &sharding, &ty.shape).map_err(|message| CheckpointError::InvalidSharding {
                 leaf: name.clone(),
                 sharding: sharding.to_string(),
                 mesh: mesh.to_string(),
                 message,
-            }
-        })?;
+            })?;
         let blocks = pick_blocks(leaf, &layout, mesh.num_devices()).map_err(|m| invalid(name, m))?;
         let block_ty = TensorType::new(ty.dtype, layout.block_shape());
         let mut shards = Vec::with_capacity(blocks.len());
@@ -123,20 +126,18 @@ pub(crate) fn prepare(step: u64, state: &CheckpointState, max_file_bytes: u64) -
             shards,
         });
     }
-    let manifest = Manifest {
-        format: FORMAT.into(),
-        version: VERSION,
-        step,
-        mesh: mesh.axes.clone(),
-        leaves,
-        files: Vec::new(),
-    };
+    let manifest =
+        Manifest { format: FORMAT.into(), version: VERSION, step, mesh: mesh.axes.clone(), leaves, files: Vec::new() };
     Ok(Snapshot { step, manifest, files: files.into_values().collect() })
 }
 
 /// For every block of the leaf, the device it is taken from and its data:
 /// the lowest given device holding the block.
-fn pick_blocks<'a>(leaf: &'a LeafData, layout: &BlockLayout, devices: usize) -> Result<Vec<(usize, &'a HostTensor)>, String> {
+fn pick_blocks<'a>(
+    leaf: &'a LeafData,
+    layout: &BlockLayout,
+    devices: usize,
+) -> Result<Vec<(usize, &'a HostTensor)>, String> {
     let s = match leaf {
         LeafData::Global(t) => return Ok(vec![(0, t)]),
         LeafData::Sharded(s) => s,
@@ -152,7 +153,9 @@ fn pick_blocks<'a>(leaf: &'a LeafData, layout: &BlockLayout, devices: usize) -> 
     chosen
         .into_iter()
         .enumerate()
-        .map(|(b, c)| c.ok_or_else(|| format!("no shard given for block {b} (held by device {} and its replicas)", owners[b])))
+        .map(|(b, c)| {
+            c.ok_or_else(|| format!("no shard given for block {b} (held by device {} and its replicas)", owners[b]))
+        })
         .collect()
 }
 
@@ -193,38 +196,52 @@ pub(crate) fn write(root: &Path, snap: &Snapshot<'_>, threads: usize) -> Result<
     Ok(CommitInfo { step: snap.step, path, bytes, files: snap.files.len(), deleted: Vec::new() })
 }
 
-/// Encodes, hashes, writes and fsyncs one shard file.
+/// Writes one shard file as safetensors, hashing as it goes, and fsyncs
+/// it. The header is the `safetensors` crate's own [`Metadata`]; the data
+/// is streamed from the tensors' memory ([`tensor_bytes`]) instead of being
+/// assembled into one more buffer first. As the crate does, tensors are
+/// ordered by decreasing element size, so every tensor's data is aligned.
 fn write_file(dir: &Path, plan: &FilePlan<'_>, step: u64) -> Result<FileEntry> {
     let path = dir.join(&plan.name);
+    let mut order: Vec<&(String, Cow<'_, HostTensor>)> = plan.tensors.iter().collect();
+    order.sort_by(|(a, x), (b, y)| y.dtype().size_bytes().cmp(&x.dtype().size_bytes()).then(a.cmp(b)));
+    let mut infos = Vec::with_capacity(order.len());
+    let mut offset = 0;
+    for (name, t) in &order {
+        let len = t.len() * t.dtype().size_bytes();
+        let info = TensorInfo {
+            dtype: to_safetensors(t.dtype()),
+            shape: t.shape().to_vec(),
+            data_offsets: (offset, offset + len),
+        };
+        infos.push((name.clone(), info));
+        offset += len;
+    }
     let meta: HashMap<String, String> =
         [("format".to_string(), FORMAT.to_string()), ("step".to_string(), step.to_string())].into();
-    let views = plan.tensors.iter().map(|(n, t)| (n.as_str(), LeView(t)));
-    let bytes = safetensors::tensor::serialize(views, Some(meta)).map_err(|e| CheckpointError::InvalidState {
+    let header = Metadata::new(Some(meta), infos).map_err(|e| CheckpointError::InvalidState {
         step,
-        leaf: plan.tensors.first().map(|(n, _)| n.clone()).unwrap_or_default(),
+        leaf: order.first().map(|(n, _)| n.clone()).unwrap_or_default(),
         message: format!("cannot encode {}: {e}", plan.name),
     })?;
-    let sha256 = hex(&Sha256::digest(&bytes));
-    fsutil::write_synced(&path, &bytes)?;
-    Ok(FileEntry { name: plan.name.clone(), bytes: bytes.len() as u64, sha256 })
-}
+    let mut header = serde_json::to_vec(&header).expect("safetensors metadata serializes");
+    header.resize(header.len().next_multiple_of(8), b' ');
 
-/// A host tensor as a safetensors view (little-endian bytes, made on demand).
-struct LeView<'a>(&'a HostTensor);
-
-impl View for LeView<'_> {
-    fn dtype(&self) -> Dtype {
-        to_safetensors(self.0.dtype())
+    let mut file = File::options().write(true).create_new(true).open(&path).map_err(io("create", &path))?;
+    let mut sha = Sha256::new();
+    let mut bytes = 0u64;
+    let mut put = |data: &[u8]| -> Result<()> {
+        sha.update(data);
+        bytes += data.len() as u64;
+        file.write_all(data).map_err(io("write", &path))
+    };
+    put(&(header.len() as u64).to_le_bytes())?;
+    put(&header)?;
+    for (_, t) in &order {
+        put(&tensor_bytes(t))?;
     }
-    fn shape(&self) -> &[usize] {
-        self.0.shape()
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Owned(self.0.to_bytes_le())
-    }
-    fn data_len(&self) -> usize {
-        self.0.len() * self.0.dtype().size_bytes()
-    }
+    file.sync_all().map_err(io("fsync", &path))?;
+    Ok(FileEntry { name: plan.name.clone(), bytes, sha256: hex(&sha.finalize()) })
 }
 
 /// The safetensors dtype of a weft dtype.
