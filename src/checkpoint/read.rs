@@ -16,6 +16,7 @@ use super::error::{io, CheckpointError, Result};
 use super::fsutil::{self, step_dir_name};
 use super::manifest::{hex, FileEntry, Manifest};
 use super::mesh::{BlockLayout, MeshSpec};
+use super::par::run_jobs;
 use super::region::copy_region;
 use super::state::{CheckpointState, LeafData, RestoreTarget, ShardedLeaf};
 use safetensors::SafeTensors;
@@ -23,7 +24,6 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use weft_ir::TensorType;
 
@@ -132,37 +132,18 @@ pub fn restore(root: &Path, step: Option<u64>, target: &RestoreTarget, threads: 
             Mutex::new((0..p.layout.num_blocks()).map(|_| BlockBuf::new(&block_ty)).collect())
         })
         .collect();
-    let next = AtomicUsize::new(0);
-    let first_error = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, m.files.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= m.files.len() || first_error.lock().unwrap().is_some() {
-                    return;
-                }
-                let f = &m.files[i];
-                let r = read_verified(&dir, step, &m, f).and_then(|bytes| {
-                    check_tensors(&dir, step, &m, f, &bytes, |leaf, shard, data| {
-                        let p = &plans[index[leaf]];
-                        let elem = p.ty.dtype.size_bytes();
-                        let mut out = buffers[index[leaf]].lock().unwrap();
-                        let bs = p.layout.block_shape();
-                        for (b, buf) in out.iter_mut().enumerate() {
-                            let dst = buf.bytes_mut();
-                            copy_region(data, &shard.shape, &shard.offset, dst, &bs, &p.layout.block_offset(b), elem);
-                        }
-                    })
-                });
-                if let Err(e) = r {
-                    first_error.lock().unwrap().get_or_insert(e);
-                }
-            });
-        }
-    });
-    if let Some(e) = first_error.into_inner().unwrap() {
-        return Err(e);
-    }
+    run_jobs(m.files.len(), threads, |i| {
+        let f = &m.files[i];
+        let bytes = read_verified(&dir, step, &m, f)?;
+        check_tensors(&dir, step, &m, f, &bytes, |leaf, shard, data| {
+            let p = &plans[index[leaf]];
+            let (bs, elem) = (p.layout.block_shape(), p.ty.dtype.size_bytes());
+            let mut out = buffers[index[leaf]].lock().unwrap();
+            for (b, buf) in out.iter_mut().enumerate() {
+                copy_region(data, &shard.shape, &shard.offset, buf.bytes_mut(), &bs, &p.layout.block_offset(b), elem);
+            }
+        })
+    })?;
     let mut state = CheckpointState::new(target.mesh.clone());
     for ((p, bufs), entry) in plans.into_iter().zip(buffers).zip(&m.leaves) {
         let tensors =

@@ -89,7 +89,15 @@ impl LeafData {
                 return Err(format!("block {block} is {}, expected {block_ty}", t.ty()));
             }
             let offset = layout.block_offset(block);
-            copy_region(&t.to_bytes_le(), t.shape(), &offset, &mut out, &s.ty.shape, &vec![0; offset.len()], elem);
+            copy_region(
+                &super::bytes::tensor_bytes(t),
+                t.shape(),
+                &offset,
+                &mut out,
+                &s.ty.shape,
+                &vec![0; offset.len()],
+                elem,
+            );
         }
         HostTensor::from_bytes_le(&s.ty, &out).map_err(|e| e.to_string())
     }

@@ -15,6 +15,7 @@ use super::error::{CheckpointError, Result};
 use super::fsutil;
 use super::manifest::{hex, FileEntry, LeafEntry, Manifest, ShardEntry, FORMAT, VERSION};
 use super::mesh::BlockLayout;
+use super::par::run_jobs;
 use super::state::{CheckpointState, LeafData};
 use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 use sha2::{Digest, Sha256};
@@ -23,8 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, TensorType};
 
@@ -163,31 +162,15 @@ fn pick_blocks<'a>(
 /// using up to `threads` threads for the shard files.
 pub(crate) fn write(root: &Path, snap: &Snapshot<'_>, threads: usize) -> Result<CommitInfo> {
     let tmp = fsutil::create_temp_dir(root, snap.step)?;
-    let entries = Mutex::new(Vec::with_capacity(snap.files.len()));
-    let next = AtomicUsize::new(0);
-    let first_error = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, snap.files.len().max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= snap.files.len() || first_error.lock().unwrap().is_some() {
-                    return;
-                }
-                match write_file(&tmp, &snap.files[i], snap.step) {
-                    Ok(e) => entries.lock().unwrap().push(e),
-                    Err(e) => {
-                        first_error.lock().unwrap().get_or_insert(e);
-                    }
-                }
-            });
+    let files = run_jobs(snap.files.len(), threads, |i| write_file(&tmp, &snap.files[i], snap.step));
+    let mut files = match files {
+        Ok(files) => files,
+        Err(e) => {
+            // Best effort: the directory is hidden and cleanup removes it anyway.
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
         }
-    });
-    if let Some(e) = first_error.into_inner().unwrap() {
-        // Best effort: the directory is hidden and cleanup removes it anyway.
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    let mut files: Vec<FileEntry> = entries.into_inner().unwrap();
+    };
     files.sort_by(|a, b| a.name.cmp(&b.name));
     let bytes = files.iter().map(|f| f.bytes).sum();
     let manifest = Manifest { files, ..snap.manifest.clone() };
