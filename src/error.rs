@@ -12,6 +12,9 @@ pub enum Error {
     /// An error from the compiler (sharding, autodiff, partitioning).
     #[error(transparent)]
     Compiler(#[from] weft_compiler::CompilerError),
+    /// A checkpoint could not be saved or restored.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

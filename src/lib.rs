@@ -4,6 +4,7 @@
 //! hosts the `weft` command-line tool's implementation ([`cli`]).
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod cli;
 pub mod diagnostics;
 pub mod error;

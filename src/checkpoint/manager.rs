@@ -1,0 +1,191 @@
+//! The checkpoint manager: saves (sync or in the background), retention,
+//! and the reading functions bound to one root directory.
+//!
+//! A training loop should not wait for the disk, so [`CheckpointManager::save_async`]
+//! copies the leaves it needs and returns; a background thread writes and
+//! commits. Only one save is in flight: the next save waits for it first.
+//! Its result is never lost: an error surfaces at the next save, at
+//! [`CheckpointManager::wait`], at [`CheckpointManager::finish`], or (if
+//! never collected) as a panic when the manager is dropped.
+//!
+//! One manager (one process) writes to a root at a time: opening a manager
+//! removes leftovers of interrupted saves, which would break a concurrent
+//! writer's save (never a committed step).
+
+use super::error::{io, CheckpointError, Result};
+use super::fsutil;
+use super::manifest::Manifest;
+use super::read::{self, LatestValid, Restored};
+use super::retention::Retention;
+use super::state::{CheckpointState, RestoreTarget};
+use super::write::{self, CommitInfo, Snapshot};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+/// How a manager saves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointOptions {
+    /// Which old steps to delete after each save.
+    pub retention: Retention,
+    /// Shard files are cut at about this size (a block larger than it gets
+    /// a file of its own); bounds the memory a save needs per file.
+    pub max_file_bytes: u64,
+    /// Threads used to write or read shard files.
+    pub threads: usize,
+}
+
+impl Default for CheckpointOptions {
+    /// Keep everything, 128 MiB files, one thread per core.
+    fn default() -> Self {
+        CheckpointOptions {
+            retention: Retention::keep_all(),
+            max_file_bytes: 128 << 20,
+            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        }
+    }
+}
+
+struct InFlight {
+    step: u64,
+    handle: JoinHandle<Result<CommitInfo>>,
+}
+
+/// Saves and restores the checkpoints of one root directory.
+pub struct CheckpointManager {
+    root: PathBuf,
+    options: CheckpointOptions,
+    in_flight: Option<InFlight>,
+    cleaned: Vec<PathBuf>,
+}
+
+impl CheckpointManager {
+    /// Opens (creating it if needed) the checkpoint root and cleans up
+    /// leftovers of interrupted saves and deletions.
+    pub fn open(root: impl Into<PathBuf>, options: CheckpointOptions) -> Result<CheckpointManager> {
+        let root = root.into();
+        if !root.is_dir() {
+            std::fs::create_dir_all(&root).map_err(io("create directory", &root))?;
+            // Make the new root itself durable.
+            if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fsutil::sync_dir(parent)?;
+            }
+        }
+        let cleaned = fsutil::cleanup(&root)?;
+        Ok(CheckpointManager { root, options, in_flight: None, cleaned })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The leftovers [`CheckpointManager::open`] removed (or, for a replaced
+    /// step whose replacement never committed, restored).
+    pub fn cleaned(&self) -> &[PathBuf] {
+        &self.cleaned
+    }
+
+    /// The step of the save in flight, if any.
+    pub fn in_flight(&self) -> Option<u64> {
+        self.in_flight.as_ref().map(|f| f.step)
+    }
+
+    /// Saves `state` as `step` and returns when it is committed (after
+    /// waiting for a save in flight, whose error it returns instead).
+    /// Saving a step that exists replaces it atomically.
+    pub fn save(&mut self, step: u64, state: &CheckpointState) -> Result<CommitInfo> {
+        self.wait()?;
+        let snap = write::prepare(step, state, self.options.max_file_bytes)?;
+        commit_and_retain(&self.root, &self.options, &snap)
+    }
+
+    /// Starts saving `state` as `step` in the background and returns once
+    /// the needed leaves are copied. Waits for a save in flight first and
+    /// returns its commit (or, if it failed, its error, without starting
+    /// this save). Invalid input (see [`CheckpointError::InvalidState`]) is
+    /// reported here, before anything is copied.
+    pub fn save_async(&mut self, step: u64, state: &CheckpointState) -> Result<Option<CommitInfo>> {
+        let previous = self.wait()?;
+        let snap = write::prepare(step, state, self.options.max_file_bytes)?.into_owned();
+        let (root, options) = (self.root.clone(), self.options.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("checkpoint-step-{step}"))
+            .spawn(move || commit_and_retain(&root, &options, &snap))
+            .map_err(io("spawn writer thread for", &self.root))?;
+        self.in_flight = Some(InFlight { step, handle });
+        Ok(previous)
+    }
+
+    /// Waits for the save in flight, if any, and returns its commit or error.
+    pub fn wait(&mut self) -> Result<Option<CommitInfo>> {
+        let Some(InFlight { step, handle }) = self.in_flight.take() else { return Ok(None) };
+        match handle.join() {
+            Ok(Ok(info)) => Ok(Some(info)),
+            Ok(Err(e)) => Err(CheckpointError::AsyncSave { step, source: Box::new(e) }),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(CheckpointError::WriterPanicked { step, message })
+            }
+        }
+    }
+
+    /// Waits for the save in flight and closes the manager.
+    pub fn finish(mut self) -> Result<Option<CommitInfo>> {
+        self.wait()
+    }
+
+    /// The committed steps, ascending.
+    pub fn list_steps(&self) -> Result<Vec<u64>> {
+        read::list_steps(&self.root)
+    }
+
+    /// The newest committed step, if any (not validated).
+    pub fn latest_step(&self) -> Result<Option<u64>> {
+        Ok(self.list_steps()?.last().copied())
+    }
+
+    /// The newest step that fully validates, and the newer ones skipped.
+    pub fn latest_valid_step(&self) -> Result<LatestValid> {
+        read::latest_valid_step(&self.root)
+    }
+
+    /// Fully validates a committed step; returns its manifest.
+    pub fn validate(&self, step: u64) -> Result<Manifest> {
+        read::validate_step(&self.root, step)
+    }
+
+    /// Restores `step` (the newest committed if `None`) onto `target`; see
+    /// [`read::restore`]. A save in flight is not waited for.
+    pub fn restore(&self, step: Option<u64>, target: &RestoreTarget) -> Result<Restored> {
+        read::restore(&self.root, step, target, self.options.threads)
+    }
+}
+
+impl Drop for CheckpointManager {
+    /// Waits for a save in flight. An error nobody collected panics (or,
+    /// while already panicking, is printed): it is never silently lost.
+    fn drop(&mut self) {
+        if let Err(e) = self.wait() {
+            if std::thread::panicking() {
+                eprintln!("checkpoint: {e}");
+            } else {
+                panic!("checkpoint: {e} (call wait() or finish() to handle save errors)");
+            }
+        }
+    }
+}
+
+/// Writes and commits a snapshot, then applies the retention policy.
+fn commit_and_retain(root: &Path, options: &CheckpointOptions, snap: &Snapshot<'_>) -> Result<CommitInfo> {
+    let mut info = write::write(root, snap, options.threads)?;
+    let committed = fsutil::list_steps(root)?;
+    for step in options.retention.to_delete(&committed, snap.step) {
+        fsutil::delete_step(root, step)?;
+        info.deleted.push(step);
+    }
+    Ok(info)
+}

@@ -1,0 +1,251 @@
+//! Device meshes and the block math of sharded tensors.
+//!
+//! A checkpoint has to know which piece of a global tensor each device
+//! holds, both to write every distinct piece exactly once (replicas are
+//! deduplicated) and to cut different pieces out on restore (resharding).
+//! The rule is the SPMD partitioner's: a dimension split over mesh axes
+//! `[a, b]` (major to minor) is cut into `size(a) * size(b)` equal blocks,
+//! and the device at mesh coordinates `(.., ia, .., ib, ..)` holds block
+//! `ia * size(b) + ib` of it; axes that split no dimension replicate.
+//! Devices are numbered row-major over the mesh axes in order.
+//!
+//! This module is self-contained (its own [`MeshSpec`]) so the checkpoint
+//! format does not depend on the compiler's mesh type.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use weft_ir::TensorSharding;
+
+/// A logical device mesh: named axes with sizes, major to minor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct MeshSpec {
+    /// `(name, size)` per axis, major to minor. No axes: a single device.
+    pub axes: Vec<(String, usize)>,
+}
+
+impl MeshSpec {
+    /// A mesh from `(name, size)` pairs, major to minor.
+    pub fn new(axes: &[(&str, usize)]) -> MeshSpec {
+        MeshSpec { axes: axes.iter().map(|(n, s)| (n.to_string(), *s)).collect() }
+    }
+
+    /// The mesh of one device (no axes).
+    pub fn single() -> MeshSpec {
+        MeshSpec::default()
+    }
+
+    /// Number of devices (the product of the axis sizes; 1 with no axes).
+    pub fn num_devices(&self) -> usize {
+        self.axes.iter().map(|(_, s)| s).product()
+    }
+
+    /// The position of axis `name`, if the mesh has it.
+    pub fn axis_index(&self, name: &str) -> Option<usize> {
+        self.axes.iter().position(|(n, _)| n == name)
+    }
+
+    /// The coordinates of `device` (row-major over the axes). Panics if the
+    /// device is outside the mesh.
+    pub fn coords(&self, device: usize) -> Vec<usize> {
+        assert!(device < self.num_devices(), "device {device} outside mesh {self}");
+        let mut rest = device;
+        let mut out = vec![0; self.axes.len()];
+        for (i, (_, size)) in self.axes.iter().enumerate().rev() {
+            out[i] = rest % size;
+            rest /= size;
+        }
+        out
+    }
+
+    /// Checks that the mesh itself is well formed: axis sizes at least 1,
+    /// names unique and non-empty.
+    pub fn check(&self) -> Result<(), String> {
+        for (i, (name, size)) in self.axes.iter().enumerate() {
+            if name.is_empty() || *size == 0 {
+                return Err(format!("mesh {self}: axis {i} must have a name and a size >= 1"));
+            }
+            if self.axes[..i].iter().any(|(n, _)| n == name) {
+                return Err(format!("mesh {self}: axis `{name}` appears twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for MeshSpec {
+    /// `{x=2, y=2}`; `{}` for a single device.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        for (i, (n, s)) in self.axes.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{n}={s}")?;
+        }
+        f.write_str("}")
+    }
+}
+
+/// How a tensor of one global shape is cut into blocks on a mesh under one
+/// sharding. Blocks are numbered row-major over the per-dimension block
+/// indices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockLayout {
+    /// The global shape.
+    pub shape: Vec<usize>,
+    /// Per dimension: the mesh-axis positions splitting it, major to minor.
+    split: Vec<Vec<usize>>,
+    /// Per dimension: the number of blocks.
+    blocks: Vec<usize>,
+    /// Axis sizes of the mesh.
+    mesh_sizes: Vec<usize>,
+}
+
+impl BlockLayout {
+    /// The layout of `shape` under `sharding` on `mesh`. Fails (with a
+    /// message) if the sharding's rank differs from the shape's, names an
+    /// unknown axis or one axis twice, has unreduced axes, or a dimension is
+    /// not divisible by its number of blocks. Open dimensions are treated as
+    /// closed: a checkpoint stores what the devices hold.
+    pub fn new(mesh: &MeshSpec, sharding: &TensorSharding, shape: &[usize]) -> Result<BlockLayout, String> {
+        mesh.check()?;
+        if sharding.rank() != shape.len() {
+            return Err(format!("has {} dimensions but the tensor has rank {}", sharding.rank(), shape.len()));
+        }
+        if !sharding.unreduced.is_empty() {
+            return Err("unreduced (partial-sum) values cannot be checkpointed; reduce them first".into());
+        }
+        let mut used: Vec<&str> = Vec::new();
+        let mut split = Vec::with_capacity(shape.len());
+        let mut blocks = Vec::with_capacity(shape.len());
+        for (d, dim) in sharding.dims.iter().enumerate() {
+            let mut axes = Vec::new();
+            for a in &dim.axes {
+                let i = mesh.axis_index(a).ok_or_else(|| format!("axis `{a}` (dimension {d}) is not a mesh axis"))?;
+                if used.contains(&a.as_str()) {
+                    return Err(format!("axis `{a}` is used twice"));
+                }
+                used.push(a);
+                axes.push(i);
+            }
+            let n: usize = axes.iter().map(|&i| mesh.axes[i].1).product();
+            if shape[d] % n != 0 {
+                return Err(format!("dimension {d} of size {} is not divisible into {n} blocks", shape[d]));
+            }
+            split.push(axes);
+            blocks.push(n);
+        }
+        Ok(BlockLayout {
+            shape: shape.to_vec(),
+            split,
+            blocks,
+            mesh_sizes: mesh.axes.iter().map(|(_, s)| *s).collect(),
+        })
+    }
+
+    /// The shape of every block.
+    pub fn block_shape(&self) -> Vec<usize> {
+        self.shape.iter().zip(&self.blocks).map(|(s, b)| s / b).collect()
+    }
+
+    /// The number of distinct blocks.
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.iter().product()
+    }
+
+    /// True if there is one block: every device holds the whole tensor.
+    pub fn is_replicated(&self) -> bool {
+        self.num_blocks() == 1
+    }
+
+    /// The block `device` holds.
+    pub fn block_of(&self, device: usize) -> usize {
+        let coords = MeshSpec { axes: self.mesh_sizes.iter().map(|&s| (String::new(), s)).collect() }.coords(device);
+        let mut block = 0;
+        for (d, axes) in self.split.iter().enumerate() {
+            let mut idx = 0;
+            for &a in axes {
+                idx = idx * self.mesh_sizes[a] + coords[a];
+            }
+            block = block * self.blocks[d] + idx;
+        }
+        block
+    }
+
+    /// The offset of `block` in the global tensor.
+    pub fn block_offset(&self, block: usize) -> Vec<usize> {
+        let bs = self.block_shape();
+        let mut rest = block;
+        let mut out = vec![0; self.shape.len()];
+        for d in (0..self.shape.len()).rev() {
+            out[d] = (rest % self.blocks[d]) * bs[d];
+            rest /= self.blocks[d];
+        }
+        out
+    }
+
+    /// For every block, the lowest-numbered device holding it: the devices
+    /// whose shards a save needs (each distinct block written once).
+    pub fn owners(&self) -> Vec<usize> {
+        let devices: usize = self.mesh_sizes.iter().product();
+        let mut owner = vec![usize::MAX; self.num_blocks()];
+        for dev in 0..devices {
+            let b = self.block_of(dev);
+            if owner[b] == usize::MAX {
+                owner[b] = dev;
+            }
+        }
+        owner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(s: &[&[&str]], shape: &[usize]) -> BlockLayout {
+        BlockLayout::new(&MeshSpec::new(&[("x", 2), ("y", 2)]), &TensorSharding::new(s), shape).unwrap()
+    }
+
+    #[test]
+    fn coords_are_row_major() {
+        let m = MeshSpec::new(&[("x", 2), ("y", 3)]);
+        assert_eq!(m.num_devices(), 6);
+        assert_eq!(m.coords(4), vec![1, 1]);
+        assert_eq!(m.to_string(), "{x=2, y=3}");
+        assert_eq!(MeshSpec::single().num_devices(), 1);
+    }
+
+    #[test]
+    fn block_indices_follow_axis_order() {
+        // dim 0 over (x, y): device (ix, iy) holds block ix*2+iy.
+        let l = layout(&[&["x", "y"], &[]], &[8, 4]);
+        assert_eq!((0..4).map(|d| l.block_of(d)).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        // dim 0 over (y, x): block iy*2+ix; device 1 = (0,1) holds block 2.
+        let l = layout(&[&["y", "x"], &[]], &[8, 4]);
+        assert_eq!((0..4).map(|d| l.block_of(d)).collect::<Vec<_>>(), vec![0, 2, 1, 3]);
+        assert_eq!(l.block_offset(2), vec![4, 0]);
+        assert_eq!(l.block_shape(), vec![2, 4]);
+    }
+
+    #[test]
+    fn replicas_share_blocks_and_owners_are_lowest() {
+        let l = layout(&[&["y"], &[]], &[8, 4]);
+        assert_eq!((0..4).map(|d| l.block_of(d)).collect::<Vec<_>>(), vec![0, 1, 0, 1]);
+        assert_eq!(l.owners(), vec![0, 1]);
+        let l = layout(&[&[], &["x"]], &[8, 4]);
+        assert_eq!(l.owners(), vec![0, 2]);
+        assert_eq!(l.block_offset(1), vec![0, 2]);
+        assert!(layout(&[&[], &[]], &[8, 4]).is_replicated());
+    }
+
+    #[test]
+    fn bad_shardings_are_rejected() {
+        let m = MeshSpec::new(&[("x", 2), ("y", 2)]);
+        let bad = |s: &[&[&str]], shape: &[usize]| BlockLayout::new(&m, &TensorSharding::new(s), shape).unwrap_err();
+        assert!(bad(&[&["z"], &[]], &[8, 4]).contains("`z`"));
+        assert!(bad(&[&["x"], &["x"]], &[8, 4]).contains("twice"));
+        assert!(bad(&[&["x", "y"]], &[6]).contains("divisible"));
+        assert!(bad(&[&["x"]], &[6, 2]).contains("rank"));
+    }
+}
