@@ -28,13 +28,13 @@
 //! Unknown keys are errors (a typo never silently does nothing).
 
 use crate::models::{gpt::GptConfig, mlp::MlpConfig};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use weft_compiler::train::{Optimizer, Schedule, TrainConfig};
 use weft_ir::DType;
 
 /// A whole run.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
     /// Number of training steps (the run stops when `step` reaches it).
@@ -65,7 +65,7 @@ pub struct RunConfig {
 }
 
 /// The model and its sizes.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum ModelConfig {
     /// The residual MLP.
@@ -141,7 +141,7 @@ fn d_heads() -> usize {
 }
 
 /// Optimizer, schedule and clipping.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizerConfig {
     /// `sgd` or `adamw`.
@@ -203,7 +203,7 @@ impl Default for OptimizerConfig {
 }
 
 /// Checkpointing.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointConfig {
     /// Directory of the checkpoints.

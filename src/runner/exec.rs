@@ -1,34 +1,62 @@
-//! Executors: how one training step runs.
+//! Executors: where training steps run. An executor holds the training
+//! state between steps (on devices, for device backends), so a step moves
+//! only the batch in and the metrics out; the state comes back to the host
+//! only when checkpointed.
 
+use crate::checkpoint::CheckpointState;
 use crate::error::Result;
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::interp::Interpreter;
 
 /// Runs training steps on some backend and mesh.
 pub trait Executor {
-    /// One step: the new state and the metrics.
-    fn step(&mut self, step: &TrainStep, state: &Tree, batch: &Tree) -> Result<(Tree, Metrics)>;
-    /// A line describing where it runs (printed at start and in the manifest).
+    /// Places a (global) state on the devices.
+    fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()>;
+    /// Runs one step on the loaded state; returns the metrics.
+    fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics>;
+    /// The current state as a checkpoint: per-device shards where the state
+    /// is sharded (each distinct block once), global tensors otherwise.
+    fn checkpoint_state(&self, step: &TrainStep) -> Result<CheckpointState>;
+    /// The current state as global tensors.
+    fn global_state(&self, step: &TrainStep) -> Result<Tree>;
+    /// Where it runs: backend, mesh, the mapping of logical devices.
     fn describe(&self) -> String;
 }
 
 /// The unsharded reference interpreter on one CPU device.
 pub struct InterpExecutor {
     module: weft_ir::Module,
+    state: Tree,
 }
 
 impl InterpExecutor {
     /// An executor for `step`'s module (verified once).
     pub fn new(step: &TrainStep) -> Result<InterpExecutor> {
         weft_ir::verify_module(&step.module)?;
-        Ok(InterpExecutor { module: step.module.clone() })
+        Ok(InterpExecutor { module: step.module.clone(), state: Tree::new() })
     }
 }
 
 impl Executor for InterpExecutor {
-    fn step(&mut self, step: &TrainStep, state: &Tree, batch: &Tree) -> Result<(Tree, Metrics)> {
+    fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()> {
+        step.check_state(state)?;
+        self.state = state.clone();
+        Ok(())
+    }
+
+    fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics> {
         let interp = Interpreter::from_verified(&self.module);
-        Ok(step.run_interp(&interp, state, batch)?)
+        let (next, m) = step.run_interp(&interp, &self.state, batch)?;
+        self.state = next;
+        Ok(m)
+    }
+
+    fn checkpoint_state(&self, _step: &TrainStep) -> Result<CheckpointState> {
+        Ok(CheckpointState::from_tree(self.state.clone()))
+    }
+
+    fn global_state(&self, _step: &TrainStep) -> Result<Tree> {
+        Ok(self.state.clone())
     }
 
     fn describe(&self) -> String {

@@ -31,6 +31,31 @@ impl MetricsWriter {
         Ok(MetricsWriter { path: path.to_path_buf(), file })
     }
 
+    /// Opens `path` to continue a run resumed at `from_step`: lines of
+    /// steps at or after it (written after the checkpoint the run resumes
+    /// from) are dropped, so the file ends up as an uninterrupted run's.
+    pub fn open_resume(path: &Path, from_step: u64) -> Result<MetricsWriter> {
+        let keep: Vec<String> = match std::fs::read_to_string(path) {
+            Ok(text) => text
+                .lines()
+                .filter(|l| {
+                    serde_json::from_str::<serde_json::Value>(l)
+                        .ok()
+                        .and_then(|v| v.get("step").and_then(|s| s.as_u64()))
+                        .is_some_and(|s| s < from_step)
+                })
+                .map(|l| l.to_string())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io(path, e)),
+        };
+        let mut w = MetricsWriter::open(path, false)?;
+        for l in keep {
+            writeln!(w.file, "{l}").map_err(|e| io(path, e))?;
+        }
+        Ok(w)
+    }
+
     /// Writes one step's metrics as a line.
     pub fn write(&mut self, step: u64, m: &Metrics) -> Result<()> {
         let mut obj = serde_json::Map::new();

@@ -9,10 +9,12 @@
 pub mod config;
 mod exec;
 mod metrics;
+mod session;
 
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use metrics::{read_metrics, MetricsWriter};
+pub use session::{default_backend, executor, mesh_spec, run_session};
 
 use crate::error::{Error, Result};
 use crate::models::{gpt, mlp};
@@ -151,23 +153,22 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
 pub struct RunSummary {
     /// Metrics of every step run (not of steps restored from a checkpoint).
     pub metrics: Vec<(u64, Metrics)>,
-    /// The final state.
-    pub state: Tree,
     /// Steps per second.
     pub steps_per_sec: f64,
 }
 
-/// Runs steps from `state` until `step` reaches `c.steps`.
+/// Runs steps on the executor's loaded state from step `first` until
+/// `c.steps`; `on_step(next_step, executor)` runs after every step (for
+/// checkpoints).
 pub fn run_steps(
     c: &RunConfig,
     prepared: &Prepared,
     exec: &mut dyn Executor,
-    mut state: Tree,
-    metrics_out: Option<&mut MetricsWriter>,
-    mut on_step: impl FnMut(u64, &Tree) -> Result<()>,
+    first: u64,
+    mut metrics_out: Option<&mut MetricsWriter>,
+    mut on_step: impl FnMut(u64, &mut dyn Executor) -> Result<()>,
     quiet: bool,
 ) -> Result<RunSummary> {
-    let first = state["step"].to_f64_vec()[0] as u64;
     let total = c.steps;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
@@ -181,12 +182,10 @@ pub fn run_steps(
         b
     };
     let mut all = Vec::new();
-    let mut writer = metrics_out;
     let start = std::time::Instant::now();
     for s in first..total {
-        let (next, m) = exec.step(&prepared.step, &state, &prepared.batch)?;
-        state = next;
-        if let Some(w) = writer.as_deref_mut() {
+        let m = exec.step(&prepared.step, &prepared.batch)?;
+        if let Some(w) = metrics_out.as_deref_mut() {
             w.write(s, &m)?;
         }
         let done = s + 1 - first;
@@ -194,10 +193,10 @@ pub fn run_steps(
         bar.set_message(format!("loss {:.6}  {:.1} steps/s", m["loss"], rate));
         bar.inc(1);
         all.push((s, m));
-        on_step(s + 1, &state)?;
+        on_step(s + 1, exec)?;
     }
-    bar.finish();
+    bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     let n = total.saturating_sub(first);
-    Ok(RunSummary { metrics: all, state, steps_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 } })
+    Ok(RunSummary { metrics: all, steps_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 } })
 }
