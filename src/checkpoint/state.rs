@@ -209,3 +209,21 @@ impl RestoreTarget {
         self.leaves.insert(name.into(), TargetLeaf { ty, sharding });
     }
 }
+
+impl RestoreTarget {
+    /// A target that restores a step exactly as it was saved: the saved
+    /// mesh, and every leaf with its saved type and sharding.
+    pub fn from_manifest(m: &crate::checkpoint::Manifest) -> std::result::Result<RestoreTarget, String> {
+        let mesh = MeshSpec { axes: m.mesh.clone() };
+        let mut t = RestoreTarget::new(mesh);
+        for leaf in &m.leaves {
+            let dtype = weft_ir::DType::from_name(&leaf.dtype)
+                .ok_or_else(|| format!("leaf `{}` has unknown dtype `{}`", leaf.name, leaf.dtype))?;
+            let dims: Vec<weft_ir::DimSharding> =
+                leaf.sharding.iter().map(|axes| weft_ir::DimSharding { axes: axes.clone(), open: false }).collect();
+            let sharding = TensorSharding { dims, unreduced: Vec::new() };
+            t.insert(leaf.name.clone(), TensorType::new(dtype, leaf.shape.clone()), Some(sharding));
+        }
+        Ok(t)
+    }
+}

@@ -206,7 +206,8 @@ impl Default for OptimizerConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// Directory of the checkpoints.
+    /// Directory of the checkpoints (may come from `--checkpoint-dir`).
+    #[serde(default)]
     pub dir: PathBuf,
     /// Save every this many steps (and at the end).
     #[serde(default = "d_every")]

@@ -43,6 +43,9 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
     log(exec.describe());
 
     let mut manager = match &c.checkpoint {
+        Some(k) if k.dir.as_os_str().is_empty() => {
+            return Err(Error::Usage("[checkpoint] needs a `dir` (or pass --checkpoint-dir)".into()));
+        }
         Some(k) => {
             let opts = CheckpointOptions {
                 retention: Retention { keep_last: Some(k.keep_last.max(1)), keep_every: k.keep_every },
