@@ -82,6 +82,19 @@ pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
     });
 }
 
+/// Drops steps whose outputs nothing reads (a value resharded at its
+/// source leaves its original computation dead), until none is left.
+pub(crate) fn remove_dead_steps(p: &mut DeviceProgram) {
+    loop {
+        let uses = use_counts(p);
+        let before = p.steps.len();
+        p.steps.retain(|s| matches!(s, Step::Free(_)) || writes(s).iter().any(|b| uses[b.index()] > 0));
+        if p.steps.len() == before {
+            return;
+        }
+    }
+}
+
 /// Drops buffers that are neither inputs nor written by a step, and
 /// renumbers the rest in order of definition.
 pub(crate) fn compact(p: &mut DeviceProgram) {

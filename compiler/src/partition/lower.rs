@@ -20,7 +20,7 @@
 use super::builder::DeviceBuilder;
 use super::reshard::lower_reshard;
 use crate::error::{CompilerError, Result, Site};
-use crate::sharding::{Mesh, MeshSharding};
+use crate::sharding::{plan_reshard, Mesh, MeshSharding};
 use weft_ir::device::{BufferId, DeviceProgram};
 use weft_ir::{Function, LiteralData, Op, TensorType, ValueId};
 
@@ -68,8 +68,16 @@ pub(crate) fn lower_function(f: &Function, mesh: &Mesh) -> Result<Lowered> {
             }
             Op::ShardingConstraint { .. } => ins[0],
             Op::Reshard { .. } => {
-                let from = &shardings[inst.operands[0].index()];
-                lower_reshard(&mut b, f.ty(r), ins[0], from, rs)
+                let v = inst.operands[0];
+                let from = &shardings[v.index()];
+                match cheaper_at_source(f, mesh, &shardings, v, rs) {
+                    Some(Source::Recompute(op)) => compute(&mut b, &op, vec![], f.ty(r), rs),
+                    Some(Source::Broadcast { operand, to, op }) => {
+                        let moved = lower_reshard(&mut b, f.ty(operand), buf(&bufs, operand), &shardings[operand.index()], &to);
+                        compute(&mut b, &op, vec![moved], f.ty(r), rs)
+                    }
+                    None => lower_reshard(&mut b, f.ty(r), ins[0], from, rs),
+                }
             }
             op => compute(&mut b, op, ins, f.ty(r), rs),
         };
@@ -91,6 +99,53 @@ pub(crate) fn lower_function(f: &Function, mesh: &Mesh) -> Result<Lowered> {
     }
     let input_shardings = f.params.iter().map(|p| shardings[p.index()].clone()).collect();
     Ok(Lowered { program: b.program, input_shardings, output_shardings })
+}
+
+/// A cheaper way to obtain a resharded value than moving its blocks.
+enum Source {
+    /// A `constant` or `iota`: compute it directly in the target sharding.
+    Recompute(Op),
+    /// A `broadcast_in_dim`: reshard its (smaller) operand to `to` and
+    /// broadcast locally.
+    Broadcast { operand: ValueId, to: MeshSharding, op: Op },
+}
+
+/// Whether the reshard of `v` to `to` is better done at `v`'s definition:
+/// position-aware ops are recomputed in the target layout, and a broadcast
+/// is resharded before it broadcasts when that moves fewer bytes (gathering
+/// a `[C]` parameter instead of all-to-all'ing its `[B,T,C]` broadcast).
+/// The broadcast's own step is dropped later if nothing else reads it.
+fn cheaper_at_source(
+    f: &Function,
+    mesh: &Mesh,
+    shardings: &[MeshSharding],
+    v: ValueId,
+    to: &MeshSharding,
+) -> Option<Source> {
+    let weft_ir::ValueDef::Inst { inst, .. } = f.value(v).def else { return None };
+    let inst = f.inst(inst);
+    let from = &shardings[v.index()];
+    if !from.unreduced.is_empty() || !to.unreduced.is_empty() {
+        return None;
+    }
+    match &inst.op {
+        Op::Constant(_) | Op::Iota { .. } => Some(Source::Recompute(inst.op.clone())),
+        Op::BroadcastInDim { dims, shape } => {
+            let u = inst.operands[0];
+            let ut = f.ty(u);
+            let target = MeshSharding::from_axes(
+                dims.iter()
+                    .enumerate()
+                    .map(|(i, &d)| if ut.shape[i] == shape[d] { to.dims[d].axes.clone() } else { Vec::new() })
+                    .collect(),
+                Vec::new(),
+            );
+            let via_operand = plan_reshard(ut, &shardings[u.index()], &target, mesh).cost;
+            let direct = plan_reshard(f.ty(v), from, to, mesh).cost;
+            (via_operand < direct).then(|| Source::Broadcast { operand: u, to: target, op: inst.op.clone() })
+        }
+        _ => None,
+    }
 }
 
 /// Emits the local computation of one compute instruction whose result (of

@@ -76,6 +76,7 @@ pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<Partition
     crate::sharding::check_locally_computable(f, mesh)?;
     let lowered = lower::lower_function(f, mesh)?;
     let mut program = lowered.program;
+    liveness::remove_dead_steps(&mut program);
     liveness::fuse_reduce_scatter(&mut program);
     liveness::compact(&mut program);
     liveness::insert_frees(&mut program);
