@@ -8,7 +8,9 @@
 //! mesh, per-op sharding rules in Shardy's factor notation, propagation of
 //! shardings on an `egg` e-graph with explanations, and the
 //! local-computability check the partitioner relies on; [`inline_calls`]
-//! flattens calls before propagation. Every error is a [`CompilerError`].
+//! flattens calls before propagation. [`partition`] lowers a sharded
+//! function to the program each device runs, with explicit collectives, and
+//! runs it on a simulated mesh. Every error is a [`CompilerError`].
 #![warn(missing_docs)]
 // Errors carry sites, shardings and sizes so they can be read without the
 // program at hand; they are returned on cold paths only.
@@ -20,6 +22,7 @@ pub mod emit;
 pub mod error;
 pub mod inline;
 pub mod memory;
+pub mod partition;
 pub mod precision;
 pub mod random;
 pub mod sharding;

@@ -5,6 +5,7 @@
 //! (0 success, 1 a problem in the user's program or data, 2 bad usage).
 
 mod check;
+pub mod lower;
 mod plot;
 mod run;
 mod shard;
@@ -120,6 +121,21 @@ pub enum Command {
         #[arg(long)]
         log: bool,
     },
+    /// Propagate shardings and partition a function for a device mesh;
+    /// print the program each device runs and a summary (collectives by
+    /// kind with bytes per device, peak live bytes, parameter and optimizer
+    /// bytes per device).
+    Lower {
+        /// The program, in weft's text format.
+        file: PathBuf,
+        /// The device mesh, e.g. `data=2,model=4` (default: the file's
+        /// first-line comment `// mesh: ...`).
+        #[arg(long)]
+        mesh: Option<String>,
+        /// The function to lower (default: `main`, else the module's only function).
+        #[arg(long = "func")]
+        func: Option<String>,
+    },
 }
 
 /// Runs the CLI on the process arguments and returns the exit code.
@@ -165,6 +181,7 @@ pub fn main() -> i32 {
             },
         ),
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
+        Command::Lower { file, mesh, func } => lower::lower(&file, mesh.as_deref(), func.as_deref()),
     };
     match result {
         Ok(code) => code,

@@ -50,6 +50,9 @@ mod printer;
 mod syntax;
 
 pub use printer::{print_function, print_module};
+// For the device-program printer, which prints compute ops the same way.
+pub(crate) use literal::format_literal;
+pub(crate) use printer::op_attrs;
 
 use crate::{Function, IrError, Module, ParseError};
 

@@ -104,7 +104,7 @@ fn list<T: ToString>(v: &[T]) -> String {
 }
 
 /// The op's attribute entries in canonical order, defaults omitted.
-fn op_attrs(op: &Op) -> Vec<String> {
+pub(crate) fn op_attrs(op: &Op) -> Vec<String> {
     let mut a = Vec::new();
     match op {
         Op::Iota { dim, .. } => a.push(format!("dim = {dim}")),

@@ -20,6 +20,19 @@
 //! (`rank = ia * size(b) + ib`). Reductions combine the group's buffers in
 //! rank order (a fixed, deterministic order); gathers concatenate blocks in
 //! rank order.
+//!
+//! Submodules: [`printer`] (the text form, `specs/device-program.md`),
+//! [`verify`] (every step's types and every collective's groups checked
+//! before anything runs) and [`sim`] (a reference executor for N simulated
+//! devices in one process, built on the interpreter's per-op semantics).
+
+pub mod printer;
+pub mod sim;
+pub mod verify;
+
+pub use printer::print_program;
+pub use sim::simulate;
+pub use verify::verify_program;
 
 use crate::{Op, ReduceOp, TensorType};
 
@@ -182,5 +195,49 @@ impl DeviceProgram {
     /// Type of a buffer.
     pub fn ty(&self, b: BufferId) -> &TensorType {
         &self.buffers[b.index()].ty
+    }
+
+    /// Index of mesh axis `name`, if it exists.
+    pub fn axis_index(&self, name: &str) -> Option<usize> {
+        self.mesh.iter().position(|(a, _)| a == name)
+    }
+
+    /// The groups of a collective over `axes` (which must exist): devices
+    /// whose coordinates agree on every other axis, each group listed in rank
+    /// order (coordinates along `axes` linearised major to minor in the order
+    /// given). Groups are ordered by their first member.
+    pub fn groups(&self, axes: &[String]) -> Vec<Vec<usize>> {
+        let pos: Vec<usize> = axes
+            .iter()
+            .map(|a| self.axis_index(a).unwrap_or_else(|| panic!("no mesh axis `{a}` (verify the program first)")))
+            .collect();
+        let mut groups: Vec<(Vec<usize>, Vec<(usize, usize)>)> = Vec::new();
+        for d in 0..self.num_devices() {
+            let c = self.coords(d);
+            let key: Vec<usize> = (0..c.len()).map(|i| if pos.contains(&i) { 0 } else { c[i] }).collect();
+            let rank = self.rank_in(&c, &pos);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push((rank, d)),
+                None => groups.push((key, vec![(rank, d)])),
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(_, mut members)| {
+                members.sort_unstable();
+                members.into_iter().map(|(_, d)| d).collect()
+            })
+            .collect()
+    }
+
+    /// The rank of the device at coordinates `coords` in its group over the
+    /// axes at indices `axes`: its coordinates along them, major to minor.
+    pub fn rank_in(&self, coords: &[usize], axes: &[usize]) -> usize {
+        axes.iter().fold(0, |r, &a| r * self.mesh[a].1 + coords[a])
+    }
+
+    /// Product of the sizes of the named axes (unknown axes count as 1).
+    pub fn group_size(&self, axes: &[String]) -> usize {
+        axes.iter().map(|a| self.axis_size(a).unwrap_or(1)).product()
     }
 }

@@ -1,0 +1,167 @@
+//! Clean-up passes over a lowered device program: fusing an all-reduce
+//! whose result is only shard-sliced into a reduce-scatter, dropping
+//! buffers no step references, and freeing every buffer after its last use.
+//!
+//! The fusion matters because reshards are lowered one at a time: a value
+//! all-reduced for one user and then sliced for another (`unreduced ->
+//! replicated -> split`) would move twice the bytes a reduce-scatter moves.
+//! Frees make the peak of live bytes a static property of the program (all
+//! devices run the same steps on blocks of the same sizes, so it is the same
+//! on every device) and let executors reuse memory.
+
+use weft_ir::device::{BufferId, Collective, DeviceProgram, Step};
+use weft_ir::ReduceOp;
+
+/// Every buffer a step reads.
+pub(crate) fn reads(step: &Step) -> Vec<BufferId> {
+    match step {
+        Step::Compute { inputs, .. } => inputs.clone(),
+        Step::ShardSlice { input, .. } | Step::Collective { input, .. } => vec![*input],
+        Step::Free(_) => Vec::new(),
+    }
+}
+
+/// Every buffer a step defines.
+pub(crate) fn writes(step: &Step) -> Vec<BufferId> {
+    match step {
+        Step::Compute { outputs, .. } => outputs.clone(),
+        Step::ShardSlice { output, .. } | Step::Collective { output, .. } => vec![*output],
+        Step::Free(_) => Vec::new(),
+    }
+}
+
+/// Number of reads of each buffer (steps and outputs).
+fn use_counts(p: &DeviceProgram) -> Vec<usize> {
+    let mut n = vec![0; p.buffers.len()];
+    for s in &p.steps {
+        for b in reads(s) {
+            n[b.index()] += 1;
+        }
+    }
+    for b in &p.outputs {
+        n[b.index()] += 1;
+    }
+    n
+}
+
+/// `t = all_reduce(x) over A; y = shard_slice(t)` splitting one dimension
+/// over exactly `A` (in order), with `t` used nowhere else, becomes
+/// `y = reduce_scatter(x)` over `A` along that dimension.
+pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
+    let uses = use_counts(p);
+    let mut producer: Vec<Option<usize>> = vec![None; p.buffers.len()];
+    for (i, s) in p.steps.iter().enumerate() {
+        for b in writes(s) {
+            producer[b.index()] = Some(i);
+        }
+    }
+    let mut dead = vec![false; p.steps.len()];
+    for i in 0..p.steps.len() {
+        let Step::ShardSlice { input, output, dims } = &p.steps[i] else { continue };
+        let split: Vec<usize> = (0..dims.len()).filter(|&d| !dims[d].is_empty()).collect();
+        let (Some(j), [d]) = (producer[input.index()], split.as_slice()) else { continue };
+        let Step::Collective { op: Collective::AllReduce { axes, op: ReduceOp::Sum }, input: x, .. } = &p.steps[j]
+        else {
+            continue;
+        };
+        if uses[input.index()] != 1 || *axes != dims[*d] {
+            continue;
+        }
+        let fused = Step::Collective {
+            op: Collective::ReduceScatter { dim: *d, axes: axes.clone(), op: ReduceOp::Sum },
+            input: *x,
+            output: *output,
+        };
+        p.steps[j] = fused;
+        dead[i] = true;
+    }
+    let mut k = 0;
+    p.steps.retain(|_| {
+        k += 1;
+        !dead[k - 1]
+    });
+}
+
+/// Drops steps whose outputs nothing reads (a value resharded at its
+/// source leaves its original computation dead), until none is left.
+pub(crate) fn remove_dead_steps(p: &mut DeviceProgram) {
+    loop {
+        let uses = use_counts(p);
+        let before = p.steps.len();
+        p.steps.retain(|s| matches!(s, Step::Free(_)) || writes(s).iter().any(|b| uses[b.index()] > 0));
+        if p.steps.len() == before {
+            return;
+        }
+    }
+}
+
+/// Drops buffers that are neither inputs nor written by a step, and
+/// renumbers the rest in order of definition.
+pub(crate) fn compact(p: &mut DeviceProgram) {
+    let mut map: Vec<Option<BufferId>> = vec![None; p.buffers.len()];
+    let mut order = Vec::new();
+    let defined = p.inputs.iter().copied().chain(p.steps.iter().flat_map(writes));
+    for b in defined {
+        if map[b.index()].is_none() {
+            map[b.index()] = Some(BufferId(order.len() as u32));
+            order.push(b);
+        }
+    }
+    let m = |b: &mut BufferId| *b = map[b.index()].unwrap_or_else(|| panic!("buffer %{} is never defined", b.0));
+    p.inputs.iter_mut().for_each(m);
+    p.outputs.iter_mut().for_each(m);
+    for s in &mut p.steps {
+        match s {
+            Step::Compute { inputs, outputs, .. } => inputs.iter_mut().chain(outputs.iter_mut()).for_each(m),
+            Step::ShardSlice { input, output, .. } | Step::Collective { input, output, .. } => {
+                m(input);
+                m(output);
+            }
+            Step::Free(bs) => bs.iter_mut().for_each(m),
+        }
+    }
+    p.buffers = order.iter().map(|b| p.buffers[b.index()].clone()).collect();
+}
+
+/// Inserts a `free` after the last read of every buffer that is not an
+/// output (unused inputs are freed first, unused results right after the
+/// step that makes them). Existing `free` steps are replaced.
+pub(crate) fn insert_frees(p: &mut DeviceProgram) {
+    p.steps.retain(|s| !matches!(s, Step::Free(_)));
+    let n = p.buffers.len();
+    let mut last: Vec<Option<usize>> = vec![None; n];
+    let mut def: Vec<Option<usize>> = vec![None; n];
+    for (i, s) in p.steps.iter().enumerate() {
+        for b in writes(s) {
+            def[b.index()] = Some(i);
+        }
+        for b in reads(s) {
+            last[b.index()] = Some(i);
+        }
+    }
+    let mut is_output = vec![false; n];
+    p.outputs.iter().for_each(|b| is_output[b.index()] = true);
+    let mut at_start = Vec::new();
+    let mut after: Vec<Vec<BufferId>> = vec![Vec::new(); p.steps.len()];
+    for b in 0..n {
+        if is_output[b] {
+            continue;
+        }
+        let id = BufferId(b as u32);
+        match (last[b], def[b]) {
+            (Some(i), _) | (None, Some(i)) => after[i].push(id),
+            (None, None) => at_start.push(id),
+        }
+    }
+    let mut steps = Vec::with_capacity(p.steps.len() * 2);
+    if !at_start.is_empty() {
+        steps.push(Step::Free(at_start));
+    }
+    for (s, dying) in std::mem::take(&mut p.steps).into_iter().zip(after) {
+        steps.push(s);
+        if !dying.is_empty() {
+            steps.push(Step::Free(dying));
+        }
+    }
+    p.steps = steps;
+}

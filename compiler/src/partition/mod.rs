@@ -1,0 +1,180 @@
+//! The SPMD partitioner: from a sharded global program to the program each
+//! device runs, with every byte of communication explicit.
+//!
+//! Propagation ([`crate::sharding::propagate`]) leaves a function in which
+//! every value has a closed sharding and every instruction other than
+//! `reshard` is locally computable. [`partition`] turns it into one
+//! [`DeviceProgram`] that all devices run (SPMD): buffers with local shapes,
+//! compute steps with attributes rewritten for local shapes, each `reshard`
+//! lowered through its [`crate::sharding::ReshardPlan`] into shard slices
+//! and collectives, and `free` steps after each buffer's last use. Nothing
+//! about the mathematics changes; the reference simulator
+//! ([`weft_ir::device::simulate`]) and [`PartitionedFunction::run`] prove it
+//! on the CPU against the unsharded interpreter. Strategies (data parallel,
+//! Megatron, FSDP, ZeRO-1/2/3) are annotations only: this module has no code
+//! path per strategy.
+//!
+//! Pieces: [`lower`] (instructions), [`reshard`] (plans to steps),
+//! [`liveness`] (fusion, frees), [`report`] (memory and communication per
+//! device), [`host`] (global tensors to blocks and back). The text form and
+//! the semantics of device programs are written in `specs/device-program.md`.
+
+mod builder;
+pub mod host;
+mod liveness;
+mod lower;
+mod reshard;
+pub mod report;
+
+pub use host::{shard_tensor, unshard_tensor};
+pub use report::{CollectiveStat, ProgramReport};
+
+use crate::error::{CompilerError, Result};
+use crate::inline::inline_calls;
+use crate::sharding::{propagate, Mesh, MeshSharding, PropagateOptions, ShardedFunction};
+use weft_ir::device::{simulate, verify_program, DeviceProgram};
+use weft_ir::tensor::HostTensor;
+use weft_ir::{IrError, Module, TensorSharding, TensorType};
+
+/// A global input or output of a partitioned function: its name, global
+/// type and sharding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GlobalValue {
+    /// Parameter name (or `arg{i}`), or the result value's name (or `out{k}`).
+    pub name: String,
+    /// The global type.
+    pub ty: TensorType,
+    /// How it is laid out over the mesh (closed).
+    pub sharding: TensorSharding,
+}
+
+/// A device program with the global layout of its inputs and outputs: what
+/// is needed to run it on global tensors.
+#[derive(Clone, Debug)]
+pub struct PartitionedFunction {
+    /// The program every device runs.
+    pub program: DeviceProgram,
+    /// The mesh.
+    pub mesh: Mesh,
+    /// The function's parameters, in order.
+    pub inputs: Vec<GlobalValue>,
+    /// The function's results, in order.
+    pub outputs: Vec<GlobalValue>,
+}
+
+/// Lowers a sharded function (call-free; see [`crate::inline_calls`]) to the
+/// program every device of `mesh` runs. Errors: a function that is not
+/// locally computable on `mesh` or has a call, or (a partitioner bug) a
+/// program the verifier rejects.
+pub fn partition(sf: &ShardedFunction, mesh: &Mesh) -> Result<DeviceProgram> {
+    Ok(partition_function(sf, mesh)?.program)
+}
+
+/// [`partition`], keeping the global layout of inputs and outputs.
+pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<PartitionedFunction> {
+    let f = &sf.function;
+    crate::sharding::check_locally_computable(f, mesh)?;
+    let lowered = lower::lower_function(f, mesh)?;
+    let mut program = lowered.program;
+    liveness::remove_dead_steps(&mut program);
+    liveness::fuse_reduce_scatter(&mut program);
+    liveness::compact(&mut program);
+    liveness::insert_frees(&mut program);
+    verify_program(&program)?;
+    let layout = |name: String, ty: &TensorType, s: &MeshSharding| GlobalValue {
+        name,
+        ty: ty.clone(),
+        sharding: s.to_ir(mesh),
+    };
+    let inputs =
+        f.params.iter().enumerate().map(|(i, &p)| layout(f.param_name(i), f.ty(p), &lowered.input_shardings[i]));
+    let outputs = f.results.iter().enumerate().map(|(k, &r)| {
+        let name = f.value(r).name.clone().unwrap_or_else(|| format!("out{k}"));
+        layout(name, f.ty(r), &lowered.output_shardings[k])
+    });
+    Ok(PartitionedFunction { program, mesh: mesh.clone(), inputs: inputs.collect(), outputs: outputs.collect() })
+}
+
+/// The whole pipeline for function `entry` of `m`: inline calls, propagate
+/// shardings on `mesh`, partition.
+pub fn compile(m: &Module, entry: &str, mesh: &Mesh, options: &PropagateOptions) -> Result<PartitionedFunction> {
+    let f = inline_calls(m, entry)?;
+    let sf = propagate(&f, mesh, options)?;
+    partition_function(&sf, mesh)
+}
+
+impl PartitionedFunction {
+    /// Memory and communication per device.
+    pub fn report(&self) -> ProgramReport {
+        ProgramReport::of(&self.program)
+    }
+
+    /// Checks that the mesh fits on `available_devices` devices and that the
+    /// program verifies: the errors to report before anything runs.
+    pub fn check_runnable(&self, available_devices: usize) -> Result<()> {
+        let needed = self.mesh.num_devices();
+        if needed > available_devices {
+            return Err(CompilerError::InvalidMesh {
+                spec: self.mesh.to_string(),
+                message: format!(
+                    "the mesh needs {needed} devices but only {available_devices} {} available",
+                    if available_devices == 1 { "is" } else { "are" }
+                ),
+            });
+        }
+        verify_program(&self.program)?;
+        Ok(())
+    }
+
+    /// Cuts global inputs into per-device blocks (checking their number and
+    /// types): `result[d]` is device position `d`'s input list.
+    pub fn shard_inputs(&self, inputs: &[HostTensor]) -> Result<Vec<Vec<HostTensor>>> {
+        if inputs.len() != self.inputs.len() {
+            let names: Vec<&str> = self.inputs.iter().map(|g| g.name.as_str()).collect();
+            return Err(IrError::Input {
+                name: format!("arg{}", inputs.len().min(self.inputs.len())),
+                message: format!(
+                    "@{} takes {} inputs ({}), given {}",
+                    self.program.name,
+                    self.inputs.len(),
+                    names.join(", "),
+                    inputs.len()
+                ),
+            }
+            .into());
+        }
+        let mut per_device = vec![Vec::with_capacity(inputs.len()); self.mesh.num_devices()];
+        for (g, t) in self.inputs.iter().zip(inputs) {
+            if !t.has_type(&g.ty) {
+                let message = format!("expected {}, given {}", g.ty, t.ty());
+                return Err(IrError::Input { name: g.name.clone(), message }.into());
+            }
+            for (d, blk) in shard_tensor(t, &g.sharding, &self.mesh)?.into_iter().enumerate() {
+                per_device[d].push(blk);
+            }
+        }
+        Ok(per_device)
+    }
+
+    /// Assembles per-device outputs into the global results.
+    pub fn unshard_outputs(&self, per_device: Vec<Vec<HostTensor>>) -> Result<Vec<HostTensor>> {
+        let mut by_output: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(per_device.len()); self.outputs.len()];
+        for outs in per_device {
+            for (k, t) in outs.into_iter().enumerate() {
+                by_output[k].push(t);
+            }
+        }
+        self.outputs.iter().zip(&by_output).map(|(g, blocks)| unshard_tensor(blocks, &g.sharding, &self.mesh)).collect()
+    }
+
+    /// Runs on global inputs with the reference simulator, one simulated
+    /// device per mesh position, and returns the global results. Errors
+    /// before anything runs: a mesh larger than `available_devices`, a
+    /// program the verifier rejects, wrong inputs.
+    pub fn run(&self, inputs: &[HostTensor], available_devices: usize) -> Result<Vec<HostTensor>> {
+        self.check_runnable(available_devices)?;
+        let per_device = self.shard_inputs(inputs)?;
+        let outs = simulate(&self.program, per_device)?;
+        self.unshard_outputs(outs)
+    }
+}

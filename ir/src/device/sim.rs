@@ -1,0 +1,196 @@
+//! A reference executor: N simulated devices in one process.
+//!
+//! This is the oracle for partitioned programs, as the interpreter is for
+//! global ones: each device holds host tensors, compute steps run the
+//! interpreter's per-op semantics ([`crate::interp::eval_op`]), and
+//! collectives are computed from the group's buffers in rank order
+//! (reductions fold left, `((b0 op b1) op b2) ...`, with the interpreter's
+//! binary op), so every run is deterministic and every member of a group
+//! receives bit-identical results. Devices advance in lockstep, one step at
+//! a time. Speed is not a goal; clarity and exactness are.
+
+use super::{verify_program, BufferId, Collective, DeviceProgram, Step};
+use crate::interp::eval_op;
+use crate::tensor::HostTensor;
+use crate::{BinaryOp, Diagnostic, IrError, Op, ReduceOp};
+
+/// Runs `p` on `inputs[d]` (the input buffers of device `d`, in program
+/// order) for every device of the mesh; returns each device's outputs. The
+/// program is verified first ([`verify_program`]); a wrong number of
+/// devices or inputs, or an input of the wrong type, is [`IrError::Input`].
+pub fn simulate(p: &DeviceProgram, inputs: Vec<Vec<HostTensor>>) -> Result<Vec<Vec<HostTensor>>, IrError> {
+    verify_program(p)?;
+    let n = p.num_devices();
+    if inputs.len() != n {
+        return Err(IrError::Input {
+            name: "devices".into(),
+            message: format!("@{} runs on {n} devices but inputs for {} were given", p.name, inputs.len()),
+        });
+    }
+    let mut slots: Vec<Vec<Option<HostTensor>>> = Vec::with_capacity(n);
+    for (d, ins) in inputs.into_iter().enumerate() {
+        if ins.len() != p.inputs.len() {
+            return Err(IrError::Input {
+                name: format!("device {d}"),
+                message: format!("@{} takes {} inputs, given {}", p.name, p.inputs.len(), ins.len()),
+            });
+        }
+        let mut s: Vec<Option<HostTensor>> = vec![None; p.buffers.len()];
+        for (k, (&b, t)) in p.inputs.iter().zip(ins).enumerate() {
+            if !t.has_type(p.ty(b)) {
+                return Err(IrError::Input {
+                    name: p.buffers[b.index()].name.clone().unwrap_or_else(|| format!("input {k}")),
+                    message: format!("device {d}: expected {}, given {}", p.ty(b), t.ty()),
+                });
+            }
+            s[b.index()] = Some(t);
+        }
+        slots.push(s);
+    }
+    for (i, step) in p.steps.iter().enumerate() {
+        run_step(p, step, &mut slots).map_err(|message| {
+            IrError::Interp(Diagnostic {
+                func: p.name.clone(),
+                loc: None,
+                subject: format!("step {i} (`{}`)", super::verify::step_name(step)),
+                message,
+            })
+        })?;
+    }
+    Ok(slots
+        .into_iter()
+        .map(|mut s| {
+            p.outputs
+                .iter()
+                .enumerate()
+                .map(|(k, &b)| {
+                    let again = p.outputs[k + 1..].contains(&b);
+                    let t = if again { s[b.index()].clone() } else { s[b.index()].take() };
+                    t.unwrap_or_else(|| panic!("output %{} has no value (verified program)", b.0))
+                })
+                .collect()
+        })
+        .collect())
+}
+
+fn get(slots: &[Option<HostTensor>], b: BufferId) -> &HostTensor {
+    slots[b.index()].as_ref().unwrap_or_else(|| panic!("buffer %{} is not live (verified program)", b.0))
+}
+
+fn eval1(op: &Op, xs: &[&HostTensor]) -> Result<HostTensor, String> {
+    let mut out = eval_op(op, xs).map_err(|e| e.to_string())?;
+    Ok(out.remove(0))
+}
+
+/// Block `i` of `n` equal blocks of `t` along `dim`.
+fn block(t: &HostTensor, dim: usize, i: usize, n: usize) -> Result<HostTensor, String> {
+    let shape = t.shape();
+    let size = shape[dim] / n;
+    let start: Vec<usize> = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
+    let limit: Vec<usize> = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
+    eval1(&Op::Slice { start, limit, stride: vec![1; shape.len()] }, &[t])
+}
+
+fn combine(op: ReduceOp, parts: &[&HostTensor]) -> Result<HostTensor, String> {
+    let bin = Op::Binary(match op {
+        ReduceOp::Sum => BinaryOp::Add,
+        ReduceOp::Max => BinaryOp::Max,
+        ReduceOp::Min => BinaryOp::Min,
+    });
+    let (first, rest) = parts.split_first().expect("a group has at least one member");
+    rest.iter().try_fold((*first).clone(), |acc, b| eval1(&bin, &[&acc, b]))
+}
+
+fn run_step(p: &DeviceProgram, step: &Step, slots: &mut [Vec<Option<HostTensor>>]) -> Result<(), String> {
+    match step {
+        Step::Compute { op, inputs, outputs } => {
+            for s in slots.iter_mut() {
+                let xs: Vec<&HostTensor> = inputs.iter().map(|&b| get(s, b)).collect();
+                let outs = eval_op(op, &xs).map_err(|e| e.to_string())?;
+                for (&b, t) in outputs.iter().zip(outs) {
+                    s[b.index()] = Some(t);
+                }
+            }
+        }
+        Step::ShardSlice { input, output, dims } => {
+            for (d, s) in slots.iter_mut().enumerate() {
+                let coords = p.coords(d);
+                let mut t = get(s, *input).clone();
+                for (dim, axes) in dims.iter().enumerate().filter(|(_, a)| !a.is_empty()) {
+                    let idx: Vec<usize> = axes.iter().map(|a| p.axis_index(a).expect("verified axis")).collect();
+                    t = block(&t, dim, p.rank_in(&coords, &idx), p.group_size(axes))?;
+                }
+                s[output.index()] = Some(t);
+            }
+        }
+        Step::Collective { op, input, output } => {
+            let results = collective(p, op, *input, slots)?;
+            for (d, t) in results.into_iter().enumerate() {
+                slots[d][output.index()] = Some(t);
+            }
+        }
+        Step::Free(bs) => {
+            for s in slots.iter_mut() {
+                for &b in bs {
+                    s[b.index()] = None;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What every device receives from collective `c` on `input`.
+fn collective(
+    p: &DeviceProgram,
+    c: &Collective,
+    input: BufferId,
+    slots: &[Vec<Option<HostTensor>>],
+) -> Result<Vec<HostTensor>, String> {
+    let n = p.num_devices();
+    let mut out: Vec<Option<HostTensor>> = vec![None; n];
+    if let Collective::CollectivePermute { pairs } = c {
+        for &(s, t) in pairs {
+            out[t as usize] = Some(get(&slots[s as usize], input).clone());
+        }
+        let zeros = HostTensor::zeros(p.ty(input));
+        return Ok(out.into_iter().map(|t| t.unwrap_or_else(|| zeros.clone())).collect());
+    }
+    let axes = match c {
+        Collective::AllGather { axes, .. }
+        | Collective::AllReduce { axes, .. }
+        | Collective::ReduceScatter { axes, .. }
+        | Collective::AllToAll { axes, .. } => axes,
+        Collective::CollectivePermute { .. } => unreachable!("handled above"),
+    };
+    for group in p.groups(axes) {
+        let parts: Vec<&HostTensor> = group.iter().map(|&d| get(&slots[d], input)).collect();
+        let m = group.len();
+        match c {
+            Collective::AllGather { dim, .. } => {
+                let all = eval1(&Op::Concatenate { dim: *dim }, &parts)?;
+                group.iter().for_each(|&d| out[d] = Some(all.clone()));
+            }
+            Collective::AllReduce { op, .. } => {
+                let all = combine(*op, &parts)?;
+                group.iter().for_each(|&d| out[d] = Some(all.clone()));
+            }
+            Collective::ReduceScatter { dim, op, .. } => {
+                let all = combine(*op, &parts)?;
+                for (r, &d) in group.iter().enumerate() {
+                    out[d] = Some(block(&all, *dim, r, m)?);
+                }
+            }
+            Collective::AllToAll { split_dim, concat_dim, .. } => {
+                for (r, &d) in group.iter().enumerate() {
+                    let recv: Vec<HostTensor> =
+                        parts.iter().map(|x| block(x, *split_dim, r, m)).collect::<Result<_, _>>()?;
+                    let refs: Vec<&HostTensor> = recv.iter().collect();
+                    out[d] = Some(eval1(&Op::Concatenate { dim: *concat_dim }, &refs)?);
+                }
+            }
+            Collective::CollectivePermute { .. } => unreachable!("handled above"),
+        }
+    }
+    Ok(out.into_iter().map(|t| t.expect("every device is in one group")).collect())
+}
