@@ -37,9 +37,11 @@ pub enum LowerError {
 pub fn lower_source(source: &str, mesh: Option<&str>, func: Option<&str>) -> Result<String, LowerError> {
     let m = load(source).map_err(LowerError::Ir)?;
     let spec = mesh.or_else(|| mesh_comment(source)).ok_or_else(|| {
-        LowerError::Usage(Error::Usage("no mesh: pass --mesh (e.g. --mesh data=2,model=4) or start the file with \
+        LowerError::Usage(Error::Usage(
+            "no mesh: pass --mesh (e.g. --mesh data=2,model=4) or start the file with \
                                         `// mesh: data=2,model=4`"
-            .into()))
+                .into(),
+        ))
     })?;
     let mesh = Mesh::parse(spec).map_err(LowerError::Compiler)?;
     let f = pick_function(&m, func).map_err(LowerError::Usage)?;

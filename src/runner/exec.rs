@@ -17,6 +17,10 @@ pub trait Executor {
     /// The current state as a checkpoint: per-device shards where the state
     /// is sharded (each distinct block once), global tensors otherwise.
     fn checkpoint_state(&self, step: &TrainStep) -> Result<CheckpointState>;
+    /// How each state leaf (in `TrainStep::state` order) is laid out over
+    /// the executor's mesh: the target sharding when restoring a
+    /// checkpoint saved on any mesh.
+    fn state_layout(&self, step: &TrainStep) -> Vec<weft_ir::TensorSharding>;
     /// The current state as global tensors.
     fn global_state(&self, step: &TrainStep) -> Result<Tree>;
     /// Where it runs: backend, mesh, the mapping of logical devices.
@@ -57,6 +61,10 @@ impl Executor for InterpExecutor {
 
     fn global_state(&self, _step: &TrainStep) -> Result<Tree> {
         Ok(self.state.clone())
+    }
+
+    fn state_layout(&self, step: &TrainStep) -> Vec<weft_ir::TensorSharding> {
+        step.state.iter().map(|l| weft_ir::TensorSharding::replicated(l.ty.rank())).collect()
     }
 
     fn describe(&self) -> String {

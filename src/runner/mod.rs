@@ -10,11 +10,13 @@ pub mod config;
 mod exec;
 mod metrics;
 mod session;
+mod sim;
 
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use metrics::{read_metrics, MetricsWriter};
 pub use session::{default_backend, executor, mesh_spec, run_session};
+pub use sim::{human, SimulatedExecutor, MAX_SIMULATED_DEVICES};
 
 use crate::error::{Error, Result};
 use crate::models::{gpt, mlp};

@@ -22,7 +22,8 @@ pub fn executor(backend: &str, mesh: &Mesh, prepared: &super::Prepared) -> Resul
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        other => Err(Error::Usage(format!("backend `{other}` is not available (available: interp)"))),
+        "cpu" => Ok(Box::new(super::sim::SimulatedExecutor::new(&prepared.step, mesh)?)),
+        other => Err(Error::Usage(format!("backend `{other}` is not available (available: cpu, interp)"))),
     }
 }
 
@@ -69,7 +70,12 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
             log(format!("skipping step {}: {}", s.step, s.error));
         }
         if let Some(step) = latest.step {
-            let target = RestoreTarget::from_state_leaves(spec.clone(), &prepared.step.state);
+            // Restore onto this run's mesh and layout, whatever the saved
+            // one was (resharding on load).
+            let mut target = RestoreTarget::new(spec.clone());
+            for (l, s) in prepared.step.state.iter().zip(exec.state_layout(&prepared.step)) {
+                target.insert(l.name.clone(), l.ty.clone(), Some(s));
+            }
             let restored = m.restore(Some(step), &target)?;
             let tree = restored.state.to_tree().map_err(|e| Error::Usage(format!("restoring step {step}: {e}")))?;
             exec.load(&prepared.step, &tree)?;
@@ -117,7 +123,7 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
 
 /// The backend used when none is configured.
 pub fn default_backend() -> &'static str {
-    "interp"
+    "cpu"
 }
 
 fn write_manifest(
