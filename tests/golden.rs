@@ -19,7 +19,8 @@ use weft_ir::{verify_module, IrError};
 type Stage = fn(&str) -> String;
 
 /// Every stage, by directory name.
-const STAGES: &[(&str, Stage)] = &[("parse", parse_stage), ("infer", infer_stage), ("verify", verify_stage)];
+const STAGES: &[(&str, Stage)] =
+    &[("parse", parse_stage), ("infer", infer_stage), ("verify", verify_stage), ("lower", lower_stage)];
 
 /// Canonical print, or the parse error.
 fn parse_stage(text: &str) -> String {
@@ -49,6 +50,19 @@ fn verify_stage(text: &str) -> String {
             Err(e) => error_lines(e),
         },
         Err(e) => format!("{e}\n"),
+    }
+}
+
+/// Propagation and partitioning on the mesh named in the input's first
+/// line (`// mesh: x=2,y=2`): the device program and its summary, or the
+/// error.
+fn lower_stage(text: &str) -> String {
+    use weft::cli::lower::{lower_source, LowerError};
+    match lower_source(text, None, None) {
+        Ok(out) => out,
+        Err(LowerError::Ir(e)) => error_lines(e),
+        Err(LowerError::Usage(e)) => format!("{e}\n"),
+        Err(LowerError::Compiler(e)) => format!("{e}\n"),
     }
 }
 

@@ -80,33 +80,35 @@ fn permute_moves_buffers_and_zeroes_devices_that_receive_nothing() {
 
 #[test]
 fn shard_slice_takes_the_block_of_the_device() {
-    let p = prog(&[&[4, 2], &[2, 1]], vec![Step::ShardSlice {
-        input: BufferId(0),
-        output: BufferId(1),
-        dims: vec![axes(&["x"]), axes(&["y"])],
-    }]);
+    let p = prog(
+        &[&[4, 2], &[2, 1]],
+        vec![Step::ShardSlice { input: BufferId(0), output: BufferId(1), dims: vec![axes(&["x"]), axes(&["y"])] }],
+    );
     // Device (x, y) takes rows 2x..2x+2, column y.
     assert_eq!(run(&p, &[4, 2]), vec![vec![0.0, 2.0], vec![11.0, 13.0], vec![24.0, 26.0], vec![35.0, 37.0]]);
 }
 
 #[test]
 fn the_printer_shows_every_step() {
-    let mut p = prog(&[&[4, 2], &[2, 4], &[4, 4], &[4, 4], &[2, 4]], vec![
-        Step::Compute {
-            op: Op::Transpose { perm: vec![1, 0] },
-            inputs: vec![BufferId(0)],
-            outputs: vec![BufferId(1)],
-        },
-        Step::Compute {
-            op: Op::DotGeneral(DotDims::matmul()),
-            inputs: vec![BufferId(0), BufferId(1)],
-            outputs: vec![BufferId(2)],
-        },
-        coll(Collective::AllReduce { axes: axes(&["x", "y"]), op: ReduceOp::Sum }, 2, 3),
-        Step::Free(vec![BufferId(0), BufferId(1), BufferId(2)]),
-        Step::ShardSlice { input: BufferId(3), output: BufferId(4), dims: vec![axes(&["x"]), vec![]] },
-        Step::Free(vec![BufferId(3)]),
-    ]);
+    let mut p = prog(
+        &[&[4, 2], &[2, 4], &[4, 4], &[4, 4], &[2, 4]],
+        vec![
+            Step::Compute {
+                op: Op::Transpose { perm: vec![1, 0] },
+                inputs: vec![BufferId(0)],
+                outputs: vec![BufferId(1)],
+            },
+            Step::Compute {
+                op: Op::DotGeneral(DotDims::matmul()),
+                inputs: vec![BufferId(0), BufferId(1)],
+                outputs: vec![BufferId(2)],
+            },
+            coll(Collective::AllReduce { axes: axes(&["x", "y"]), op: ReduceOp::Sum }, 2, 3),
+            Step::Free(vec![BufferId(0), BufferId(1), BufferId(2)]),
+            Step::ShardSlice { input: BufferId(3), output: BufferId(4), dims: vec![axes(&["x"]), vec![]] },
+            Step::Free(vec![BufferId(3)]),
+        ],
+    );
     p.buffers[0].name = Some("x".into());
     p.buffers[4].name = Some("out".into());
     verify_program(&p).unwrap();
@@ -135,34 +137,47 @@ fn problems(p: &DeviceProgram) -> Vec<String> {
 
 #[test]
 fn the_verifier_lists_every_problem_with_its_step() {
-    let p = prog(&[&[3], &[6], &[3], &[3], &[3]], vec![
-        coll(Collective::AllGather { dim: 1, axes: axes(&["x"]) }, 0, 1),
-        coll(Collective::ReduceScatter { dim: 0, axes: axes(&["x", "x"]), op: ReduceOp::Sum }, 0, 2),
-        Step::Free(vec![BufferId(0)]),
-        Step::Compute { op: Op::Unary(weft_ir::UnaryOp::Neg), inputs: vec![BufferId(0)], outputs: vec![BufferId(3)] },
-        coll(Collective::CollectivePermute { pairs: vec![(0, 1), (2, 1), (9, 0)] }, 3, 3),
-        coll(Collective::AllReduce { axes: axes(&["z"]), op: ReduceOp::Sum }, 3, 5),
-    ]);
-    assert_eq!(problems(&p), vec![
-        "in @p: step 0 (`all_gather`): gather dimension 1 is out of range for f32[3]",
-        "in @p: step 1 (`reduce_scatter`): mesh axis `x` is named twice",
-        "in @p: step 1 (`reduce_scatter`): dimension 0 of f32[3] (extent 3) is not divisible by the group size 4",
-        "in @p: step 3 (`neg`): buffer %0 is used after it was freed",
-        "in @p: step 4 (`collective_permute`): buffer %3 is defined twice",
-        "in @p: step 4 (`collective_permute`): device 1 is the target of two pairs",
-        "in @p: step 4 (`collective_permute`): pair (9, 0) names a device outside the mesh of 4 devices",
-        "in @p: step 5 (`all_reduce`): buffer %5 does not exist (5 buffers)",
-        "in @p: output 0: buffer %4 is used before it is defined",
-    ]);
+    let p = prog(
+        &[&[3], &[6], &[3], &[3], &[3]],
+        vec![
+            coll(Collective::AllGather { dim: 1, axes: axes(&["x"]) }, 0, 1),
+            coll(Collective::ReduceScatter { dim: 0, axes: axes(&["x", "x"]), op: ReduceOp::Sum }, 0, 2),
+            Step::Free(vec![BufferId(0)]),
+            Step::Compute {
+                op: Op::Unary(weft_ir::UnaryOp::Neg),
+                inputs: vec![BufferId(0)],
+                outputs: vec![BufferId(3)],
+            },
+            coll(Collective::CollectivePermute { pairs: vec![(0, 1), (2, 1), (9, 0)] }, 3, 3),
+            coll(Collective::AllReduce { axes: axes(&["z"]), op: ReduceOp::Sum }, 3, 5),
+        ],
+    );
+    assert_eq!(
+        problems(&p),
+        vec![
+            "in @p: step 0 (`all_gather`): gather dimension 1 is out of range for f32[3]",
+            "in @p: step 1 (`reduce_scatter`): mesh axis `x` is named twice",
+            "in @p: step 1 (`reduce_scatter`): dimension 0 of f32[3] (extent 3) is not divisible by the group size 4",
+            "in @p: step 3 (`neg`): buffer %0 is used after it was freed",
+            "in @p: step 4 (`collective_permute`): buffer %3 is defined twice",
+            "in @p: step 4 (`collective_permute`): device 1 is the target of two pairs",
+            "in @p: step 4 (`collective_permute`): pair (9, 0) names a device outside the mesh of 4 devices",
+            "in @p: step 5 (`all_reduce`): buffer %5 does not exist (5 buffers)",
+            "in @p: output 0: buffer %4 is used before it is defined",
+        ]
+    );
 }
 
 #[test]
 fn the_verifier_checks_compute_types_against_inference() {
-    let p = prog(&[&[2, 2], &[2, 3]], vec![Step::Compute {
-        op: Op::Transpose { perm: vec![1, 0] },
-        inputs: vec![BufferId(0)],
-        outputs: vec![BufferId(1)],
-    }]);
+    let p = prog(
+        &[&[2, 2], &[2, 3]],
+        vec![Step::Compute {
+            op: Op::Transpose { perm: vec![1, 0] },
+            inputs: vec![BufferId(0)],
+            outputs: vec![BufferId(1)],
+        }],
+    );
     assert_eq!(problems(&p), vec!["in @p: step 0 (`transpose`): output 0 has type f32[2,3] but should be f32[2,2]"]);
     let e = simulate(&p, vec![vec![]; 4]).unwrap_err();
     assert!(matches!(e, IrError::Verify(_)));

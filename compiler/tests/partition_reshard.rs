@@ -118,12 +118,8 @@ fn classic_transitions_emit_one_collective() {
         match want {
             None => {
                 assert_eq!(r.total_collectives(), 0, "{from} -> {to}");
-                let slices = pf
-                    .program
-                    .steps
-                    .iter()
-                    .filter(|s| matches!(s, weft_ir::device::Step::ShardSlice { .. }))
-                    .count();
+                let slices =
+                    pf.program.steps.iter().filter(|s| matches!(s, weft_ir::device::Step::ShardSlice { .. })).count();
                 assert_eq!(slices, 1, "replicated -> split is one local shard slice");
             }
             Some(k) => assert_eq!(

@@ -28,7 +28,7 @@ pub enum LowerError {
     /// No mesh, or no such function.
     Usage(Error),
     /// Propagation or partitioning failed.
-    Compiler(CompilerError),
+    Compiler(Box<CompilerError>),
 }
 
 /// Parses `source`, picks the function, lowers it on the mesh (`mesh`, or
@@ -37,13 +37,16 @@ pub enum LowerError {
 pub fn lower_source(source: &str, mesh: Option<&str>, func: Option<&str>) -> Result<String, LowerError> {
     let m = load(source).map_err(LowerError::Ir)?;
     let spec = mesh.or_else(|| mesh_comment(source)).ok_or_else(|| {
-        LowerError::Usage(Error::Usage("no mesh: pass --mesh (e.g. --mesh data=2,model=4) or start the file with \
+        LowerError::Usage(Error::Usage(
+            "no mesh: pass --mesh (e.g. --mesh data=2,model=4) or start the file with \
                                         `// mesh: data=2,model=4`"
-            .into()))
+                .into(),
+        ))
     })?;
-    let mesh = Mesh::parse(spec).map_err(LowerError::Compiler)?;
+    let mesh = Mesh::parse(spec).map_err(|e| LowerError::Compiler(Box::new(e)))?;
     let f = pick_function(&m, func).map_err(LowerError::Usage)?;
-    let pf = compile(&m, &f.name, &mesh, &PropagateOptions::default()).map_err(LowerError::Compiler)?;
+    let pf =
+        compile(&m, &f.name, &mesh, &PropagateOptions::default()).map_err(|e| LowerError::Compiler(Box::new(e)))?;
     let mut out = weft_ir::device::print_program(&pf.program);
     out.push_str("\nsummary:\n");
     out.push_str(&pf.report().to_string());

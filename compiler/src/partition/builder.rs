@@ -76,7 +76,12 @@ impl<'m> DeviceBuilder<'m> {
 
     /// A collective over `axes` (indices); the output type follows from the
     /// input's. No step when the group has one member.
-    pub fn collective(&mut self, input: BufferId, axes: &[usize], make: impl FnOnce(Vec<String>) -> Collective) -> BufferId {
+    pub fn collective(
+        &mut self,
+        input: BufferId,
+        axes: &[usize],
+        make: impl FnOnce(Vec<String>) -> Collective,
+    ) -> BufferId {
         let n = self.mesh.product(axes);
         if n == 1 {
             return input;

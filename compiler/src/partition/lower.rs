@@ -73,7 +73,8 @@ pub(crate) fn lower_function(f: &Function, mesh: &Mesh) -> Result<Lowered> {
                 match cheaper_at_source(f, mesh, &shardings, v, rs) {
                     Some(Source::Recompute(op)) => compute(&mut b, &op, vec![], f.ty(r), rs),
                     Some(Source::Broadcast { operand, to, op }) => {
-                        let moved = lower_reshard(&mut b, f.ty(operand), buf(&bufs, operand), &shardings[operand.index()], &to);
+                        let moved =
+                            lower_reshard(&mut b, f.ty(operand), buf(&bufs, operand), &shardings[operand.index()], &to);
                         compute(&mut b, &op, vec![moved], f.ty(r), rs)
                     }
                     None => lower_reshard(&mut b, f.ty(r), ins[0], from, rs),
@@ -88,11 +89,13 @@ pub(crate) fn lower_function(f: &Function, mesh: &Mesh) -> Result<Lowered> {
     for (k, &r) in f.results.iter().enumerate() {
         let have = &shardings[r.index()];
         let want = match f.result_shardings.get(k).and_then(|s| s.as_ref()) {
-            Some(s) => MeshSharding::resolve(s, f.ty(r), mesh, &Site::new(&f.name, format!("result {k}"), None))?
-                .closed(),
+            Some(s) => {
+                MeshSharding::resolve(s, f.ty(r), mesh, &Site::new(&f.name, format!("result {k}"), None))?.closed()
+            }
             None => MeshSharding { dims: have.dims.clone(), unreduced: Vec::new() },
         };
-        let out = if *have == want { buf(&bufs, r) } else { lower_reshard(&mut b, f.ty(r), buf(&bufs, r), have, &want) };
+        let out =
+            if *have == want { buf(&bufs, r) } else { lower_reshard(&mut b, f.ty(r), buf(&bufs, r), have, &want) };
         b.name(out, f.value(r).name.as_deref());
         b.program.outputs.push(out);
         output_shardings.push(want);
@@ -167,7 +170,8 @@ fn compute(b: &mut DeviceBuilder<'_>, op: &Op, ins: Vec<BufferId>, ty: &TensorTy
         Op::Iota { dim, .. } if split(*dim) => {
             // Global indices: this device's block of a 1-d iota, broadcast.
             let line = TensorType::new(ty.dtype, vec![ty.shape[*dim]]);
-            let iota = b.compute(Op::Iota { dim: 0, ty: line }, vec![], TensorType::new(ty.dtype, vec![ty.shape[*dim]]));
+            let iota =
+                b.compute(Op::Iota { dim: 0, ty: line }, vec![], TensorType::new(ty.dtype, vec![ty.shape[*dim]]));
             let mine = b.shard_slice(iota, &[axes[*dim].clone()]);
             return b.compute(Op::BroadcastInDim { dims: vec![*dim], shape: lty.shape.clone() }, vec![mine], lty);
         }

@@ -23,8 +23,8 @@ mod builder;
 pub mod host;
 mod liveness;
 mod lower;
-mod reshard;
 pub mod report;
+mod reshard;
 
 pub use host::{shard_tensor, unshard_tensor};
 pub use report::{CollectiveStat, ProgramReport};
@@ -81,11 +81,8 @@ pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<Partition
     liveness::compact(&mut program);
     liveness::insert_frees(&mut program);
     verify_program(&program)?;
-    let layout = |name: String, ty: &TensorType, s: &MeshSharding| GlobalValue {
-        name,
-        ty: ty.clone(),
-        sharding: s.to_ir(mesh),
-    };
+    let layout =
+        |name: String, ty: &TensorType, s: &MeshSharding| GlobalValue { name, ty: ty.clone(), sharding: s.to_ir(mesh) };
     let inputs =
         f.params.iter().enumerate().map(|(i, &p)| layout(f.param_name(i), f.ty(p), &lowered.input_shardings[i]));
     let outputs = f.results.iter().enumerate().map(|(k, &r)| {

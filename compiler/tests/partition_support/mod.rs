@@ -35,7 +35,8 @@ pub fn choices(mesh: &Mesh, shape: &[usize], limit: usize) -> Vec<Option<String>
     let opts = per_dim.remove(0);
     let mut all: Vec<Vec<String>> = vec![vec![]];
     for _ in shape {
-        all = all.into_iter().flat_map(|pre| opts.iter().map(move |o| [pre.clone(), vec![o.clone()]].concat())).collect();
+        all =
+            all.into_iter().flat_map(|pre| opts.iter().map(move |o| [pre.clone(), vec![o.clone()]].concat())).collect();
     }
     let ty = TensorType::new(DType::F32, shape.to_vec());
     let valid: Vec<String> = all
@@ -90,16 +91,15 @@ pub fn input(ty: &TensorType, seed: u64) -> HostTensor {
 pub fn check_equivalent(f: &Function, mesh: &Mesh, inputs: &[HostTensor]) -> Result<PartitionedFunction, String> {
     let sf = propagate(f, mesh, &PropagateOptions::default()).map_err(|e| format!("propagation: {e}"))?;
     let pf = partition_function(&sf, mesh).map_err(|e| format!("partition: {e}"))?;
-    let got = pf.run(inputs, mesh.num_devices()).map_err(|e| {
-        format!("run: {e}\n{}", weft_ir::device::print_program(&pf.program))
-    })?;
+    let got = pf
+        .run(inputs, mesh.num_devices())
+        .map_err(|e| format!("run: {e}\n{}", weft_ir::device::print_program(&pf.program)))?;
     let m = Module { functions: vec![f.clone()] };
     let want = weft_ir::interp::run(&m, &f.name, inputs).map_err(|e| format!("interpreter: {e}"))?;
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         let scale = w.to_f64_vec().iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        check_close(g, w, 1e-5, 1e-5 * scale).map_err(|e| {
-            format!("result {k}: {e}\n{}", weft_ir::device::print_program(&pf.program))
-        })?;
+        check_close(g, w, 1e-5, 1e-5 * scale)
+            .map_err(|e| format!("result {k}: {e}\n{}", weft_ir::device::print_program(&pf.program)))?;
     }
     Ok(pf)
 }
