@@ -20,7 +20,13 @@ type Stage = fn(&str) -> String;
 
 /// Every stage, by directory name.
 const STAGES: &[(&str, Stage)] =
-    &[("parse", parse_stage), ("infer", infer_stage), ("verify", verify_stage), ("shard", shard_stage)];
+    &[
+        ("parse", parse_stage),
+        ("infer", infer_stage),
+        ("verify", verify_stage),
+        ("shard", shard_stage),
+        ("lower", lower_stage),
+    ];
 
 /// The mesh from a first-line comment `// mesh: x=2,y=2`.
 fn mesh_of(text: &str) -> Result<weft_compiler::sharding::Mesh, String> {
@@ -91,6 +97,19 @@ fn verify_stage(text: &str) -> String {
             Err(e) => error_lines(e),
         },
         Err(e) => format!("{e}\n"),
+    }
+}
+
+/// Propagation and partitioning on the mesh named in the input's first
+/// line (`// mesh: x=2,y=2`): the device program and its summary, or the
+/// error.
+fn lower_stage(text: &str) -> String {
+    use weft::cli::lower::{lower_source, LowerError};
+    match lower_source(text, None, None) {
+        Ok(out) => out,
+        Err(LowerError::Ir(e)) => error_lines(e),
+        Err(LowerError::Usage(e)) => format!("{e}\n"),
+        Err(LowerError::Compiler(e)) => format!("{e}\n"),
     }
 }
 

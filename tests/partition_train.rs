@@ -196,8 +196,8 @@ fn run_steps(ts: &TrainStep, pf: Option<&PartitionedFunction>, params: &Tree, ba
 /// sees them.
 fn expected_share(ts: &TrainStep, prefix: &str, shards: usize, pf: &PartitionedFunction) -> usize {
     let total: usize = ts.state.iter().filter(|l| l.name.starts_with(prefix)).map(|l| l.ty.size_bytes()).sum();
-    if shards > 0 {
-        return total / shards;
+    if let Some(share) = total.checked_div(shards) {
+        return share;
     }
     // Mixed strategies: each leaf divided by its own number of blocks.
     pf.inputs
@@ -279,18 +279,16 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
                     failures.push(format!("{tag}: DP all-reduces every gradient: {:?}", inputs));
                 }
             }
-            "FSDP" | "ZeRO-3" => {
-                if r.count("all_gather") < n_params || r.count("reduce_scatter") < n_params || big_all_reduces > 0 {
-                    failures.push(format!(
-                        "{tag}: FSDP all-gathers parameters and reduce-scatters gradients, never all-reduces \
-                         them: {inputs:?}"
-                    ));
-                }
+            "FSDP" | "ZeRO-3"
+                if r.count("all_gather") < n_params || r.count("reduce_scatter") < n_params || big_all_reduces > 0 =>
+            {
+                failures.push(format!(
+                    "{tag}: FSDP all-gathers parameters and reduce-scatters gradients, never all-reduces them: \
+                     {inputs:?}"
+                ));
             }
-            "ZeRO-2" => {
-                if r.count("reduce_scatter") < n_params || big_all_reduces > 0 {
-                    failures.push(format!("{tag}: ZeRO-2 reduce-scatters gradients: {inputs:?}"));
-                }
+            "ZeRO-2" if r.count("reduce_scatter") < n_params || big_all_reduces > 0 => {
+                failures.push(format!("{tag}: ZeRO-2 reduce-scatters gradients: {inputs:?}"));
             }
             _ => {}
         }

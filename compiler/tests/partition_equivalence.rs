@@ -208,3 +208,72 @@ fn position_dependent_ops() {
         8,
     );
 }
+
+fn typed_case(name: &'static str, params: &[(DType, &[usize])], body: Body) -> Case {
+    Case { name, params: params.iter().map(|(d, s)| TensorType::new(*d, s.to_vec())).collect(), body }
+}
+
+#[test]
+fn integer_bool_and_passthrough() {
+    run_cases(
+        &[
+            typed_case("i32_dot_and_sum", &[(DType::I32, &[8, 8]), (DType::I32, &[8, 8])], |f, p| {
+                let d = f.op(Op::DotGeneral(DotDims::matmul()), &[p[0], p[1]]);
+                let s = f.op(Op::Reduce { op: ReduceOp::Sum, dims: vec![1] }, &[d]);
+                let m = f.op(Op::Reduce { op: ReduceOp::Max, dims: vec![0] }, &[d]);
+                vec![s, m]
+            }),
+            typed_case("bool_select_scalar_pred", &[(DType::Bool, &[]), (DType::F32, &[8, 8])], |f, p| {
+                let n = f.op(Op::Unary(UnaryOp::Neg), &[p[1]]);
+                vec![f.op(Op::Select, &[p[0], p[1], n])]
+            }),
+            typed_case("convert_to_int", &[(DType::F32, &[8, 8])], |f, p| {
+                let s = f.op(Op::Constant(Literal::splat(f32t(&[8, 8]), 8.0)), &[]);
+                let m = f.op(Op::Binary(BinaryOp::Mul), &[p[0], s]);
+                let i = f.op(Op::Convert { to: DType::I32 }, &[m]);
+                vec![f.op(Op::Reduce { op: ReduceOp::Sum, dims: vec![0, 1] }, &[i])]
+            }),
+            // Results that are parameters, twice, and an unused parameter.
+            case("passthrough", &[&[8, 8], &[8, 8]], |f, p| {
+                let n = f.op(Op::Unary(UnaryOp::Neg), &[p[0]]);
+                vec![p[0], n, p[0]]
+            }),
+        ],
+        6,
+    );
+}
+
+/// Intermediate `sharding_constraint`s and result annotations, chosen from
+/// the same catalogue as parameter annotations: every reshard between them
+/// is lowered and checked.
+#[test]
+fn constraints_and_result_annotations() {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for mesh in meshes() {
+        let opts = choices(&mesh, &[8, 16], 5);
+        for (i, pa) in opts.iter().enumerate() {
+            for (j, ca) in opts.iter().enumerate().skip(1) {
+                for ra in opts.iter().take(3) {
+                    let mut f = F(Function::new("constrained"));
+                    let x = f.0.add_param(Some("x".into()), f32t(&[8, 16]));
+                    f.0.values[x.index()].sharding = pa.as_deref().map(parse_sharding);
+                    let w = f.0.add_param(Some("w".into()), f32t(&[16, 16]));
+                    let t = f.op(Op::Unary(UnaryOp::Tanh), &[x]);
+                    let c = f.op(Op::ShardingConstraint { sharding: parse_sharding(ca.as_deref().unwrap()) }, &[t]);
+                    let d = f.op(Op::DotGeneral(DotDims::matmul()), &[c, w]);
+                    let r = f.op(Op::Reduce { op: ReduceOp::Sum, dims: vec![1] }, &[d]);
+                    f.0.results = vec![d, r];
+                    f.0.result_shardings = vec![ra.as_deref().map(parse_sharding), None];
+                    let inputs = [input(&f32t(&[8, 16]), (i * 31 + j) as u64), input(&f32t(&[16, 16]), 5)];
+                    runs += 1;
+                    if let Err(e) = check_equivalent(&f.0, &mesh, &inputs) {
+                        failures.push(format!("({mesh}) x {pa:?}, constraint {ca:?}, result {ra:?}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed:\n\n{}", failures.len(), failures.join("\n\n"));
+    println!("{runs} constrained programs equal the interpreter");
+}

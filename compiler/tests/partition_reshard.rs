@@ -52,7 +52,7 @@ fn every_reshard_is_the_identity_on_the_global_value() {
     let mut runs = 0;
     let ty = TensorType::new(DType::F32, vec![8, 16]);
     for mesh in meshes() {
-        let all = all_shardings(&mesh, 40);
+        let all = all_shardings(&mesh, usize::MAX);
         for from in &all {
             for to in &all {
                 let f = reshard_fn(from, to);
@@ -133,4 +133,29 @@ fn classic_transitions_emit_one_collective() {
     }
     let _ = propagate(&reshard_fn("[{}, {}]", "[{x}, {}]"), &mesh, &PropagateOptions::default()).unwrap();
     let _ = partition_function;
+}
+
+/// An all-reduce whose result is only sliced (two reshards in a row:
+/// pending sum -> replicated -> split) is fused into one reduce-scatter.
+#[test]
+fn all_reduce_then_slice_fuses_into_a_reduce_scatter() {
+    let mesh = Mesh::parse("x=2,y=4").unwrap();
+    let ty = TensorType::new(DType::F32, vec![8, 16]);
+    let mut f = Function::new("fuse");
+    let x = f.add_param(Some("x".into()), ty.clone());
+    f.values[x.index()].sharding = Some(parse_sharding("[{}, {x}] unreduced {y}"));
+    let id = f.add_inst(Op::Reshard { to: parse_sharding("[{}, {x}]") }, vec![x], vec![(ty.clone(), None)], None);
+    let r = f.insts[id.index()].results[0];
+    let id = f.add_inst(Op::Reshard { to: parse_sharding("[{y}, {x}]") }, vec![r], vec![(ty.clone(), None)], None);
+    f.results = vec![f.insts[id.index()].results[0]];
+    f.result_shardings = vec![Some(parse_sharding("[{y}, {x}]"))];
+    let pf = check_equivalent(&f, &mesh, &[input(&ty, 9)]).unwrap();
+    let r = pf.report();
+    assert_eq!(
+        (r.count("reduce_scatter"), r.total_collectives()),
+        (1, 1),
+        "{}",
+        weft_ir::device::print_program(&pf.program)
+    );
+    assert!(!pf.program.steps.iter().any(|s| matches!(s, weft_ir::device::Step::ShardSlice { .. })));
 }

@@ -28,7 +28,7 @@ pub enum LowerError {
     /// No mesh, or no such function.
     Usage(Error),
     /// Propagation or partitioning failed.
-    Compiler(CompilerError),
+    Compiler(Box<CompilerError>),
 }
 
 /// Parses `source`, picks the function, lowers it on the mesh (`mesh`, or
@@ -43,9 +43,10 @@ pub fn lower_source(source: &str, mesh: Option<&str>, func: Option<&str>) -> Res
                 .into(),
         ))
     })?;
-    let mesh = Mesh::parse(spec).map_err(LowerError::Compiler)?;
+    let mesh = Mesh::parse(spec).map_err(|e| LowerError::Compiler(Box::new(e)))?;
     let f = pick_function(&m, func).map_err(LowerError::Usage)?;
-    let pf = compile(&m, &f.name, &mesh, &PropagateOptions::default()).map_err(LowerError::Compiler)?;
+    let pf =
+        compile(&m, &f.name, &mesh, &PropagateOptions::default()).map_err(|e| LowerError::Compiler(Box::new(e)))?;
     let mut out = weft_ir::device::print_program(&pf.program);
     out.push_str("\nsummary:\n");
     out.push_str(&pf.report().to_string());

@@ -56,8 +56,9 @@ pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
         }
     }
     let mut dead = vec![false; p.steps.len()];
-    for i in 0..p.steps.len() {
-        let Step::ShardSlice { input, output, dims } = &p.steps[i] else { continue };
+    let mut fused = Vec::new();
+    for (i, step) in p.steps.iter().enumerate() {
+        let Step::ShardSlice { input, output, dims } = step else { continue };
         let split: Vec<usize> = (0..dims.len()).filter(|&d| !dims[d].is_empty()).collect();
         let (Some(j), [d]) = (producer[input.index()], split.as_slice()) else { continue };
         let Step::Collective { op: Collective::AllReduce { axes, op: ReduceOp::Sum }, input: x, .. } = &p.steps[j]
@@ -67,13 +68,16 @@ pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
         if uses[input.index()] != 1 || *axes != dims[*d] {
             continue;
         }
-        let fused = Step::Collective {
+        let step = Step::Collective {
             op: Collective::ReduceScatter { dim: *d, axes: axes.clone(), op: ReduceOp::Sum },
             input: *x,
             output: *output,
         };
-        p.steps[j] = fused;
+        fused.push((j, step));
         dead[i] = true;
+    }
+    for (j, step) in fused {
+        p.steps[j] = step;
     }
     let mut k = 0;
     p.steps.retain(|_| {

@@ -1,7 +1,7 @@
 //! The SPMD partitioner: from a sharded global program to the program each
 //! device runs, with every byte of communication explicit.
 //!
-//! Propagation ([`crate::sharding::propagate`]) leaves a function in which
+//! Propagation ([`crate::sharding::propagate()`]) leaves a function in which
 //! every value has a closed sharding and every instruction other than
 //! `reshard` is locally computable. [`partition`] turns it into one
 //! [`DeviceProgram`] that all devices run (SPMD): buffers with local shapes,
@@ -14,9 +14,9 @@
 //! Megatron, FSDP, ZeRO-1/2/3) are annotations only: this module has no code
 //! path per strategy.
 //!
-//! Pieces: [`lower`] (instructions), [`reshard`] (plans to steps),
-//! [`liveness`] (fusion, frees), [`report`] (memory and communication per
-//! device), [`host`] (global tensors to blocks and back). The text form and
+//! Pieces: `lower` (instructions), `reshard` (plans to steps), `liveness`
+//! (fusion, frees), [`report`] (memory and communication per device),
+//! [`host`] (global tensors to blocks and back). The text form and
 //! the semantics of device programs are written in `specs/device-program.md`.
 
 mod builder;

@@ -211,23 +211,25 @@ impl DeviceProgram {
             .iter()
             .map(|a| self.axis_index(a).unwrap_or_else(|| panic!("no mesh axis `{a}` (verify the program first)")))
             .collect();
-        let mut groups: Vec<(Vec<usize>, Vec<(usize, usize)>)> = Vec::new();
-        for d in 0..self.num_devices() {
-            let c = self.coords(d);
-            let key: Vec<usize> = (0..c.len()).map(|i| if pos.contains(&i) { 0 } else { c[i] }).collect();
-            let rank = self.rank_in(&c, &pos);
-            match groups.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push((rank, d)),
-                None => groups.push((key, vec![(rank, d)])),
-            }
-        }
-        groups
-            .into_iter()
-            .map(|(_, mut members)| {
-                members.sort_unstable();
-                members.into_iter().map(|(_, d)| d).collect()
+        // Members keyed by (coordinates on the other axes, rank); a group's
+        // first member has rank 0 and comes first in device order.
+        let mut keyed: Vec<(Vec<usize>, usize, usize)> = (0..self.num_devices())
+            .map(|d| {
+                let c = self.coords(d);
+                let key = (0..c.len()).map(|i| if pos.contains(&i) { 0 } else { c[i] }).collect();
+                (key, self.rank_in(&c, &pos), d)
             })
-            .collect()
+            .collect();
+        keyed.sort_unstable();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (_, rank, d) in &keyed {
+            if *rank == 0 {
+                groups.push(Vec::new());
+            }
+            groups.last_mut().expect("rank 0 starts every group").push(*d);
+        }
+        groups.sort_by_key(|g| g[0]);
+        groups
     }
 
     /// The rank of the device at coordinates `coords` in its group over the
