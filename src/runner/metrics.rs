@@ -49,11 +49,18 @@ impl MetricsWriter {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io(path, e)),
         };
-        let mut w = MetricsWriter::open(path, false)?;
-        for l in keep {
-            writeln!(w.file, "{l}").map_err(|e| io(path, e))?;
+        // Replace the file atomically: a kill during the rewrite must not
+        // lose the lines being kept.
+        let tmp = path.with_extension("jsonl.tmp");
+        {
+            let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
+            for l in &keep {
+                writeln!(f, "{l}").map_err(|e| io(&tmp, e))?;
+            }
+            f.sync_all().map_err(|e| io(&tmp, e))?;
         }
-        Ok(w)
+        std::fs::rename(&tmp, path).map_err(|e| io(path, e))?;
+        MetricsWriter::open(path, true)
     }
 
     /// Writes one step's metrics as a line.
