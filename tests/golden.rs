@@ -19,14 +19,13 @@ use weft_ir::{verify_module, IrError};
 type Stage = fn(&str) -> String;
 
 /// Every stage, by directory name.
-const STAGES: &[(&str, Stage)] =
-    &[
-        ("parse", parse_stage),
-        ("infer", infer_stage),
-        ("verify", verify_stage),
-        ("shard", shard_stage),
-        ("lower", lower_stage),
-    ];
+const STAGES: &[(&str, Stage)] = &[
+    ("parse", parse_stage),
+    ("infer", infer_stage),
+    ("verify", verify_stage),
+    ("shard", shard_stage),
+    ("lower", lower_stage),
+];
 
 /// The mesh from a first-line comment `// mesh: x=2,y=2`.
 fn mesh_of(text: &str) -> Result<weft_compiler::sharding::Mesh, String> {

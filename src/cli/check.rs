@@ -21,6 +21,19 @@ pub fn check(file: &Path) -> Result<i32> {
     }
 }
 
+/// Reads, parses and verifies `file`. On a problem in the program, prints
+/// the rendered errors and returns `None` (the command then exits with 1).
+pub fn load_or_report(file: &Path) -> Result<Option<(weft_ir::Module, String)>> {
+    let source = read_to_string(file)?;
+    match load(&source) {
+        Ok(m) => Ok(Some((m, source))),
+        Err(e) => {
+            eprint!("{}", render_ir_error(&file.display().to_string(), &source, &e));
+            Ok(None)
+        }
+    }
+}
+
 /// Parses and verifies a module.
 pub fn load(source: &str) -> weft_ir::Result<weft_ir::Module> {
     let m = weft_ir::text::parse_module(source)?;

@@ -66,46 +66,7 @@ pub enum Command {
     },
     /// Run an experiment from a TOML config: build the model's training
     /// step, shard it over the mesh, train, checkpoint and log metrics.
-    Train {
-        /// The experiment config.
-        config: PathBuf,
-        /// Number of steps.
-        #[arg(long)]
-        steps: Option<u64>,
-        /// Device mesh, e.g. `data=2,model=4`.
-        #[arg(long)]
-        mesh: Option<String>,
-        /// Parallelism strategy (none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3).
-        #[arg(long)]
-        strategy: Option<String>,
-        /// Execution backend.
-        #[arg(long)]
-        backend: Option<String>,
-        /// Seed.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Checkpoint directory.
-        #[arg(long)]
-        checkpoint_dir: Option<PathBuf>,
-        /// Save a checkpoint every this many steps.
-        #[arg(long)]
-        checkpoint_every: Option<u64>,
-        /// Metrics file (one JSON object per step).
-        #[arg(long)]
-        metrics: Option<PathBuf>,
-        /// Initial parameters by leaf name (safetensors).
-        #[arg(long)]
-        init: Option<PathBuf>,
-        /// A fixed batch by input name (safetensors).
-        #[arg(long)]
-        data: Option<PathBuf>,
-        /// Continue from the newest valid checkpoint.
-        #[arg(long)]
-        resume: bool,
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Train(TrainArgs),
     /// Draw metric curves of one or more runs into an SVG.
     Plot {
         /// Metrics files (JSONL).
@@ -138,6 +99,69 @@ pub enum Command {
     },
 }
 
+/// Arguments of `weft train`: the config and the flags that override it.
+#[derive(clap::Args, Debug)]
+pub struct TrainArgs {
+    /// The experiment config.
+    pub config: PathBuf,
+    /// Number of steps.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Device mesh, e.g. `data=2,model=4`.
+    #[arg(long)]
+    pub mesh: Option<String>,
+    /// Parallelism strategy (none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3).
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// Execution backend: cpu (simulated devices), interp (unsharded oracle).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Checkpoint directory.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Save a checkpoint every this many steps.
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Metrics file (one JSON object per step).
+    #[arg(long)]
+    pub metrics: Option<PathBuf>,
+    /// Initial parameters by leaf name (safetensors).
+    #[arg(long)]
+    pub init: Option<PathBuf>,
+    /// A fixed batch by input name (safetensors).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Continue from the newest valid checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl TrainArgs {
+    /// The flags as config overrides.
+    pub fn overrides(self) -> crate::runner::Overrides {
+        crate::runner::Overrides {
+            steps: self.steps,
+            mesh: self.mesh,
+            strategy: self.strategy,
+            backend: self.backend,
+            seed: self.seed,
+            checkpoint_dir: self.checkpoint_dir,
+            checkpoint_every: self.checkpoint_every,
+            metrics: self.metrics,
+            init: self.init,
+            data: self.data,
+            resume: self.resume,
+            quiet: self.quiet,
+        }
+    }
+}
+
 /// Runs the CLI on the process arguments and returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
@@ -149,37 +173,10 @@ pub fn main() -> i32 {
         Command::Shard { file, mesh, func, explain, show } => {
             shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show })
         }
-        Command::Train {
-            config,
-            steps,
-            mesh,
-            strategy,
-            backend,
-            seed,
-            checkpoint_dir,
-            checkpoint_every,
-            metrics,
-            init,
-            data,
-            resume,
-            quiet,
-        } => train::train(
-            &config,
-            &crate::runner::Overrides {
-                steps,
-                mesh,
-                strategy,
-                backend,
-                seed,
-                checkpoint_dir,
-                checkpoint_every,
-                metrics,
-                init,
-                data,
-                resume,
-                quiet,
-            },
-        ),
+        Command::Train(args) => {
+            let config = args.config.clone();
+            train::train(&config, &args.overrides())
+        }
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
         Command::Lower { file, mesh, func } => lower::lower(&file, mesh.as_deref(), func.as_deref()),
     };

@@ -1,8 +1,7 @@
 //! `weft run FILE --inputs IN.safetensors --output OUT.safetensors`.
 
-use super::check::load;
-use crate::diagnostics::render_ir_error;
-use crate::error::{read_to_string, Error, Result};
+use super::check::load_or_report;
+use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use weft_ir::tensor::{read_safetensors, write_safetensors, HostTensor};
@@ -27,15 +26,7 @@ pub fn pick_function<'m>(m: &'m weft_ir::Module, name: Option<&str>) -> Result<&
 
 /// Runs the chosen function on the inputs and writes or prints the results.
 pub fn run(file: &Path, inputs: Option<&Path>, output: Option<&Path>, func: Option<&str>) -> Result<i32> {
-    let source = read_to_string(file)?;
-    let path = file.display().to_string();
-    let m = match load(&source) {
-        Ok(m) => m,
-        Err(e) => {
-            eprint!("{}", render_ir_error(&path, &source, &e));
-            return Ok(1);
-        }
-    };
+    let Some((m, _source)) = load_or_report(file)? else { return Ok(1) };
     let f = pick_function(&m, func)?;
     let args: BTreeMap<String, HostTensor> = match inputs {
         Some(p) => read_safetensors(p)?,

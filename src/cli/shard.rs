@@ -1,9 +1,8 @@
 //! `weft shard FILE --mesh data=2,model=4 [--explain %v] [--show %v]`.
 
-use super::check::load;
+use super::check::load_or_report;
 use super::run::pick_function;
-use crate::diagnostics::render_ir_error;
-use crate::error::{read_to_string, Error, Result};
+use crate::error::{Error, Result};
 use std::path::Path;
 use weft_compiler::sharding::{fmt_sharding, propagate, Mesh, PropagateOptions};
 use weft_ir::ValueId;
@@ -35,22 +34,14 @@ pub fn find_value(f: &weft_ir::Function, text: &str) -> Result<ValueId> {
 
 /// Propagates shardings over the chosen function and prints the result.
 pub fn shard(file: &Path, mesh: &str, args: &ShardArgs) -> Result<i32> {
-    let source = read_to_string(file)?;
-    let path = file.display().to_string();
-    let m = match load(&source) {
-        Ok(m) => m,
-        Err(e) => {
-            eprint!("{}", render_ir_error(&path, &source, &e));
-            return Ok(1);
-        }
-    };
+    let Some((m, _source)) = load_or_report(file)? else { return Ok(1) };
     let mesh = Mesh::parse(mesh).map_err(|e| Error::Usage(format!("--mesh: {e}")))?;
     let f = pick_function(&m, args.func.as_deref())?;
     let flat = weft_compiler::inline_calls(&m, &f.name)?;
     let sf = match propagate(&flat, &mesh, &PropagateOptions::default()) {
         Ok(sf) => sf,
         Err(e) => {
-            eprintln!("{path}:{e}");
+            eprintln!("{}:{e}", file.display());
             return Ok(1);
         }
     };
