@@ -8,7 +8,7 @@
 //! Identity-like ops (`sharding_constraint`, `reshard`, `reshape`) take their
 //! operand instead of copying it when this is its last use.
 
-use super::{dot, elementwise, reduce, shape};
+use super::shape;
 use crate::tensor::HostTensor;
 use crate::{verify_module, Diagnostic, Function, Inst, IrError, Module, Op, ValueDef, ValueId};
 use std::borrow::Cow;
@@ -212,29 +212,8 @@ impl<'m> Interpreter<'m> {
             }
             _ => {}
         }
-        let x = |k: usize| operand(env, f, inst.operands[k]);
-        let out = match &inst.op {
-            Op::Constant(lit) => HostTensor::from_literal(lit).map_err(|e| e.to_string()),
-            Op::Iota { dim, ty } => shape::iota(ty, *dim),
-            Op::Unary(u) => elementwise::unary(*u, x(0)),
-            Op::Binary(b) => elementwise::binary(*b, x(0), x(1)),
-            Op::Compare(c) => elementwise::compare(*c, x(0), x(1)),
-            Op::Select => elementwise::select(x(0), x(1), x(2)),
-            Op::Convert { to } => Ok(x(0).convert(*to)),
-            Op::BroadcastInDim { dims, shape } => shape::broadcast_in_dim(x(0), dims, shape),
-            Op::Transpose { perm } => shape::transpose(x(0), perm),
-            Op::Slice { start, limit, stride } => shape::slice(x(0), start, limit, stride),
-            Op::Concatenate { dim } => {
-                let xs: Vec<&HostTensor> = (0..inst.operands.len()).map(x).collect();
-                shape::concatenate(&xs, *dim)
-            }
-            Op::Pad { low, high, interior } => shape::pad(x(0), x(1), low, high, interior),
-            Op::DotGeneral(dims) => dot::dot_general(x(0), x(1), dims),
-            Op::Reduce { op, dims } => reduce::reduce(*op, x(0), dims),
-            Op::ShardingConstraint { .. } | Op::Reshard { .. } | Op::Reshape { .. } | Op::Call { .. } => {
-                unreachable!("handled above")
-            }
-        };
+        let xs: Vec<&HostTensor> = inst.operands.iter().map(|&v| operand(env, f, v)).collect();
+        let out = super::eval_simple(&inst.op, &xs);
         out.map(|t| vec![t]).map_err(d)
     }
 }

@@ -66,7 +66,7 @@ mod shape;
 pub use exec::Interpreter;
 
 use crate::tensor::HostTensor;
-use crate::{IrError, Module};
+use crate::{infer, IrError, Module, NoFunctions, Op, TensorType};
 use std::collections::BTreeMap;
 
 /// Verifies `m` and runs function `func` on positional `args`, returning its
@@ -80,4 +80,49 @@ pub fn run(m: &Module, func: &str, args: &[HostTensor]) -> Result<Vec<HostTensor
 /// wrongly typed inputs are [`IrError::Input`] naming the parameter.
 pub fn run_named(m: &Module, func: &str, inputs: &BTreeMap<String, HostTensor>) -> Result<Vec<HostTensor>, IrError> {
     Interpreter::new(m)?.run_named(func, inputs)
+}
+
+/// Evaluates one op on host tensors with exactly the interpreter's
+/// semantics (the numerics contract above), outside any function: what a
+/// device program's compute step does on the CPU. Operand types are checked
+/// with [`infer()`](crate::infer()) first. `call` needs a module and is
+/// rejected; `sharding_constraint` and `reshard` are the identity.
+pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, IrError> {
+    let fail = |m: String| IrError::Tensor(format!("`{}`: {m}", op.name()));
+    if let Op::Call { callee, .. } = op {
+        return Err(fail(format!("cannot call @{callee} outside a module")));
+    }
+    let tys: Vec<TensorType> = inputs.iter().map(|t| t.ty()).collect();
+    let ty_refs: Vec<&TensorType> = tys.iter().collect();
+    infer(op, &ty_refs, &NoFunctions).map_err(fail)?;
+    let out = match op {
+        Op::ShardingConstraint { .. } | Op::Reshard { .. } => Ok(inputs[0].clone()),
+        Op::Reshape { shape } => shape::reshape(inputs[0].clone(), shape),
+        _ => eval_simple(op, inputs),
+    };
+    out.map(|t| vec![t]).map_err(fail)
+}
+
+/// The single-result ops that need no module and do not take their operand
+/// by value (everything but `call`, `reshape` and the identities).
+fn eval_simple(op: &Op, xs: &[&HostTensor]) -> Result<HostTensor, String> {
+    match op {
+        Op::Constant(lit) => HostTensor::from_literal(lit).map_err(|e| e.to_string()),
+        Op::Iota { dim, ty } => shape::iota(ty, *dim),
+        Op::Unary(u) => elementwise::unary(*u, xs[0]),
+        Op::Binary(b) => elementwise::binary(*b, xs[0], xs[1]),
+        Op::Compare(c) => elementwise::compare(*c, xs[0], xs[1]),
+        Op::Select => elementwise::select(xs[0], xs[1], xs[2]),
+        Op::Convert { to } => Ok(xs[0].convert(*to)),
+        Op::BroadcastInDim { dims, shape } => shape::broadcast_in_dim(xs[0], dims, shape),
+        Op::Transpose { perm } => shape::transpose(xs[0], perm),
+        Op::Slice { start, limit, stride } => shape::slice(xs[0], start, limit, stride),
+        Op::Concatenate { dim } => shape::concatenate(xs, *dim),
+        Op::Pad { low, high, interior } => shape::pad(xs[0], xs[1], low, high, interior),
+        Op::DotGeneral(dims) => dot::dot_general(xs[0], xs[1], dims),
+        Op::Reduce { op, dims } => reduce::reduce(*op, xs[0], dims),
+        Op::ShardingConstraint { .. } | Op::Reshard { .. } | Op::Reshape { .. } | Op::Call { .. } => {
+            unreachable!("`{}` is handled by the caller", op.name())
+        }
+    }
 }
