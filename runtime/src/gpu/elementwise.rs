@@ -230,7 +230,9 @@ pub fn int_binary<I: Int>(
 fn compare_op<N: Numeric>(a: N, b: N, #[comptime] op: Cmp) -> bool {
     match op {
         Cmp::Eq => a == b,
-        Cmp::Ne => a != b,
+        // Not `a != b`: naga compiles it to an ordered comparison, false
+        // for NaN.
+        Cmp::Ne => !(a == b),
         Cmp::Lt => a < b,
         Cmp::Le => a <= b,
         Cmp::Gt => a > b,

@@ -28,7 +28,8 @@ pub fn to_float<S: Numeric, F: Float>(x: &Array<S>, out: &mut Array<F>, #[compti
 pub fn nonzero<S: Numeric>(x: &Array<S>, out: &mut Array<u32>) {
     let i = ABSOLUTE_POS;
     if i < out.len() {
-        out[i] = select(x[i] != S::from_int(0), 1u32, 0u32);
+        // Not `!=` (ordered in naga's output, so NaN would give false).
+        out[i] = select(x[i] == S::from_int(0), 0u32, 1u32);
     }
 }
 

@@ -107,13 +107,13 @@ pub fn reduce_rows_cube<F: Float>(
         shared[t] = acc;
     }
     sync_cube();
-    let mut half = CUBE_THREADS / 2;
-    while half > 0 {
+    #[unroll]
+    for level in 1..9u32 {
+        let half = CUBE_THREADS >> level as usize;
         if t < half {
             shared[t] = combine_float::<F>(shared[t], shared[t + half], op);
         }
         sync_cube();
-        half /= 2;
     }
     if r < out.len() && t == 0 {
         out[r] = apply_rounding::<F>(shared[0], rnd);

@@ -12,16 +12,35 @@
 
 use cubecl::prelude::*;
 
-/// True for NaN (as a plain `bool`, whatever the float type).
+/// True for NaN (as a plain `bool`, whatever the float type). CubeCL's
+/// bit test is right for `f32`, but its `f64` version and float tricks
+/// (`x - x`, `x * 0`) fail under wgpu on lavapipe, so `f64` tests its own
+/// exponent and fraction bits.
+///
+/// (Type-dependent choices in these helpers branch at expansion time on
+/// `F::type_size().comptime()` inside `comptime!`; a plain comparison of
+/// `F::type_size()` would become a run-time branch, expanding both arms.)
 #[cube]
 pub fn is_nan<F: Float>(x: F) -> bool {
-    bool::cast_from(F::is_nan(x))
+    let mut r = bool::cast_from(F::is_nan(x));
+    let size = F::type_size().comptime();
+    if comptime![size == 8] {
+        let bits = u64::reinterpret(x);
+        r = (bits >> 52u64) & 0x7FFu64 == 0x7FFu64 && (bits & 0x000F_FFFF_FFFF_FFFFu64) > 0u64;
+    }
+    r
 }
 
 /// True for ±infinity.
 #[cube]
 pub fn is_inf<F: Float>(x: F) -> bool {
-    bool::cast_from(F::is_inf(x))
+    let mut r = bool::cast_from(F::is_inf(x));
+    let size = F::type_size().comptime();
+    if comptime![size == 8] {
+        let bits = u64::reinterpret(x);
+        r = (bits >> 52u64) & 0x7FFu64 == 0x7FFu64 && (bits & 0x000F_FFFF_FFFF_FFFFu64) == 0u64;
+    }
+    r
 }
 
 /// `e^x - 1`, accurate near 0 (Kahan: `(u - 1) * x / ln(u)` with `u = e^x`).
@@ -96,18 +115,62 @@ pub fn min_nan<F: Float>(a: F, b: F) -> F {
     select(is_nan::<F>(a) || is_nan::<F>(b), a + b, select(pick_a, a, b))
 }
 
+/// `a * b` as an unevaluated sum `hi + lo`, exactly (Dekker's product
+/// with Veltkamp splitting: no fused multiply-add needed, which software
+/// Vulkan does not provide).
+#[cube]
+fn two_product<F: Float>(a: F, b: F) -> (F, F) {
+    // 2^s + 1 splits a p-bit significand into halves (s = ceil(p / 2)).
+    let mut split = F::new(4097.0);
+    let size = F::type_size().comptime();
+    if comptime![size == 8] {
+        split = F::cast_from(134_217_729u32);
+    }
+    let hi = a * b;
+    let ca = split * a;
+    let ah = ca - (ca - a);
+    let al = a - ah;
+    let cb = split * b;
+    let bh = cb - (cb - b);
+    let bl = b - bh;
+    let lo = ((ah * bh - hi) + ah * bl + al * bh) + al * bl;
+    (hi, lo)
+}
+
 /// C's `fmod`: `a - n*b` with `n = trunc(a/b)`, exact, with the sign of `a`.
+///
+/// One step `r -= trunc(r/b) * b` is exact (the product is formed exactly
+/// by [`two_product`], and `r - hi` is exact because `hi` is within a
+/// factor of 2 of `r`), but the rounded quotient may be off by up to half
+/// its ulp, leaving a remainder up to `2^-24` times the quotient times
+/// `b`; steps repeat until the remainder is below `|b|` (at most a dozen
+/// for f32), then the sign is fixed. Quotients beyond `2^115` (where the
+/// exact product overflows) are out of reach.
 #[cube]
 pub fn fmod<F: Float>(a: F, b: F) -> F {
-    let q = F::trunc(a / b);
-    let mut r = fma(-q, b, a);
     let ab = F::abs(b);
-    // `a / b` may have rounded up to the next integer: fix the sign.
-    r = select(a >= F::new(0.0) && r < F::new(0.0), r + ab, r);
-    r = select(a < F::new(0.0) && r > F::new(0.0), r - ab, r);
-    r = select(F::abs(r) >= ab && !is_inf::<F>(b), select(r > F::new(0.0), r - ab, r + ab), r);
-    // b infinite and a finite: a itself.
-    select(is_inf::<F>(b) && !is_inf::<F>(a) && !is_nan::<F>(a), a, r)
+    let mut r = a;
+    let mut steps: u32 = 0;
+    // NaN fails the test and leaves; infinities and b = 0 become NaN.
+    while steps < 64u32 && F::abs(r) >= ab {
+        let q = F::trunc(r / b);
+        let (hi, lo) = two_product::<F>(q, b);
+        r = (r - hi) - lo;
+        steps += 1u32;
+    }
+    #[unroll]
+    for _ in 0..2u32 {
+        r = select(a >= F::new(0.0) && r < F::new(0.0), r + ab, r);
+        r = select(a < F::new(0.0) && r > F::new(0.0), r - ab, r);
+    }
+    // A zero result has the sign of a.
+    let zero_r = select(is_negative::<F>(a), -F::new(0.0), F::new(0.0));
+    r = select(r == F::new(0.0), zero_r, r);
+    let special = is_inf::<F>(b) || is_inf::<F>(a) || is_nan::<F>(a) || is_nan::<F>(b) || b == F::new(0.0);
+    // b infinite and a finite: a itself; a infinite, b zero or NaN: NaN.
+    let zero = a - a;
+    let fallback = select(is_inf::<F>(b) && !is_inf::<F>(a) && !is_nan::<F>(a), a, (zero * b) / zero);
+    select(special, fallback, r)
 }
 
 /// `a^b` with C's special cases.
@@ -125,6 +188,8 @@ pub fn pow<F: Float>(a: F, b: F) -> F {
     let nan_case = a < F::new(0.0) && !b_int && !is_inf::<F>(b) && !is_inf::<F>(a);
     let r = select(nan_case, zero / zero, signed);
     let r = select(F::abs(a) == F::new(1.0) && is_inf::<F>(b), F::new(1.0), r);
+    // NaN in, NaN out (a + b is a NaN then), but for the two cases below.
+    let r = select(is_nan::<F>(a) || is_nan::<F>(b), a + b, r);
     select(b == F::new(0.0) || a == F::new(1.0), F::new(1.0), r)
 }
 

@@ -47,6 +47,7 @@ pub struct CubeclBackend<R: Runtime> {
     client: ComputeClient<R>,
     label: String,
     f64_ok: bool,
+    f64_math: bool,
 }
 
 /// A buffer on a CubeCL device: a memory handle and the IR type of what it
@@ -79,7 +80,7 @@ impl<R: Runtime> CubeBuffer<R> {
 
     /// The same memory seen as another type of the same storage and size.
     fn view(&self, ty: TensorType) -> CubeBuffer<R> {
-        debug_assert_eq!(Storage::of(ty.dtype), self.storage());
+        debug_assert_eq!(Storage::of(ty.dtype).size(), self.storage().size());
         debug_assert_eq!(ty.num_elements(), self.len());
         CubeBuffer { handle: self.handle.clone(), ty, _runtime: std::marker::PhantomData }
     }
@@ -96,7 +97,11 @@ impl<R: Runtime> CubeclBackend<R> {
     /// A backend on a compute client, described by `label`.
     pub fn new(client: ComputeClient<R>, label: impl Into<String>) -> CubeclBackend<R> {
         let f64_ok = client.properties().supports_type(ElemType::Float(FloatKind::F64));
-        CubeclBackend { client, label: label.into(), f64_ok }
+        // Vulkan's extended instructions (exp, log, sin, pow, ...) exist
+        // for 16- and 32-bit floats only; wgpu passes f64 ones through and
+        // gets garbage back.
+        let f64_math = f64_ok && !R::name(&client).starts_with("wgpu");
+        CubeclBackend { client, label: label.into(), f64_ok, f64_math }
     }
 
     /// The compute client.

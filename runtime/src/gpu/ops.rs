@@ -73,6 +73,21 @@ pub(super) fn compute<R: Runtime>(
     for t in tys.iter().copied().chain([&out_ty]) {
         be.check_dtype(t.dtype, op.name())?;
     }
+    let transcendental = matches!(
+        op,
+        Op::Unary(
+            UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Log1p
+                | UnaryOp::Tanh
+                | UnaryOp::Cos
+                | UnaryOp::Sin
+                | UnaryOp::Logistic
+        ) | Op::Binary(BinaryOp::Pow)
+    );
+    if transcendental && out_ty.dtype == DType::F64 && !be.f64_math {
+        return Err(be.unsupported(format!("`{}` on f64 (no 64-bit transcendentals on this device)", op.name())));
+    }
     match op {
         Op::Reshape { .. } | Op::ShardingConstraint { .. } | Op::Reshard { .. } => return Ok(xs[0].view(out_ty)),
         Op::Call { callee, .. } => return Err(op_err(op, format!("cannot call @{callee} on a device"))),
