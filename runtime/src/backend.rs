@@ -15,8 +15,8 @@
 //! generic, so tests and benchmarks can also use one backend type directly.
 
 use crate::cpu::CpuBackend;
-use crate::gpu::{CubeBuffer, CubeclBackend};
 use crate::error::RuntimeError;
+use crate::gpu::{CubeBuffer, CubeclBackend};
 use cubecl::wgpu::WgpuRuntime;
 use weft_ir::device::Collective;
 use weft_ir::tensor::HostTensor;
@@ -170,16 +170,10 @@ impl Backend for AnyBackend {
 
     fn compute(&self, op: &Op, inputs: &[&AnyBuffer]) -> Result<Vec<AnyBuffer>, RuntimeError> {
         Ok(match self {
-            AnyBackend::Cpu(b) => {
-                b.compute(op, &same_kind!(inputs, Cpu))?.into_iter().map(AnyBuffer::Cpu).collect()
-            }
-            AnyBackend::Wgpu(b) => {
-                b.compute(op, &same_kind!(inputs, Wgpu))?.into_iter().map(AnyBuffer::Wgpu).collect()
-            }
+            AnyBackend::Cpu(b) => b.compute(op, &same_kind!(inputs, Cpu))?.into_iter().map(AnyBuffer::Cpu).collect(),
+            AnyBackend::Wgpu(b) => b.compute(op, &same_kind!(inputs, Wgpu))?.into_iter().map(AnyBuffer::Wgpu).collect(),
             #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => {
-                b.compute(op, &same_kind!(inputs, Cuda))?.into_iter().map(AnyBuffer::Cuda).collect()
-            }
+            AnyBackend::Cuda(b) => b.compute(op, &same_kind!(inputs, Cuda))?.into_iter().map(AnyBuffer::Cuda).collect(),
         })
     }
 

@@ -30,8 +30,7 @@ pub fn groups(program: &DeviceProgram, axes: &[String]) -> Vec<Vec<usize>> {
     for d in 0..program.num_devices() {
         let coords = program.coords(d);
         let rank = pos.iter().fold(0, |r, &p| r * program.mesh[p].1 + coords[p]);
-        let key: Vec<usize> =
-            coords.iter().enumerate().map(|(i, &c)| if pos.contains(&i) { 0 } else { c }).collect();
+        let key: Vec<usize> = coords.iter().enumerate().map(|(i, &c)| if pos.contains(&i) { 0 } else { c }).collect();
         by_key.entry(key).or_default().push((rank, d));
     }
     by_key
@@ -119,9 +118,7 @@ pub fn combine(op: &Collective, blocks: &[HostTensor]) -> Result<Vec<HostTensor>
                 })
                 .collect()
         }
-        Collective::CollectivePermute { .. } => {
-            Err(ir(what, "collective_permute has no groups; use `permute`"))
-        }
+        Collective::CollectivePermute { .. } => Err(ir(what, "collective_permute has no groups; use `permute`")),
     }
 }
 

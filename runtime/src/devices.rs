@@ -72,9 +72,12 @@ pub struct PhysicalDevice {
 /// The physical devices of `kind` on this machine (an error saying why
 /// when there are none).
 pub fn physical_devices(kind: BackendKind) -> Result<Vec<PhysicalDevice>, RuntimeError> {
-    let unavailable = |reason: &str| RuntimeError::BackendUnavailable { backend: kind.name().into(), reason: reason.into() };
+    let unavailable =
+        |reason: &str| RuntimeError::BackendUnavailable { backend: kind.name().into(), reason: reason.into() };
     match kind {
-        BackendKind::Cpu => Ok(vec![PhysicalDevice { name: "host CPU (reference interpreter)".into(), software: true }]),
+        BackendKind::Cpu => {
+            Ok(vec![PhysicalDevice { name: "host CPU (reference interpreter)".into(), software: true }])
+        }
         BackendKind::Wgpu => {
             let (_, adapters) = wgpu_devices::adapters();
             if adapters.is_empty() {

@@ -95,7 +95,8 @@ pub fn run_program_stats<B: Backend>(
     check_inputs(program, &inputs)?;
     let mut slots: Vec<Slots<B>> = Vec::with_capacity(n);
     for (d, (backend, ins)) in backends.iter().zip(inputs).enumerate() {
-        let mut s = Slots { bufs: (0..program.buffers.len()).map(|_| None).collect(), live: 0, stats: Default::default() };
+        let mut s =
+            Slots { bufs: (0..program.buffers.len()).map(|_| None).collect(), live: 0, stats: Default::default() };
         for (&b, t) in program.inputs.iter().zip(&ins) {
             let buf = backend.upload(t).map_err(|e| input_err(d, program, b, e))?;
             s.put(program, b, buf);
@@ -168,7 +169,12 @@ fn run_step<B: Backend>(
             for (d, (backend, s)) in backends.iter().zip(slots.iter_mut()).enumerate() {
                 let ins: Vec<&B::Buffer> = inputs.iter().map(|&b| s.get(b)).collect();
                 let outs = backend.compute(op, &ins).map_err(|e| e.at_step(d, i, op.name()))?;
-                assert_eq!(outs.len(), outputs.len(), "backend {} returned the wrong number of results", backend.name());
+                assert_eq!(
+                    outs.len(),
+                    outputs.len(),
+                    "backend {} returned the wrong number of results",
+                    backend.name()
+                );
                 for (&o, buf) in outputs.iter().zip(outs) {
                     s.put(p, o, buf);
                 }
@@ -225,7 +231,8 @@ fn run_collective<B: Backend>(
     output: BufferId,
 ) -> Result<(), RuntimeError> {
     let name = op.name();
-    let download = |slots: &[Slots<B>], d: usize| backends[d].download(slots[d].get(input)).map_err(|e| e.at_step(d, i, name));
+    let download =
+        |slots: &[Slots<B>], d: usize| backends[d].download(slots[d].get(input)).map_err(|e| e.at_step(d, i, name));
     if let Collective::CollectivePermute { pairs } = op {
         let ins: Vec<HostTensor> = (0..backends.len()).map(|d| download(slots, d)).collect::<Result<_, _>>()?;
         for (d, t) in permute(pairs, &ins).into_iter().enumerate() {

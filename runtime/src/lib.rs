@@ -18,15 +18,15 @@
 pub mod backend;
 pub mod collective;
 pub mod cpu;
-pub mod gpu;
 pub mod devices;
 pub mod error;
 pub mod exec;
+pub mod gpu;
 pub mod verify;
 
+pub use crate::gpu::{CubeBuffer, CubeclBackend};
 pub use backend::{AnyBackend, AnyBuffer, Backend};
 pub use cpu::CpuBackend;
-pub use crate::gpu::{CubeBuffer, CubeclBackend};
 pub use devices::{open_devices, select_backend, BackendKind, DeviceMap, Devices};
 pub use error::RuntimeError;
 pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};

@@ -18,5 +18,7 @@ pub fn device_count() -> usize {
 /// Opens `count` logical devices on GPU `index`.
 pub fn open(index: usize, count: usize, first: usize) -> Vec<CubeclBackend<CudaRuntime>> {
     let client = CudaRuntime::client(&CudaDevice::new(index));
-    (first..first + count).map(|i| CubeclBackend::new(client.clone(), format!("cuda device {i} on GPU {index}"))).collect()
+    (first..first + count)
+        .map(|i| CubeclBackend::new(client.clone(), format!("cuda device {i} on GPU {index}")))
+        .collect()
 }

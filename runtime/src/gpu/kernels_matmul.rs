@@ -40,8 +40,16 @@ pub fn matmul_tiled<N: Numeric>(a: &Array<N>, c: &Array<N>, out: &mut Array<N>, 
                 while k0 < k {
                     let ka = k0 + tx;
                     let kc = k0 + ty;
-                    sa[ty * TILE + tx] = select(row < m && ka < k, a[select(row < m && ka < k, (b * m + row) * k + ka, 0)], N::from_int(0));
-                    sc[ty * TILE + tx] = select(kc < k && col < n, c[select(kc < k && col < n, (b * k + kc) * n + col, 0)], N::from_int(0));
+                    sa[ty * TILE + tx] = select(
+                        row < m && ka < k,
+                        a[select(row < m && ka < k, (b * m + row) * k + ka, 0)],
+                        N::from_int(0),
+                    );
+                    sc[ty * TILE + tx] = select(
+                        kc < k && col < n,
+                        c[select(kc < k && col < n, (b * k + kc) * n + col, 0)],
+                        N::from_int(0),
+                    );
                     sync_cube();
                     #[unroll]
                     for kk in 0..TILE {

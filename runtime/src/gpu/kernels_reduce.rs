@@ -48,7 +48,13 @@ fn combine_int<I: Int>(a: I, b: I, #[comptime] op: Red) -> I {
 /// to the dtype. Sums start from 0; max/min from the first element (same
 /// result as from the identity, which WGSL cannot spell: infinity).
 #[cube(launch)]
-pub fn reduce_rows<F: Float>(x: &Array<F>, out: &mut Array<F>, inner: u32, #[comptime] op: Red, #[comptime] rnd: Rounding) {
+pub fn reduce_rows<F: Float>(
+    x: &Array<F>,
+    out: &mut Array<F>,
+    inner: u32,
+    #[comptime] op: Red,
+    #[comptime] rnd: Rounding,
+) {
     let r = ABSOLUTE_POS;
     if r < out.len() {
         let base = r * inner as usize;

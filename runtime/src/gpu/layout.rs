@@ -40,7 +40,8 @@ pub(super) fn copy<R: Runtime>(be: &CubeclBackend<R>, src: &CubeBuffer<R>, dst: 
     meta.extend_from_slice(c.shape);
     meta.extend_from_slice(c.src_strides);
     meta.extend_from_slice(c.dst_strides);
-    let meta: Vec<u32> = meta.into_iter().map(|v| u32::try_from(v).expect("buffers hold fewer than 2^32 elements")).collect();
+    let meta: Vec<u32> =
+        meta.into_iter().map(|v| u32::try_from(v).expect("buffers hold fewer than 2^32 elements")).collect();
     let (mh, ml) = be.meta(&meta);
     // SAFETY: `ml` u32 values were just written to `mh`.
     let meta_arg = unsafe { ArrayArg::from_raw_parts(mh, ml) };
@@ -78,7 +79,11 @@ pub(super) fn fill_value<R: Runtime>(
 }
 
 /// `iota`: the index along `dim`, converted to the dtype like `convert`.
-pub(super) fn iota<R: Runtime>(be: &CubeclBackend<R>, ty: &TensorType, d: usize) -> Result<CubeBuffer<R>, RuntimeError> {
+pub(super) fn iota<R: Runtime>(
+    be: &CubeclBackend<R>,
+    ty: &TensorType,
+    d: usize,
+) -> Result<CubeBuffer<R>, RuntimeError> {
     let idx = be.empty(&TensorType::new(DType::U32, ty.shape.clone()));
     let pitch: usize = ty.shape[d + 1..].iter().product();
     let (count, dim) = be.grid(idx.len());

@@ -13,6 +13,8 @@
 //! kernels), and `ops.rs`, `layout.rs`, `reduce.rs`, `dot.rs` (the host
 //! side that maps each [`Op`] onto them).
 
+#[cfg(feature = "cuda")]
+pub mod cuda_devices;
 mod dot;
 mod elementwise;
 mod kernels_convert;
@@ -26,8 +28,6 @@ mod reduce;
 mod round;
 mod storage;
 pub mod wgpu_devices;
-#[cfg(feature = "cuda")]
-pub mod cuda_devices;
 
 use crate::backend::Backend;
 use crate::error::RuntimeError;

@@ -6,7 +6,7 @@
 //! conversions between dtypes that share a storage type and values) return
 //! views of their input.
 
-use super::elementwise::{self as ew, Cmp, BinaryF, UnaryF, BinaryI, UnaryI};
+use super::elementwise::{self as ew, BinaryF, BinaryI, Cmp, UnaryF, UnaryI};
 use super::kernels_convert as cv;
 use super::storage::{Rounding, Storage};
 use super::{dot, layout, reduce, CubeBuffer, CubeclBackend};
@@ -170,7 +170,9 @@ fn unary<R: Runtime>(be: &CubeclBackend<R>, u: UnaryOp, x: &CubeBuffer<R>, ty: &
                 ew::int_unary::launch::<u32, R>(c, count, dim, x.arg(), out.arg(), iop);
             }
         }
-        _ if u == UnaryOp::IsFinite => with_float!(d, F => ew::is_finite::launch::<F, R>(c, count, dim, x.arg(), out.arg())),
+        _ if u == UnaryOp::IsFinite => {
+            with_float!(d, F => ew::is_finite::launch::<F, R>(c, count, dim, x.arg(), out.arg()))
+        }
         _ => with_float!(d, F => ew::float_unary::launch::<F, R>(
             c, count, dim, x.arg(), out.arg(), float_unary_op(u), Rounding::of(d)
         )),
@@ -297,11 +299,15 @@ pub(super) fn convert<R: Runtime>(be: &CubeclBackend<R>, x: &CubeBuffer<R>, to: 
         (Storage::U32, DType::BF16 | DType::F16) => {
             cv::int_to_half::launch::<u32, R>(c, count, dim, x.arg(), out.arg(), false, rnd)
         }
-        (Storage::F64, DType::BF16 | DType::F16) => cv::f64_to_half::launch::<R>(c, count, dim, x.arg(), out.arg(), rnd),
+        (Storage::F64, DType::BF16 | DType::F16) => {
+            cv::f64_to_half::launch::<R>(c, count, dim, x.arg(), out.arg(), rnd)
+        }
         (_, DType::F32 | DType::BF16 | DType::F16) => {
             with_storage!(from, N => cv::to_float::launch::<N, f32, R>(c, count, dim, x.arg(), out.arg(), rnd))
         }
-        (_, DType::F64) => with_storage!(from, N => cv::to_float::launch::<N, f64, R>(c, count, dim, x.arg(), out.arg(), rnd)),
+        (_, DType::F64) => {
+            with_storage!(from, N => cv::to_float::launch::<N, f64, R>(c, count, dim, x.arg(), out.arg(), rnd))
+        }
         (Storage::I32 | Storage::U32, DType::I32 | DType::U32) => unreachable!("same bits, handled above"),
     }
     out

@@ -108,7 +108,9 @@ pub fn from_device_bytes(ty: &TensorType, bytes: &[u8]) -> Result<HostTensor, Ru
     let shape = &ty.shape;
     let t = match ty.dtype {
         DType::F32 | DType::F64 | DType::I32 | DType::U32 => return Ok(HostTensor::from_bytes_le(ty, bytes)?),
-        DType::BF16 => HostTensor::from_bf16(shape, f32::from_bytes(bytes).iter().map(|&x| bf16::from_f32(x)).collect()),
+        DType::BF16 => {
+            HostTensor::from_bf16(shape, f32::from_bytes(bytes).iter().map(|&x| bf16::from_f32(x)).collect())
+        }
         DType::F16 => HostTensor::from_f16(shape, f32::from_bytes(bytes).iter().map(|&x| f16::from_f32(x)).collect()),
         DType::Bool => HostTensor::from_bool(shape, u32::from_bytes(bytes).iter().map(|&x| x != 0).collect()),
     };

@@ -118,7 +118,9 @@ pub fn check_op<B: Backend>(be: &B, op: &Op, inputs: &[HostTensor], exact: bool,
     assert_eq!(got.ty(), want.ty(), "{op:?} on {shapes:?}: result types differ");
     if exact || !want.dtype().is_float() {
         if !got.bitwise_eq(&want) {
-            let bad = check_close(&got, &want, 0.0, 0.0).err().unwrap_or_else(|| "signs of zero or NaN payloads differ".into());
+            let bad = check_close(&got, &want, 0.0, 0.0)
+                .err()
+                .unwrap_or_else(|| "signs of zero or NaN payloads differ".into());
             panic!("{op:?} on {shapes:?} is not bit-exact: {bad}");
         }
     } else if let Err(m) = check_close(&got, &want, rtol, atol) {

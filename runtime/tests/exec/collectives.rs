@@ -44,7 +44,9 @@ fn cases(m: &[(&str, usize)], axes: &[&str]) -> Vec<Case> {
         let op = Collective::AllGather { dim, axes: owned(axes) };
         out.push(Case { program: one_collective(m, f32s(&[2, 3]), op, f32s(&out_shape)), inputs: ins, expected });
     }
-    for (rop, f) in [(ReduceOp::Sum, (|a, b| a + b) as fn(f32, f32) -> f32), (ReduceOp::Max, f32::max), (ReduceOp::Min, f32::min)] {
+    for (rop, f) in
+        [(ReduceOp::Sum, (|a, b| a + b) as fn(f32, f32) -> f32), (ReduceOp::Max, f32::max), (ReduceOp::Min, f32::min)]
+    {
         let ins = inputs(2, 3);
         let fold = |ms: Vec<Mat>| ms[1..].iter().fold(ms[0].clone(), |acc, x| acc.zip(x, f));
         let expected = (0..n).map(|d| fold(members(&ins, d))).collect();
@@ -55,7 +57,11 @@ fn cases(m: &[(&str, usize)], axes: &[&str]) -> Vec<Case> {
             let ins = inputs(rows, cols);
             let expected = (0..n).map(|d| fold(members(&ins, d)).block(dim, rank_of(m, axes, d), g)).collect();
             let op = Collective::ReduceScatter { dim, axes: owned(axes), op: rop };
-            out.push(Case { program: one_collective(m, f32s(&[rows, cols]), op, f32s(&[2, 3])), inputs: ins, expected });
+            out.push(Case {
+                program: one_collective(m, f32s(&[rows, cols]), op, f32s(&[2, 3])),
+                inputs: ins,
+                expected,
+            });
         }
     }
     for (split, concat) in [(0, 1), (1, 0), (0, 0)] {
@@ -145,8 +151,10 @@ fn small_cases_by_hand() {
     assert_eq!(group_of(&m, &["y"], 2), vec![2, 3]);
     assert_eq!(group_of(&m, &["y", "x"], 1), vec![0, 2, 1, 3]);
     let cpus = vec![CpuBackend::new(); 4];
-    let inputs = |_: ()| (0..4).map(|d| vec![HostTensor::from_f32(&[2], vec![d as f32, 10.0 * d as f32]).unwrap()]).collect();
-    let p = one_collective(&m, f32s(&[2]), Collective::AllReduce { axes: vec!["y".into()], op: ReduceOp::Sum }, f32s(&[2]));
+    let inputs =
+        |_: ()| (0..4).map(|d| vec![HostTensor::from_f32(&[2], vec![d as f32, 10.0 * d as f32]).unwrap()]).collect();
+    let p =
+        one_collective(&m, f32s(&[2]), Collective::AllReduce { axes: vec!["y".into()], op: ReduceOp::Sum }, f32s(&[2]));
     let out = run_program(&p, &cpus, inputs(())).unwrap();
     assert_eq!(out[0][0].as_f32().unwrap().as_slice().unwrap(), &[1.0, 10.0]);
     assert_eq!(out[3][0].as_f32().unwrap().as_slice().unwrap(), &[5.0, 50.0]);
@@ -193,9 +201,17 @@ fn mixed_program() -> DeviceProgram {
             s(Op::Constant(Literal::splat(f32s(&[2, 3]), 1.0)), &[], &[5]),
             s(Op::Binary(BinaryOp::Add), &[4, 5], &[6]),
             Step::Free(vec![BufferId(4), BufferId(5)]),
-            Step::Collective { op: Collective::AllGather { dim: 1, axes: vec!["y".into()] }, input: BufferId(6), output: BufferId(7) },
+            Step::Collective {
+                op: Collective::AllGather { dim: 1, axes: vec!["y".into()] },
+                input: BufferId(6),
+                output: BufferId(7),
+            },
             Step::Free(vec![BufferId(6)]),
-            Step::Collective { op: Collective::AllGather { dim: 0, axes: vec!["x".into()] }, input: BufferId(7), output: BufferId(8) },
+            Step::Collective {
+                op: Collective::AllGather { dim: 0, axes: vec!["x".into()] },
+                input: BufferId(7),
+                output: BufferId(8),
+            },
             Step::Free(vec![BufferId(7)]),
             Step::Collective {
                 op: Collective::AllReduce { axes: vec!["y".into(), "x".into()], op: ReduceOp::Sum },
@@ -257,7 +273,10 @@ fn reductions_round_in_rank_order() {
     );
     // 256 + 1 rounds back to 256 in bf16 (8 significant bits), three times.
     let vals = [256.0, 1.0, 1.0, 1.0];
-    let inputs = vals.iter().map(|&v| vec![HostTensor::from_values(&TensorType::new(DType::BF16, vec![1]), &[v]).unwrap()]).collect();
+    let inputs = vals
+        .iter()
+        .map(|&v| vec![HostTensor::from_values(&TensorType::new(DType::BF16, vec![1]), &[v]).unwrap()])
+        .collect();
     let out = run_program(&p, &vec![CpuBackend::new(); 4], inputs).unwrap();
     assert_eq!(out[2][0].to_f64_vec(), vec![256.0]);
 }

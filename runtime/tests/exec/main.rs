@@ -5,6 +5,9 @@
 //! lavapipe); shard slices, compute steps and frees; and the verifier's
 //! errors.
 
+// Tests pass fresh clones of shared inputs for readability.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -51,10 +51,16 @@ impl Mat {
 
     pub fn concat(ms: &[Mat], dim: usize) -> Mat {
         if dim == 0 {
-            Mat { rows: ms.iter().map(|m| m.rows).sum(), cols: ms[0].cols, v: ms.iter().flat_map(|m| m.v.clone()).collect() }
+            Mat {
+                rows: ms.iter().map(|m| m.rows).sum(),
+                cols: ms[0].cols,
+                v: ms.iter().flat_map(|m| m.v.clone()).collect(),
+            }
         } else {
             let cols = ms.iter().map(|m| m.cols).sum();
-            let v = (0..ms[0].rows).flat_map(|r| ms.iter().flat_map(move |m| (0..m.cols).map(move |c| m.at(r, c)))).collect();
+            let v = (0..ms[0].rows)
+                .flat_map(|r| ms.iter().flat_map(move |m| (0..m.cols).map(move |c| m.at(r, c))))
+                .collect();
             Mat { rows: ms[0].rows, cols, v }
         }
     }
@@ -66,7 +72,10 @@ impl Mat {
             Mat { rows, cols: self.cols, v: self.v[i * rows * self.cols..(i + 1) * rows * self.cols].to_vec() }
         } else {
             let cols = self.cols / n;
-            let v = (0..self.rows).flat_map(|r| (i * cols..(i + 1) * cols).map(move |c| (r, c))).map(|(r, c)| self.at(r, c)).collect();
+            let v = (0..self.rows)
+                .flat_map(|r| (i * cols..(i + 1) * cols).map(move |c| (r, c)))
+                .map(|(r, c)| self.at(r, c))
+                .collect();
             Mat { rows: self.rows, cols, v }
         }
     }

@@ -50,14 +50,26 @@ fn collective_types_and_axes_are_checked() {
     let mut p = gather();
     p.buffers[1].ty = f32s(&[3]);
     invalid_at(run_err(&p, 2, inputs(2)), Some(0), "expected f32[4]");
-    let p = one_collective(&[("x", 2)], f32s(&[2]), Collective::AllGather { dim: 0, axes: vec!["z".into()] }, f32s(&[4]));
+    let p =
+        one_collective(&[("x", 2)], f32s(&[2]), Collective::AllGather { dim: 0, axes: vec!["z".into()] }, f32s(&[4]));
     invalid_at(run_err(&p, 2, inputs(2)), Some(0), "unknown mesh axis `z`");
-    let p = one_collective(&[("x", 2)], f32s(&[3]), Collective::ReduceScatter { dim: 0, axes: vec!["x".into()], op: ReduceOp::Sum }, f32s(&[1]));
+    let p = one_collective(
+        &[("x", 2)],
+        f32s(&[3]),
+        Collective::ReduceScatter { dim: 0, axes: vec!["x".into()], op: ReduceOp::Sum },
+        f32s(&[1]),
+    );
     invalid_at(run_err(&p, 2, inputs(2)), Some(0), "not divisible");
     let b = TensorType::new(DType::Bool, vec![2]);
-    let p = one_collective(&[("x", 2)], b.clone(), Collective::AllReduce { axes: vec!["x".into()], op: ReduceOp::Max }, b);
+    let p =
+        one_collective(&[("x", 2)], b.clone(), Collective::AllReduce { axes: vec!["x".into()], op: ReduceOp::Max }, b);
     invalid_at(run_err(&p, 2, vec![]), Some(0), "bool");
-    let p = one_collective(&[("x", 2)], f32s(&[2]), Collective::CollectivePermute { pairs: vec![(0, 1), (1, 1)] }, f32s(&[2]));
+    let p = one_collective(
+        &[("x", 2)],
+        f32s(&[2]),
+        Collective::CollectivePermute { pairs: vec![(0, 1), (1, 1)] },
+        f32s(&[2]),
+    );
     invalid_at(run_err(&p, 2, inputs(2)), Some(0), "two pairs");
 }
 
@@ -74,11 +86,17 @@ fn liveness_is_checked() {
     // A compute step whose declared output type is wrong.
     let mut p = gather();
     p.buffers.push(Buffer { ty: TensorType::new(DType::I32, vec![2]), name: Some("bad".into()) });
-    p.steps.insert(0, Step::Compute { op: Op::Unary(UnaryOp::Exp), inputs: vec![BufferId(0)], outputs: vec![BufferId(2)] });
+    p.steps.insert(
+        0,
+        Step::Compute { op: Op::Unary(UnaryOp::Exp), inputs: vec![BufferId(0)], outputs: vec![BufferId(2)] },
+    );
     invalid_at(run_err(&p, 2, inputs(2)), Some(0), "%2 (%bad) is i32[2], expected f32[2]");
     // Defined twice.
     let mut p = gather();
-    p.steps.insert(0, Step::Compute { op: Op::Unary(UnaryOp::Neg), inputs: vec![BufferId(0)], outputs: vec![BufferId(0)] });
+    p.steps.insert(
+        0,
+        Step::Compute { op: Op::Unary(UnaryOp::Neg), inputs: vec![BufferId(0)], outputs: vec![BufferId(0)] },
+    );
     invalid_at(run_err(&p, 2, inputs(2)), Some(0), "defined twice");
 }
 
@@ -90,7 +108,11 @@ fn shard_slices_are_checked() {
         buffers: vec![Buffer { ty: f32s(&[4, 4]), name: None }, Buffer { ty: f32s(&[2, 2]), name: None }],
         inputs: vec![BufferId(0)],
         outputs: vec![BufferId(1)],
-        steps: vec![Step::ShardSlice { input: BufferId(0), output: BufferId(1), dims: vec![vec!["x".into()], vec!["y".into()]] }],
+        steps: vec![Step::ShardSlice {
+            input: BufferId(0),
+            output: BufferId(1),
+            dims: vec![vec!["x".into()], vec!["y".into()]],
+        }],
     };
     invalid_at(run_err(&p, 6, vec![]), Some(0), "dimension 1 of f32[4,4] is not divisible by 3");
 }

@@ -4,6 +4,9 @@
 //! dtype an op accepts, and special values. Needs a Vulkan device (lavapipe
 //! without a GPU); see `common::wgpu_or_skip`.
 
+// Tests pass fresh clones of shared inputs for readability.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -15,9 +15,9 @@ fn reductions_over_any_dims() {
         (&[5, 9], &[0, 1]),
         (&[3, 4, 5, 6], &[1, 3]),
         (&[3, 4, 5, 6], &[0, 2]),
-        (&[3000, 33], &[1]),  // many short rows: one thread per row
-        (&[3, 10007], &[1]),  // few long rows: one cube per row
-        (&[40000], &[0]),     // one long row
+        (&[3000, 33], &[1]), // many short rows: one thread per row
+        (&[3, 10007], &[1]), // few long rows: one cube per row
+        (&[40000], &[0]),    // one long row
     ];
     for d in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::I32, DType::U32] {
         for &(shape, dims) in cases {
@@ -41,7 +41,12 @@ fn reductions_over_any_dims() {
 }
 
 fn dot(lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]) -> Op {
-    Op::DotGeneral(DotDims { lhs_batch: lb.to_vec(), rhs_batch: rb.to_vec(), lhs_contract: lc.to_vec(), rhs_contract: rc.to_vec() })
+    Op::DotGeneral(DotDims {
+        lhs_batch: lb.to_vec(),
+        rhs_batch: rb.to_vec(),
+        lhs_contract: lc.to_vec(),
+        rhs_contract: rc.to_vec(),
+    })
 }
 
 #[test]
