@@ -256,6 +256,18 @@ mod tests {
     }
 
     #[test]
+    fn missing_cuda_is_an_error_not_a_panic() {
+        // Without the feature, or without a driver (CubeCL loads it at run
+        // time), asking for CUDA is a clear error; the default falls back.
+        match select_backend(Some("cuda")) {
+            Ok(k) => assert_eq!(k, BackendKind::Cuda),
+            Err(e) => assert!(matches!(e, RuntimeError::BackendUnavailable { .. }), "{e}"),
+        }
+        assert!(select_backend(None).is_ok());
+        assert!(available_backends().contains(&BackendKind::Cpu));
+    }
+
+    #[test]
     fn names_parse() {
         assert_eq!("wgpu".parse::<BackendKind>().unwrap(), BackendKind::Wgpu);
         assert!(matches!("tpu".parse::<BackendKind>(), Err(RuntimeError::UnknownBackend(_))));
