@@ -1,0 +1,183 @@
+//! The [`Backend`] abstraction: what the executor needs from a device.
+//!
+//! A backend owns one logical device's memory and runs the IR's compute ops
+//! on it. The interface is deliberately small (allocate, upload, download,
+//! compute one op, free) so that a new kind of device needs only kernels,
+//! and so that the executor - which knows about meshes, collectives and
+//! liveness - is written once for all of them. Collectives are not part of
+//! the trait: the executor stages them through the host with the CPU
+//! backend's arithmetic, which makes every backend agree on their results
+//! bit for bit. A backend with a faster path can still take over through
+//! [`Backend::native_collective`].
+//!
+//! [`AnyBackend`] is the run-time choice among the compiled-in backends
+//! (`cpu`, `wgpu`, and `cuda` with the `cuda` feature); the executor is
+//! generic, so tests and benchmarks can also use one backend type directly.
+
+use crate::cpu::CpuBackend;
+use crate::error::RuntimeError;
+use crate::gpu::{CubeBuffer, CubeclBackend};
+use cubecl::wgpu::WgpuRuntime;
+use weft_ir::device::Collective;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{Op, TensorType};
+
+/// One logical device: its memory and its kernels.
+pub trait Backend {
+    /// A tensor stored on the device. Dropping it (or [`Backend::free`])
+    /// releases the memory.
+    type Buffer;
+
+    /// A short description (`cpu`, `wgpu<wgsl> llvmpipe`, ...).
+    fn name(&self) -> String;
+
+    /// Allocates a zero-filled buffer of type `ty`.
+    fn alloc(&self, ty: &TensorType) -> Result<Self::Buffer, RuntimeError>;
+
+    /// Copies a host tensor to the device.
+    fn upload(&self, t: &HostTensor) -> Result<Self::Buffer, RuntimeError>;
+
+    /// Copies a buffer back to the host (waits for pending work on it).
+    fn download(&self, b: &Self::Buffer) -> Result<HostTensor, RuntimeError>;
+
+    /// The type of a buffer.
+    fn buffer_type(&self, b: &Self::Buffer) -> TensorType;
+
+    /// Runs one compute op (any [`Op`] but `call`; attributes describe local
+    /// shapes) with the interpreter's semantics, returning one new buffer
+    /// per result. Inputs are left untouched.
+    fn compute(&self, op: &Op, inputs: &[&Self::Buffer]) -> Result<Vec<Self::Buffer>, RuntimeError>;
+
+    /// Releases a buffer. (Dropping it has the same effect; this makes the
+    /// point where memory is given back explicit.)
+    fn free(&self, b: Self::Buffer) {
+        drop(b);
+    }
+
+    /// Waits until all work submitted to the device has finished (for
+    /// timing; downloads synchronise on their own).
+    fn sync(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    /// A device-native implementation of a collective over one group.
+    /// `group` lists the members in rank order: each member's backend and
+    /// contribution. Returns one buffer per member, or `None` (the default)
+    /// to let the executor stage the collective through the host.
+    fn native_collective(
+        group: &[(&Self, &Self::Buffer)],
+        op: &Collective,
+    ) -> Option<Result<Vec<Self::Buffer>, RuntimeError>>
+    where
+        Self: Sized,
+    {
+        let _ = (group, op);
+        None
+    }
+}
+
+/// A backend chosen at run time.
+pub enum AnyBackend {
+    /// The CPU reference backend.
+    Cpu(CpuBackend),
+    /// CubeCL on wgpu (Vulkan, Metal, DX12).
+    Wgpu(CubeclBackend<WgpuRuntime>),
+    /// CubeCL on CUDA.
+    #[cfg(feature = "cuda")]
+    Cuda(CubeclBackend<cubecl::cuda::CudaRuntime>),
+}
+
+/// A buffer of an [`AnyBackend`].
+pub enum AnyBuffer {
+    /// On the CPU.
+    Cpu(HostTensor),
+    /// On a wgpu device.
+    Wgpu(CubeBuffer<WgpuRuntime>),
+    /// On a CUDA device.
+    #[cfg(feature = "cuda")]
+    Cuda(CubeBuffer<cubecl::cuda::CudaRuntime>),
+}
+
+/// Unwraps buffers of the variant matching the backend; a buffer of another
+/// backend is a broken invariant of the caller.
+macro_rules! same_kind {
+    ($bufs:expr, $variant:ident) => {
+        $bufs
+            .iter()
+            .map(|b| match b {
+                AnyBuffer::$variant(x) => x,
+                #[allow(unreachable_patterns)]
+                _ => panic!("a buffer of another backend was passed to the {} backend", stringify!($variant)),
+            })
+            .collect::<Vec<_>>()
+    };
+}
+
+/// Dispatches a method call on every variant of [`AnyBackend`].
+macro_rules! dispatch {
+    ($self:expr, $b:ident => $e:expr) => {
+        match $self {
+            AnyBackend::Cpu($b) => $e,
+            AnyBackend::Wgpu($b) => $e,
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda($b) => $e,
+        }
+    };
+}
+
+impl Backend for AnyBackend {
+    type Buffer = AnyBuffer;
+
+    fn name(&self) -> String {
+        dispatch!(self, b => b.name())
+    }
+
+    fn alloc(&self, ty: &TensorType) -> Result<AnyBuffer, RuntimeError> {
+        Ok(match self {
+            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.alloc(ty)?),
+            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.alloc(ty)?),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.alloc(ty)?),
+        })
+    }
+
+    fn upload(&self, t: &HostTensor) -> Result<AnyBuffer, RuntimeError> {
+        Ok(match self {
+            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.upload(t)?),
+            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.upload(t)?),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.upload(t)?),
+        })
+    }
+
+    fn download(&self, buf: &AnyBuffer) -> Result<HostTensor, RuntimeError> {
+        match self {
+            AnyBackend::Cpu(b) => b.download(same_kind!([buf], Cpu)[0]),
+            AnyBackend::Wgpu(b) => b.download(same_kind!([buf], Wgpu)[0]),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.download(same_kind!([buf], Cuda)[0]),
+        }
+    }
+
+    fn buffer_type(&self, buf: &AnyBuffer) -> TensorType {
+        match buf {
+            AnyBuffer::Cpu(t) => t.ty(),
+            AnyBuffer::Wgpu(c) => c.ty().clone(),
+            #[cfg(feature = "cuda")]
+            AnyBuffer::Cuda(c) => c.ty().clone(),
+        }
+    }
+
+    fn compute(&self, op: &Op, inputs: &[&AnyBuffer]) -> Result<Vec<AnyBuffer>, RuntimeError> {
+        Ok(match self {
+            AnyBackend::Cpu(b) => b.compute(op, &same_kind!(inputs, Cpu))?.into_iter().map(AnyBuffer::Cpu).collect(),
+            AnyBackend::Wgpu(b) => b.compute(op, &same_kind!(inputs, Wgpu))?.into_iter().map(AnyBuffer::Wgpu).collect(),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.compute(op, &same_kind!(inputs, Cuda))?.into_iter().map(AnyBuffer::Cuda).collect(),
+        })
+    }
+
+    fn sync(&self) -> Result<(), RuntimeError> {
+        dispatch!(self, b => b.sync())
+    }
+}

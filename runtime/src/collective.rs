@@ -1,0 +1,172 @@
+//! Host-side collectives: which devices form a group, and what each member
+//! receives.
+//!
+//! The executor stages collectives through the host: it downloads the
+//! group's contributions, calls [`combine`] (or [`permute`]) and uploads
+//! the results. Reductions fold left over the members in rank order with
+//! the interpreter's binary ops ([`eval_op`]), so a sum of `bf16` buffers
+//! rounds after every addition exactly as the CPU backend would, and every
+//! backend gets bit-identical results whatever its kernels do. The group
+//! and rank rules are those of `weft_ir::device` (the contract).
+
+use crate::error::RuntimeError;
+use std::collections::BTreeMap;
+use weft_ir::device::{Collective, DeviceProgram};
+use weft_ir::interp::eval_op;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{BinaryOp, Op, ReduceOp};
+
+/// The groups of a collective over mesh `axes`: each group lists its
+/// devices (flat indices) in rank order. Devices are in the same group when
+/// their coordinates agree on every axis not in `axes`; the rank is the
+/// coordinates along `axes` linearised major to minor in the order listed.
+/// The caller has checked that every axis exists.
+pub fn groups(program: &DeviceProgram, axes: &[String]) -> Vec<Vec<usize>> {
+    let pos: Vec<usize> = axes
+        .iter()
+        .map(|a| program.mesh.iter().position(|(n, _)| n == a).unwrap_or_else(|| panic!("unknown mesh axis {a}")))
+        .collect();
+    let mut by_key: BTreeMap<Vec<usize>, Vec<(usize, usize)>> = BTreeMap::new();
+    for d in 0..program.num_devices() {
+        let coords = program.coords(d);
+        let rank = pos.iter().fold(0, |r, &p| r * program.mesh[p].1 + coords[p]);
+        let key: Vec<usize> = coords.iter().enumerate().map(|(i, &c)| if pos.contains(&i) { 0 } else { c }).collect();
+        by_key.entry(key).or_default().push((rank, d));
+    }
+    by_key
+        .into_values()
+        .map(|mut members| {
+            members.sort_unstable();
+            members.into_iter().map(|(_, d)| d).collect()
+        })
+        .collect()
+}
+
+/// The number of devices in each group over `axes`.
+pub fn group_size(program: &DeviceProgram, axes: &[String]) -> usize {
+    axes.iter().map(|a| program.axis_size(a).unwrap_or(1)).product()
+}
+
+fn ir(op: &str, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Op { op: op.to_string(), message: e.to_string() }
+}
+
+fn eval1(op: &Op, xs: &[&HostTensor], what: &str) -> Result<HostTensor, RuntimeError> {
+    let mut out = eval_op(op, xs).map_err(|e| ir(what, e))?;
+    Ok(out.remove(0))
+}
+
+/// The elementwise op that combines two contributions of a reduction.
+pub fn combiner(op: ReduceOp) -> BinaryOp {
+    match op {
+        ReduceOp::Sum => BinaryOp::Add,
+        ReduceOp::Max => BinaryOp::Max,
+        ReduceOp::Min => BinaryOp::Min,
+    }
+}
+
+/// Left fold of the blocks in rank order: `((b0 op b1) op b2) ...`.
+fn reduce_in_rank_order(blocks: &[HostTensor], op: ReduceOp, what: &str) -> Result<HostTensor, RuntimeError> {
+    let bin = Op::Binary(combiner(op));
+    let (first, rest) = blocks.split_first().expect("a group has at least one member");
+    rest.iter().try_fold(first.clone(), |acc, b| eval1(&bin, &[&acc, b], what))
+}
+
+/// Block `i` of `n` equal blocks of `t` along `dim`.
+pub fn block(t: &HostTensor, dim: usize, i: usize, n: usize, what: &str) -> Result<HostTensor, RuntimeError> {
+    let shape = t.shape();
+    let size = shape[dim] / n;
+    let start: Vec<usize> = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
+    let limit: Vec<usize> = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
+    let stride = vec![1; shape.len()];
+    eval1(&Op::Slice { start, limit, stride }, &[t], what)
+}
+
+fn concat(blocks: &[&HostTensor], dim: usize, what: &str) -> Result<HostTensor, RuntimeError> {
+    eval1(&Op::Concatenate { dim }, blocks, what)
+}
+
+/// What each member of one group receives, given the members'
+/// contributions in rank order. (Not for `collective_permute`, which is
+/// not formed of groups: see [`permute`].)
+pub fn combine(op: &Collective, blocks: &[HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
+    let what = op.name();
+    let n = blocks.len();
+    match op {
+        Collective::AllGather { dim, .. } => {
+            let refs: Vec<&HostTensor> = blocks.iter().collect();
+            let all = concat(&refs, *dim, what)?;
+            Ok(vec![all; n])
+        }
+        Collective::AllReduce { op, .. } => {
+            let sum = reduce_in_rank_order(blocks, *op, what)?;
+            Ok(vec![sum; n])
+        }
+        Collective::ReduceScatter { dim, op, .. } => {
+            let sum = reduce_in_rank_order(blocks, *op, what)?;
+            (0..n).map(|r| block(&sum, *dim, r, n, what)).collect()
+        }
+        Collective::AllToAll { split_dim, concat_dim, .. } => {
+            let pieces: Vec<Vec<HostTensor>> = blocks
+                .iter()
+                .map(|b| (0..n).map(|j| block(b, *split_dim, j, n, what)).collect())
+                .collect::<Result<_, _>>()?;
+            (0..n)
+                .map(|r| {
+                    let received: Vec<&HostTensor> = pieces.iter().map(|p| &p[r]).collect();
+                    concat(&received, *concat_dim, what)
+                })
+                .collect()
+        }
+        Collective::CollectivePermute { .. } => Err(ir(what, "collective_permute has no groups; use `permute`")),
+    }
+}
+
+/// `collective_permute` over all devices: device `t` receives the buffer of
+/// `s` for each pair `(s, t)`; devices that are no target receive zeros.
+pub fn permute(pairs: &[(u32, u32)], inputs: &[HostTensor]) -> Vec<HostTensor> {
+    let mut out: Vec<HostTensor> = inputs.iter().map(|t| HostTensor::zeros(&t.ty())).collect();
+    for &(s, t) in pairs {
+        out[t as usize] = inputs[s as usize].clone();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_ir::device::DeviceProgram;
+
+    fn mesh(axes: &[(&str, usize)]) -> DeviceProgram {
+        DeviceProgram {
+            name: "t".into(),
+            mesh: axes.iter().map(|(a, n)| (a.to_string(), *n)).collect(),
+            buffers: vec![],
+            inputs: vec![],
+            outputs: vec![],
+            steps: vec![],
+        }
+    }
+
+    #[test]
+    fn groups_follow_the_contract() {
+        let p = mesh(&[("a", 2), ("b", 3)]);
+        // Over b: devices sharing a coordinate, ranked by b.
+        assert_eq!(groups(&p, &["b".into()]), vec![vec![0, 1, 2], vec![3, 4, 5]]);
+        // Over a: columns.
+        assert_eq!(groups(&p, &["a".into()]), vec![vec![0, 3], vec![1, 4], vec![2, 5]]);
+        // Over [b, a]: rank = ib * 2 + ia.
+        assert_eq!(groups(&p, &["b".into(), "a".into()]), vec![vec![0, 3, 1, 4, 2, 5]]);
+        assert_eq!(group_size(&p, &["b".into(), "a".into()]), 6);
+    }
+
+    #[test]
+    fn all_to_all_transposes_blocks() {
+        let t = |v: Vec<f32>| HostTensor::from_f32(&[2, 2], v).unwrap();
+        let op = Collective::AllToAll { split_dim: 0, concat_dim: 1, axes: vec!["x".into()] };
+        let out = combine(&op, &[t(vec![1., 2., 3., 4.]), t(vec![5., 6., 7., 8.])]).unwrap();
+        // Rank 0 receives row 0 of each, joined along dim 1.
+        assert!(out[0].bitwise_eq(&HostTensor::from_f32(&[1, 4], vec![1., 2., 5., 6.]).unwrap()));
+        assert!(out[1].bitwise_eq(&HostTensor::from_f32(&[1, 4], vec![3., 4., 7., 8.]).unwrap()));
+    }
+}

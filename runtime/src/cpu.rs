@@ -1,0 +1,51 @@
+//! The CPU reference backend.
+//!
+//! Buffers are host tensors and every op is evaluated by the reference
+//! interpreter's [`eval_op`], so a device program run on this backend
+//! computes exactly what the interpreter would: it is the oracle the GPU
+//! backends are tested against, and the backend of last resort.
+
+use crate::backend::Backend;
+use crate::error::RuntimeError;
+use weft_ir::interp::eval_op;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{Op, TensorType};
+
+/// The CPU reference backend (one per logical device; it holds no state).
+#[derive(Clone, Debug, Default)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    /// A CPU backend.
+    pub fn new() -> CpuBackend {
+        CpuBackend
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buffer = HostTensor;
+
+    fn name(&self) -> String {
+        "cpu".to_string()
+    }
+
+    fn alloc(&self, ty: &TensorType) -> Result<HostTensor, RuntimeError> {
+        Ok(HostTensor::zeros(ty))
+    }
+
+    fn upload(&self, t: &HostTensor) -> Result<HostTensor, RuntimeError> {
+        Ok(t.clone())
+    }
+
+    fn download(&self, b: &HostTensor) -> Result<HostTensor, RuntimeError> {
+        Ok(b.clone())
+    }
+
+    fn buffer_type(&self, b: &HostTensor) -> TensorType {
+        b.ty()
+    }
+
+    fn compute(&self, op: &Op, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
+        eval_op(op, inputs).map_err(|e| RuntimeError::Op { op: op.name().to_string(), message: e.to_string() })
+    }
+}

@@ -1,0 +1,111 @@
+//! The runtime's one error type.
+//!
+//! Every failure the runtime reports is a [`RuntimeError`] saying where it
+//! happened (which device, which step of the program, which op) so that a
+//! mistake in a device program or in the inputs can be found without a
+//! debugger. Broken internal invariants (a buffer slot the verifier proved
+//! defined turns out empty) panic instead, naming the buffer.
+
+use weft_ir::IrError;
+
+/// Everything that can go wrong when choosing backends, verifying a device
+/// program or running it.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A backend name other than `cpu`, `wgpu` or `cuda`.
+    #[error("unknown backend `{0}` (expected cpu, wgpu or cuda)")]
+    UnknownBackend(String),
+    /// The backend exists but cannot be used here (no adapter, no driver,
+    /// not compiled in).
+    #[error("backend {backend} is not available: {reason}")]
+    BackendUnavailable {
+        /// The backend's name.
+        backend: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The program's mesh needs a different number of devices than given.
+    #[error("program `{program}` runs on a mesh of {needed} devices ({mesh}), but {given} were given")]
+    DeviceCount {
+        /// The program's name.
+        program: String,
+        /// The mesh, e.g. `data=4 x model=2`.
+        mesh: String,
+        /// Devices the mesh has.
+        needed: usize,
+        /// Devices (backends) passed to the executor.
+        given: usize,
+    },
+    /// The device program is malformed (found before anything runs).
+    #[error("invalid device program `{program}`{}: {message}", step.map(|s| format!(" at step {s}")).unwrap_or_default())]
+    InvalidProgram {
+        /// The program's name.
+        program: String,
+        /// The offending step, if the problem is in one.
+        step: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// The inputs do not match the program's input buffers.
+    #[error("input {index} of device {device}: {message}")]
+    Input {
+        /// The device.
+        device: usize,
+        /// Position among the program's inputs.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A backend does not implement an op for these types.
+    #[error("backend {backend} does not support {what}")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// The op and types.
+        what: String,
+    },
+    /// A compute step failed on a device.
+    #[error("device {device}, step {step} (`{op}`): {message}")]
+    Step {
+        /// The device.
+        device: usize,
+        /// The step index in the program.
+        step: usize,
+        /// The op or collective mnemonic.
+        op: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// An op failed outside a program (a direct backend call).
+    #[error("`{op}`: {message}")]
+    Op {
+        /// The op mnemonic.
+        op: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The device itself failed (allocation, kernel launch, read-back).
+    #[error("device error on {backend}: {message}")]
+    Device {
+        /// The backend's name.
+        backend: String,
+        /// The error reported by the device layer.
+        message: String,
+    },
+    /// An error from the IR layer (host tensor conversion, interpreter).
+    #[error(transparent)]
+    Ir(#[from] IrError),
+}
+
+impl RuntimeError {
+    /// Attributes an error raised by a backend call to `device` and `step`
+    /// of a program running `op` (errors that already name a step, or that
+    /// are about the device or backend itself, are kept as they are).
+    pub fn at_step(self, device: usize, step: usize, op: &str) -> RuntimeError {
+        match self {
+            RuntimeError::Op { op, message } => RuntimeError::Step { device, step, op, message },
+            RuntimeError::Ir(e) => RuntimeError::Step { device, step, op: op.to_string(), message: e.to_string() },
+            other => other,
+        }
+    }
+}

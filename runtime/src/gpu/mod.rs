@@ -1,0 +1,186 @@
+//! The CubeCL backend: IR ops as GPU kernels on any CubeCL runtime (wgpu
+//! with Vulkan/Metal/DX12, CUDA behind the `cuda` feature).
+//!
+//! A [`CubeclBackend`] is one logical device: a CubeCL compute client
+//! (several logical devices may share one physical adapter; each gets its
+//! own client and memory pool). Buffers are immutable once computed, so
+//! ops that only reinterpret (reshape, same-bits conversions, the identity
+//! ops) return a view sharing the handle instead of copying.
+//!
+//! Layout: `storage.rs` (dtype to storage type), `round.rs` and `math.rs`
+//! (scalar helpers), `elementwise.rs`, `kernels_copy.rs`,
+//! `kernels_convert.rs`, `kernels_reduce.rs`, `kernels_matmul.rs` (the
+//! kernels), and `ops.rs`, `layout.rs`, `reduce.rs`, `dot.rs` (the host
+//! side that maps each [`Op`] onto them).
+
+#[cfg(feature = "cuda")]
+pub mod cuda_devices;
+mod dot;
+mod elementwise;
+mod kernels_convert;
+mod kernels_copy;
+mod kernels_matmul;
+mod kernels_reduce;
+mod layout;
+mod math;
+mod ops;
+mod reduce;
+mod round;
+mod storage;
+pub mod wgpu_devices;
+
+use crate::backend::Backend;
+use crate::error::RuntimeError;
+use cubecl::client::ComputeClient;
+use cubecl::ir::{ElemType, FloatKind};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+pub use storage::Storage;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{DType, Op, TensorType};
+
+/// Threads per cube for one-thread-per-element kernels.
+const BLOCK: u32 = 256;
+
+/// One logical device on a CubeCL runtime.
+pub struct CubeclBackend<R: Runtime> {
+    client: ComputeClient<R>,
+    label: String,
+    f64_ok: bool,
+    f64_math: bool,
+}
+
+/// A buffer on a CubeCL device: a memory handle and the IR type of what it
+/// holds (stored as described in `storage.rs`).
+pub struct CubeBuffer<R: Runtime> {
+    handle: Handle,
+    ty: TensorType,
+    _runtime: std::marker::PhantomData<R>,
+}
+
+impl<R: Runtime> Clone for CubeBuffer<R> {
+    fn clone(&self) -> Self {
+        CubeBuffer { handle: self.handle.clone(), ty: self.ty.clone(), _runtime: std::marker::PhantomData }
+    }
+}
+
+impl<R: Runtime> CubeBuffer<R> {
+    /// The IR type of the buffer.
+    pub fn ty(&self) -> &TensorType {
+        &self.ty
+    }
+
+    fn len(&self) -> usize {
+        self.ty.num_elements()
+    }
+
+    fn storage(&self) -> Storage {
+        Storage::of(self.ty.dtype)
+    }
+
+    /// The same memory seen as another type of the same storage and size.
+    fn view(&self, ty: TensorType) -> CubeBuffer<R> {
+        debug_assert_eq!(Storage::of(ty.dtype).size(), self.storage().size());
+        debug_assert_eq!(ty.num_elements(), self.len());
+        CubeBuffer { handle: self.handle.clone(), ty, _runtime: std::marker::PhantomData }
+    }
+
+    /// A kernel argument over the buffer's elements.
+    fn arg(&self) -> ArrayArg<R> {
+        // SAFETY: the handle was allocated for `len()` elements of the
+        // storage type the kernels read it as (at least one element).
+        unsafe { ArrayArg::from_raw_parts(self.handle.clone(), self.len().max(1)) }
+    }
+}
+
+impl<R: Runtime> CubeclBackend<R> {
+    /// A backend on a compute client, described by `label`.
+    pub fn new(client: ComputeClient<R>, label: impl Into<String>) -> CubeclBackend<R> {
+        let f64_ok = client.properties().supports_type(ElemType::Float(FloatKind::F64));
+        // Vulkan's extended instructions (exp, log, sin, pow, ...) exist
+        // for 16- and 32-bit floats only; wgpu passes f64 ones through and
+        // gets garbage back.
+        let f64_math = f64_ok && !R::name(&client).starts_with("wgpu");
+        CubeclBackend { client, label: label.into(), f64_ok, f64_math }
+    }
+
+    /// The compute client.
+    pub fn client(&self) -> &ComputeClient<R> {
+        &self.client
+    }
+
+    fn unsupported(&self, what: String) -> RuntimeError {
+        RuntimeError::Unsupported { backend: self.label.clone(), what }
+    }
+
+    fn check_dtype(&self, d: DType, op: &str) -> Result<(), RuntimeError> {
+        if d == DType::F64 && !self.f64_ok {
+            return Err(self.unsupported(format!("`{op}` on f64 (the device has no 64-bit floats)")));
+        }
+        Ok(())
+    }
+
+    /// An uninitialised buffer of type `ty`.
+    fn empty(&self, ty: &TensorType) -> CubeBuffer<R> {
+        let bytes = ty.num_elements().max(1) * Storage::of(ty.dtype).size();
+        CubeBuffer { handle: self.client.empty(bytes), ty: ty.clone(), _runtime: std::marker::PhantomData }
+    }
+
+    /// Launch geometry covering `n` threads: cubes of [`BLOCK`] threads,
+    /// spread over a 2-D (or 3-D) grid when there are more than 65535.
+    fn grid(&self, n: usize) -> (CubeCount, CubeDim) {
+        let dim = CubeDim::new_1d(BLOCK);
+        (cubecl::calculate_cube_count_elemwise(&self.client, n.max(1), dim), dim)
+    }
+
+    /// A small `u32` array on the device (kernel metadata).
+    fn meta(&self, values: &[u32]) -> (Handle, usize) {
+        (self.client.create_from_slice(u32::as_bytes(values)), values.len())
+    }
+}
+
+impl<R: Runtime> Backend for CubeclBackend<R> {
+    type Buffer = CubeBuffer<R>;
+
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+
+    fn alloc(&self, ty: &TensorType) -> Result<CubeBuffer<R>, RuntimeError> {
+        self.upload(&HostTensor::zeros(ty))
+    }
+
+    fn upload(&self, t: &HostTensor) -> Result<CubeBuffer<R>, RuntimeError> {
+        self.check_dtype(t.dtype(), "upload")?;
+        let mut bytes = storage::to_device_bytes(t);
+        if bytes.is_empty() {
+            bytes = vec![0; Storage::of(t.dtype()).size()];
+        }
+        let handle = self.client.create_from_slice(&bytes);
+        Ok(CubeBuffer { handle, ty: t.ty(), _runtime: std::marker::PhantomData })
+    }
+
+    fn download(&self, b: &CubeBuffer<R>) -> Result<HostTensor, RuntimeError> {
+        if b.len() == 0 {
+            return Ok(HostTensor::zeros(&b.ty));
+        }
+        let bytes = self
+            .client
+            .read_one(b.handle.clone())
+            .map_err(|e| RuntimeError::Device { backend: self.label.clone(), message: format!("{e:?}") })?;
+        storage::from_device_bytes(&b.ty, &bytes)
+    }
+
+    fn buffer_type(&self, b: &CubeBuffer<R>) -> TensorType {
+        b.ty.clone()
+    }
+
+    fn compute(&self, op: &Op, inputs: &[&CubeBuffer<R>]) -> Result<Vec<CubeBuffer<R>>, RuntimeError> {
+        ops::compute(self, op, inputs).map(|b| vec![b])
+    }
+
+    fn sync(&self) -> Result<(), RuntimeError> {
+        cubecl::future::block_on(self.client.sync())
+            .map_err(|e| RuntimeError::Device { backend: self.label.clone(), message: format!("{e:?}") })
+    }
+}

@@ -1,0 +1,16 @@
+//! The executor on hand-built device programs: every collective on meshes
+//! (2,), (2,2), (4,2) and (8,) over every axis subset, checked against
+//! values computed here from the contract of `weft_ir::device`, on the CPU
+//! backend and on as many logical wgpu devices (all on one adapter under
+//! lavapipe); shard slices, compute steps and frees; and the verifier's
+//! errors.
+
+// Tests pass fresh clones of shared inputs for readability.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod collectives;
+mod programs;
+mod verify_errors;

@@ -1,0 +1,99 @@
+//! Reductions and dot_general.
+
+use crate::common::*;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{DType, DotDims, Op, ReduceOp};
+
+#[test]
+fn reductions_over_any_dims() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(20);
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[7], &[0]),
+        (&[5, 9], &[1]),
+        (&[5, 9], &[0]),
+        (&[5, 9], &[0, 1]),
+        (&[3, 4, 5, 6], &[1, 3]),
+        (&[3, 4, 5, 6], &[0, 2]),
+        (&[3000, 33], &[1]), // many short rows: one thread per row
+        (&[3, 10007], &[1]), // few long rows: one cube per row
+        (&[40000], &[0]),    // one long row
+    ];
+    for d in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::I32, DType::U32] {
+        for &(shape, dims) in cases {
+            let (lo, hi) = if d.is_float() { (-1.0, 1.0) } else { (-1e6, 1e6) };
+            let x = random(&mut rng, &ty(d, shape), lo, hi);
+            for op in ReduceOp::ALL {
+                // Sums of long rows may add in another order than the CPU:
+                // tolerance relative to the sum of magnitudes.
+                let n: usize = dims.iter().map(|&k| shape[k]).product();
+                let atol = if d.is_float() { 4.0 * (n as f64) * rtol(d).max(1e-7) * 1e-1 } else { 0.0 };
+                let exact = op != ReduceOp::Sum || !d.is_float();
+                check_op(&be, &Op::Reduce { op, dims: dims.to_vec() }, &[x.clone()], exact, rtol(d), atol);
+            }
+        }
+    }
+    // NaN propagates through max and min; -0 and +0 are ordered.
+    let x = HostTensor::from_f32(&[2, 4], vec![1.0, f32::NAN, 3.0, -1.0, -0.0, 0.0, -0.0, 0.0]).unwrap();
+    for op in ReduceOp::ALL {
+        check_op(&be, &Op::Reduce { op, dims: vec![1] }, &[x.clone()], true, 0.0, 0.0);
+    }
+}
+
+fn dot(lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]) -> Op {
+    Op::DotGeneral(DotDims {
+        lhs_batch: lb.to_vec(),
+        rhs_batch: rb.to_vec(),
+        lhs_contract: lc.to_vec(),
+        rhs_contract: rc.to_vec(),
+    })
+}
+
+#[test]
+fn matrix_products_of_odd_sizes() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(21);
+    for (m, k, n) in [(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (100, 1, 100), (1, 300, 1), (129, 70, 31)] {
+        for d in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::I32, DType::U32] {
+            let (lo, hi) = if d.is_float() { (-1.0, 1.0) } else { (-100.0, 100.0) };
+            let a = random(&mut rng, &ty(d, &[m, k]), lo, hi);
+            let b = random(&mut rng, &ty(d, &[k, n]), lo, hi);
+            // Tolerance relative to the magnitude of the terms (k of them).
+            let atol = if d.is_float() { k as f64 * rtol(d) * 0.5 } else { 0.0 };
+            check_op(&be, &Op::DotGeneral(DotDims::matmul()), &[a, b], false, rtol(d), atol);
+        }
+    }
+}
+
+#[test]
+fn dot_general_with_batch_and_permuted_dims() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(22);
+    for d in [DType::F32, DType::BF16, DType::I32] {
+        let (lo, hi) = if d.is_float() { (-1.0, 1.0) } else { (-50.0, 50.0) };
+        let atol = if d.is_float() { 40.0 * rtol(d) } else { 0.0 };
+        // [b, m, k] x [b, k, n]
+        let a = random(&mut rng, &ty(d, &[3, 5, 7]), lo, hi);
+        let b = random(&mut rng, &ty(d, &[3, 7, 4]), lo, hi);
+        check_op(&be, &dot(&[0], &[0], &[2], &[1]), &[a, b], false, rtol(d), atol);
+        // Batch last on the lhs, contraction first on both: [k, m, b] x [k, b, n]
+        let a = random(&mut rng, &ty(d, &[6, 5, 2]), lo, hi);
+        let b = random(&mut rng, &ty(d, &[6, 2, 9]), lo, hi);
+        check_op(&be, &dot(&[2], &[1], &[0], &[0]), &[a, b], false, rtol(d), atol);
+        // Two contracting and two batch dims, free dims in the middle.
+        let a = random(&mut rng, &ty(d, &[2, 3, 4, 5, 6]), lo, hi);
+        let b = random(&mut rng, &ty(d, &[5, 3, 7, 2, 4]), lo, hi);
+        check_op(&be, &dot(&[0, 2], &[3, 4], &[3, 1], &[0, 1]), &[a, b], false, rtol(d), atol);
+        // An outer product (no contraction) and a contraction to a scalar.
+        let a = random(&mut rng, &ty(d, &[5]), lo, hi);
+        let b = random(&mut rng, &ty(d, &[3]), lo, hi);
+        check_op(&be, &dot(&[], &[], &[], &[]), &[a, b], false, rtol(d), atol);
+        let a = random(&mut rng, &ty(d, &[50]), lo, hi);
+        let b = random(&mut rng, &ty(d, &[50]), lo, hi);
+        check_op(&be, &dot(&[], &[], &[0], &[0]), &[a, b], false, rtol(d), atol);
+    }
+    // An empty contraction gives zeros.
+    let a = HostTensor::from_f32(&[2, 0], vec![]).unwrap();
+    let b = HostTensor::from_f32(&[0, 3], vec![]).unwrap();
+    check_op(&be, &Op::DotGeneral(DotDims::matmul()), &[a, b], true, 0.0, 0.0);
+}
