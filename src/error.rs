@@ -15,6 +15,9 @@ pub enum Error {
     /// A checkpoint could not be saved or restored.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// An error from the runtime (devices, kernels, execution).
+    #[error(transparent)]
+    Runtime(#[from] weft_runtime::RuntimeError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

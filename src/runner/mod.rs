@@ -16,7 +16,7 @@ pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use metrics::{read_metrics, MetricsWriter};
 pub use session::{default_backend, executor, mesh_spec, run_session};
-pub use sim::{human, SimulatedExecutor, MAX_SIMULATED_DEVICES};
+pub use sim::{human, MeshExecutor, SimulatedExecutor, MAX_SIMULATED_DEVICES};
 
 use crate::error::{Error, Result};
 use crate::models::{gpt, mlp};

@@ -22,8 +22,11 @@ pub fn executor(backend: &str, mesh: &Mesh, prepared: &super::Prepared) -> Resul
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        "cpu" => Ok(Box::new(super::sim::SimulatedExecutor::new(&prepared.step, mesh)?)),
-        other => Err(Error::Usage(format!("backend `{other}` is not available (available: cpu, interp)"))),
+        "cpu" => Ok(Box::new(super::sim::MeshExecutor::new(&prepared.step, mesh)?)),
+        other => {
+            let kind = weft_runtime::select_backend(Some(other))?;
+            Ok(Box::new(super::sim::MeshExecutor::on_devices(&prepared.step, mesh, kind)?))
+        }
     }
 }
 

@@ -1,7 +1,9 @@
-//! The simulated-mesh executor: every device of the mesh is simulated in
-//! this process by the reference device-program simulator (CPU, ndarray),
-//! with deterministic in-process collectives. The training state stays
-//! sharded across steps, as on real devices.
+//! Mesh executors: the partitioned training step runs on one logical
+//! device per mesh position, either simulated by the reference
+//! device-program simulator (`cpu`: ndarray, deterministic in-process
+//! collectives) or on CubeCL devices through the runtime (`wgpu`, `cuda`:
+//! kernels, host-staged collectives in the same fixed order). The state is
+//! kept as per-device blocks across steps, and checkpointed shard by shard.
 
 use super::exec::Executor;
 use super::session::mesh_spec;
@@ -17,20 +19,42 @@ use weft_ir::tensor::HostTensor;
 /// Simulated devices available in one process.
 pub const MAX_SIMULATED_DEVICES: usize = 1024;
 
-/// Runs the partitioned training step on simulated devices.
-pub struct SimulatedExecutor {
+/// What executes the device program.
+enum Engine {
+    /// The reference simulator.
+    Simulator,
+    /// CubeCL (or CPU-backend) devices of the runtime.
+    Devices(weft_runtime::Devices),
+}
+
+/// Runs the partitioned training step on the devices of a mesh.
+pub struct MeshExecutor {
     pf: PartitionedFunction,
     mesh: Mesh,
+    engine: Engine,
     /// Per device, the blocks of the state leaves (in `TrainStep::state` order).
     state: Vec<Vec<HostTensor>>,
 }
 
-impl SimulatedExecutor {
-    /// Propagates shardings over the training step and partitions it for `mesh`.
-    pub fn new(step: &TrainStep, mesh: &Mesh) -> Result<SimulatedExecutor> {
+/// The simulated-mesh executor (`--backend cpu`).
+pub type SimulatedExecutor = MeshExecutor;
+
+impl MeshExecutor {
+    /// Propagates shardings over the training step and partitions it for
+    /// `mesh`, simulating every device on the CPU.
+    pub fn new(step: &TrainStep, mesh: &Mesh) -> Result<MeshExecutor> {
         let pf = compile(&step.module, "train_step", mesh, &PropagateOptions::default())?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
-        Ok(SimulatedExecutor { pf, mesh: mesh.clone(), state: Vec::new() })
+        Ok(MeshExecutor { pf, mesh: mesh.clone(), engine: Engine::Simulator, state: Vec::new() })
+    }
+
+    /// The same on the runtime's devices of `kind` (one logical device per
+    /// mesh position, mapped onto the physical devices present).
+    pub fn on_devices(step: &TrainStep, mesh: &Mesh, kind: weft_runtime::BackendKind) -> Result<MeshExecutor> {
+        let pf = compile(&step.module, "train_step", mesh, &PropagateOptions::default())?;
+        pf.check_runnable(MAX_SIMULATED_DEVICES)?;
+        let devices = weft_runtime::open_devices(kind, mesh.num_devices())?;
+        Ok(MeshExecutor { pf, mesh: mesh.clone(), engine: Engine::Devices(devices), state: Vec::new() })
     }
 
     /// The partitioned program (for reports).
@@ -39,7 +63,7 @@ impl SimulatedExecutor {
     }
 }
 
-impl Executor for SimulatedExecutor {
+impl Executor for MeshExecutor {
     fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()> {
         step.check_state(state)?;
         let n = self.mesh.num_devices();
@@ -62,7 +86,10 @@ impl Executor for SimulatedExecutor {
                 inputs[d].push(blk);
             }
         }
-        let outs = simulate(&self.pf.program, inputs)?;
+        let outs = match &self.engine {
+            Engine::Simulator => simulate(&self.pf.program, inputs)?,
+            Engine::Devices(d) => weft_runtime::run_program(&self.pf.program, &d.backends, inputs)?,
+        };
         let n = self.mesh.num_devices();
         let mut new_state: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(ns); n];
         let mut metric_blocks: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(n); self.pf.outputs.len() - ns];
@@ -127,11 +154,16 @@ impl Executor for SimulatedExecutor {
     fn describe(&self) -> String {
         let r = self.pf.report();
         let colls: Vec<String> = r.collectives.iter().map(|(k, v)| format!("{} {k}", v.count)).collect();
+        let placement = match &self.engine {
+            Engine::Simulator => format!(
+                "backend cpu: {} simulated devices on one CPU (logical device d = mesh position d of {}, row-major)",
+                self.mesh.num_devices(),
+                self.mesh
+            ),
+            Engine::Devices(d) => format!("{} (mesh {}, logical device d = mesh position d)", d.map, self.mesh),
+        };
         format!(
-            "backend cpu: {} simulated devices on one CPU (logical device d = mesh position d of {}, row-major); \
-             per device: {} params, {} optimizer state, {} peak live; per step: {}",
-            self.mesh.num_devices(),
-            self.mesh,
+            "{placement}; per device: {} params, {} optimizer state, {} peak live; per step: {}",
             human(r.param_bytes),
             human(r.optimizer_bytes),
             human(r.peak_live_bytes),
