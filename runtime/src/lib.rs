@@ -27,7 +27,7 @@ pub mod verify;
 pub use crate::gpu::{CubeBuffer, CubeclBackend};
 pub use backend::{AnyBackend, AnyBuffer, Backend};
 pub use cpu::CpuBackend;
-pub use devices::{open_devices, select_backend, BackendKind, DeviceMap, Devices};
+pub use devices::{available_backends, open_devices, select_backend, BackendKind, DeviceMap, Devices};
 pub use error::RuntimeError;
 pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};
 pub use verify::{verify_program, ProgramInfo};
