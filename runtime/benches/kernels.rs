@@ -13,6 +13,7 @@ use weft_ir::device::{Buffer, BufferId, Collective, DeviceProgram, Step};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, DType, DotDims, Op, ReduceOp, TensorType, UnaryOp};
 use weft_runtime::devices::{open_devices, physical_devices, BackendKind};
+use weft_runtime::fusion::{compute_unfused, plan_fusion};
 use weft_runtime::{run_program, AnyBackend, Backend, CpuBackend};
 
 /// Median seconds of `f` over repeated runs (at least 3, about 2 s).
@@ -115,6 +116,48 @@ fn rows() -> Vec<Row> {
     ]
 }
 
+/// `out = -max(x*y + x, y) * (x*y)` over `n` floats, one step per op.
+fn chain_program(n: usize) -> DeviceProgram {
+    let t = TensorType::new(DType::F32, vec![n]);
+    let c = |op, ins: &[u32], out: u32| Step::Compute {
+        op,
+        inputs: ins.iter().map(|&b| BufferId(b)).collect(),
+        outputs: vec![BufferId(out)],
+    };
+    DeviceProgram {
+        name: "chain".into(),
+        mesh: vec![("x".into(), 1)],
+        buffers: (0..7).map(|_| Buffer { ty: t.clone(), name: None }).collect(),
+        inputs: vec![BufferId(0), BufferId(1)],
+        outputs: vec![BufferId(6)],
+        steps: vec![
+            c(Op::Binary(BinaryOp::Mul), &[0, 1], 2),
+            c(Op::Binary(BinaryOp::Add), &[2, 0], 3),
+            c(Op::Binary(BinaryOp::Max), &[3, 1], 4),
+            c(Op::Unary(UnaryOp::Neg), &[4], 5),
+            c(Op::Binary(BinaryOp::Mul), &[5, 2], 6),
+        ],
+    }
+}
+
+/// Seconds per run of a 5-op chain, fused and node by node.
+fn chain_times<B: Backend>(be: &B, n: usize) -> (f64, f64) {
+    let p = chain_program(n);
+    let chain = plan_fusion(&p).remove(0);
+    let t = TensorType::new(DType::F32, vec![n]);
+    let bufs = [be.upload(&random(&t, 11)).unwrap(), be.upload(&random(&t, 12)).unwrap()];
+    let ins: Vec<&B::Buffer> = bufs.iter().collect();
+    let fused = time(|| {
+        drop(be.compute_fused(&chain, &ins).unwrap());
+        be.sync().unwrap();
+    });
+    let unfused = time(|| {
+        drop(compute_unfused(be, &chain, &ins).unwrap());
+        be.sync().unwrap();
+    });
+    (fused, unfused)
+}
+
 /// An all_reduce of `n` floats over 8 logical devices.
 fn all_reduce_program(n: usize) -> DeviceProgram {
     let t = TensorType::new(DType::F32, vec![n]);
@@ -146,6 +189,17 @@ fn main() {
         let g = g.map(|g| format!("{g:.2}")).unwrap_or_else(|| "-".into());
         println!("| {} | {c:.2} | {g} | {} |", r.name, r.unit);
     }
+    let n = 1 << 24;
+    // Useful traffic of the chain: read x and y, write out.
+    let work = (3 * 4 * n) as f64;
+    let (_, cu) = chain_times(&cpu, n);
+    let g = wgpu.as_ref().map(|d| chain_times(&d.backends[0], n));
+    let (gf, gu) = match g {
+        Some((f, u)) => (format!("{:.2}", work / f / 1e9), format!("{:.2}", work / u / 1e9)),
+        None => ("-".into(), "-".into()),
+    };
+    println!("| 5-op f32 chain [16M], fused | - | {gf} | GB/s |");
+    println!("| 5-op f32 chain [16M], op by op | {:.2} | {gu} | GB/s |", work / cu / 1e9);
     let n = 1 << 20;
     let p = all_reduce_program(n);
     let inputs = || (0..8).map(|d| vec![random(&TensorType::new(DType::F32, vec![n]), d + 10)]).collect::<Vec<_>>();

@@ -16,6 +16,7 @@
 
 use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
+use crate::fusion::{compute_unfused, FusedChain};
 use crate::gpu::{CubeBuffer, CubeclBackend};
 use cubecl::wgpu::WgpuRuntime;
 use weft_ir::device::Collective;
@@ -47,6 +48,22 @@ pub trait Backend {
     /// shapes) with the interpreter's semantics, returning one new buffer
     /// per result. Inputs are left untouched.
     fn compute(&self, op: &Op, inputs: &[&Self::Buffer]) -> Result<Vec<Self::Buffer>, RuntimeError>;
+
+    /// Whether the executor should hand this backend chains of elementwise
+    /// steps to compute at once ([`crate::fusion`]). Default: no.
+    fn fuses(&self) -> bool {
+        false
+    }
+
+    /// Computes a chain of elementwise ops on its `inputs` (one buffer per
+    /// [`FusedChain::inputs`]), returning the last node's value. The
+    /// default computes the nodes one by one with [`Backend::compute`].
+    fn compute_fused(&self, chain: &FusedChain, inputs: &[&Self::Buffer]) -> Result<Self::Buffer, RuntimeError>
+    where
+        Self: Sized,
+    {
+        compute_unfused(self, chain, inputs)
+    }
 
     /// Releases a buffer. (Dropping it has the same effect; this makes the
     /// point where memory is given back explicit.)
@@ -179,5 +196,18 @@ impl Backend for AnyBackend {
 
     fn sync(&self) -> Result<(), RuntimeError> {
         dispatch!(self, b => b.sync())
+    }
+
+    fn fuses(&self) -> bool {
+        dispatch!(self, b => b.fuses())
+    }
+
+    fn compute_fused(&self, chain: &FusedChain, inputs: &[&AnyBuffer]) -> Result<AnyBuffer, RuntimeError> {
+        Ok(match self {
+            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),
+            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.compute_fused(chain, &same_kind!(inputs, Wgpu))?),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.compute_fused(chain, &same_kind!(inputs, Cuda))?),
+        })
     }
 }

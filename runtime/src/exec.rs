@@ -10,12 +10,18 @@
 //!
 //! Buffers are released at the program's `free` steps, so the backend's
 //! allocator can reuse the memory; the executor counts live bytes per
-//! device and reports the peak in [`DeviceStats`].
+//! device and reports the peak in [`DeviceStats`]. For backends that fuse
+//! ([`Backend::fuses`]), chains of elementwise steps ([`crate::fusion`])
+//! run as one call at the chain's last step; their intermediates are never
+//! allocated (so the measured peak can be below the verifier's static one)
+//! and frees inside a chain are applied right after it.
 
 use crate::backend::Backend;
 use crate::collective::{combine, groups, permute};
 use crate::error::RuntimeError;
+use crate::fusion::{plan_fusion, FusedChain};
 use crate::verify::verify_program;
+use std::collections::HashSet;
 use weft_ir::device::{BufferId, Collective, DeviceProgram, Step};
 use weft_ir::tensor::HostTensor;
 use weft_ir::Op;
@@ -38,6 +44,19 @@ pub struct RunOutput {
     pub outputs: Vec<Vec<HostTensor>>,
     /// Per device, memory accounting.
     pub stats: Vec<DeviceStats>,
+    /// Chains of elementwise steps run fused (the same on every device).
+    pub fused_chains: usize,
+}
+
+/// What the executor does at one step.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Action {
+    /// Run the step.
+    Run,
+    /// Inside a fused chain: a member (skipped) or a free (after the chain).
+    InChain,
+    /// The last member of chain `k`: run the whole chain.
+    Chain(usize),
 }
 
 /// The live buffers of one device, with their byte count.
@@ -103,8 +122,30 @@ pub fn run_program_stats<B: Backend>(
         }
         slots.push(s);
     }
+    let chains = if backends.first().is_some_and(|b| b.fuses()) { plan_fusion(program) } else { Vec::new() };
+    let mut actions = vec![Action::Run; program.steps.len()];
+    let mut fused_away: HashSet<BufferId> = HashSet::new();
+    for (k, c) in chains.iter().enumerate() {
+        for s in c.steps.clone() {
+            actions[s] = Action::InChain;
+        }
+        actions[*c.steps.end()] = Action::Chain(k);
+        fused_away.extend(c.intermediates.iter().copied());
+    }
     for (i, step) in program.steps.iter().enumerate() {
-        run_step(program, backends, &mut slots, i, step)?;
+        match actions[i] {
+            Action::Run => run_step(program, backends, &mut slots, i, step, &fused_away)?,
+            Action::InChain => {}
+            Action::Chain(k) => {
+                let c = &chains[k];
+                run_chain(program, backends, &mut slots, i, c)?;
+                for s in c.steps.clone() {
+                    if let step @ Step::Free(_) = &program.steps[s] {
+                        run_step(program, backends, &mut slots, s, step, &fused_away)?;
+                    }
+                }
+            }
+        }
     }
     let mut outputs = Vec::with_capacity(n);
     let mut stats = Vec::with_capacity(n);
@@ -119,7 +160,7 @@ pub fn run_program_stats<B: Backend>(
         s.stats.final_live_bytes = s.live;
         stats.push(s.stats.clone());
     }
-    Ok(RunOutput { outputs, stats })
+    Ok(RunOutput { outputs, stats, fused_chains: chains.len() })
 }
 
 fn input_err(device: usize, p: &DeviceProgram, b: BufferId, e: RuntimeError) -> RuntimeError {
@@ -157,12 +198,29 @@ fn check_inputs(p: &DeviceProgram, inputs: &[Vec<HostTensor>]) -> Result<(), Run
     Ok(())
 }
 
+/// Runs a fused chain on every device (at step `i`, its last member).
+fn run_chain<B: Backend>(
+    p: &DeviceProgram,
+    backends: &[B],
+    slots: &mut [Slots<B>],
+    i: usize,
+    c: &FusedChain,
+) -> Result<(), RuntimeError> {
+    for (d, (backend, s)) in backends.iter().zip(slots.iter_mut()).enumerate() {
+        let ins: Vec<&B::Buffer> = c.inputs.iter().map(|&b| s.get(b)).collect();
+        let out = backend.compute_fused(c, &ins).map_err(|e| e.at_step(d, i, "fused elementwise chain"))?;
+        s.put(p, c.output, out);
+    }
+    Ok(())
+}
+
 fn run_step<B: Backend>(
     p: &DeviceProgram,
     backends: &[B],
     slots: &mut [Slots<B>],
     i: usize,
     step: &Step,
+    fused_away: &HashSet<BufferId>,
 ) -> Result<(), RuntimeError> {
     match step {
         Step::Compute { op, inputs, outputs } => {
@@ -190,8 +248,8 @@ fn run_step<B: Backend>(
         Step::Collective { op, input, output } => run_collective(p, backends, slots, i, op, *input, *output)?,
         Step::Free(bs) => {
             for (backend, s) in backends.iter().zip(slots.iter_mut()) {
-                for &b in bs {
-                    let buf = s.take(p, b);
+                for b in bs.iter().filter(|b| !fused_away.contains(b)) {
+                    let buf = s.take(p, *b);
                     backend.free(buf);
                 }
             }

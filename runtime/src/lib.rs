@@ -12,7 +12,9 @@
 //!   [`select_backend`]) and mapping N logical devices onto the physical
 //!   adapters present ([`open_devices`], [`DeviceMap`]).
 //! - [`exec`]: [`run_program`] verifies a device program and runs it on
-//!   all devices, with host-staged collectives in a fixed order.
+//!   all devices, with host-staged collectives in a fixed order;
+//!   [`fusion`] lets GPU backends run chains of elementwise steps as one
+//!   kernel.
 #![warn(missing_docs)]
 
 pub mod backend;
@@ -21,6 +23,7 @@ pub mod cpu;
 pub mod devices;
 pub mod error;
 pub mod exec;
+pub mod fusion;
 pub mod gpu;
 pub mod verify;
 

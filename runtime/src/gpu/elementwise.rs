@@ -95,7 +95,7 @@ pub enum Cmp {
 }
 
 #[cube]
-fn float_unary_op<F: Float>(v: F, #[comptime] op: UnaryF) -> F {
+pub(super) fn float_unary_op<F: Float>(v: F, #[comptime] op: UnaryF) -> F {
     match op {
         UnaryF::Id => v,
         UnaryF::Neg => -v,
@@ -154,7 +154,7 @@ pub fn int_unary<I: Int>(x: &Array<I>, out: &mut Array<I>, #[comptime] op: Unary
 }
 
 #[cube]
-fn float_binary_op<F: Float>(a: F, b: F, #[comptime] op: BinaryF) -> F {
+pub(super) fn float_binary_op<F: Float>(a: F, b: F, #[comptime] op: BinaryF) -> F {
     match op {
         BinaryF::Add => a + b,
         BinaryF::Sub => a - b,

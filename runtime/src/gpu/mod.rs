@@ -9,16 +9,19 @@
 //!
 //! Layout: `storage.rs` (dtype to storage type), `round.rs` and `math.rs`
 //! (scalar helpers), `elementwise.rs`, `kernels_copy.rs`,
-//! `kernels_convert.rs`, `kernels_reduce.rs`, `kernels_matmul.rs` (the
-//! kernels), and `ops.rs`, `layout.rs`, `reduce.rs`, `dot.rs` (the host
-//! side that maps each [`Op`] onto them).
+//! `kernels_convert.rs`, `kernels_reduce.rs`, `kernels_matmul.rs`,
+//! `kernels_fused.rs` (the kernels), and `ops.rs`, `layout.rs`,
+//! `reduce.rs`, `dot.rs`, `fused.rs` (the host side that maps each [`Op`],
+//! or fused chain, onto them).
 
 #[cfg(feature = "cuda")]
 pub mod cuda_devices;
 mod dot;
 mod elementwise;
+mod fused;
 mod kernels_convert;
 mod kernels_copy;
+mod kernels_fused;
 mod kernels_matmul;
 mod kernels_reduce;
 mod layout;
@@ -31,6 +34,7 @@ pub mod wgpu_devices;
 
 use crate::backend::Backend;
 use crate::error::RuntimeError;
+use crate::fusion::FusedChain;
 use cubecl::client::ComputeClient;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
@@ -48,6 +52,7 @@ pub struct CubeclBackend<R: Runtime> {
     label: String,
     f64_ok: bool,
     f64_math: bool,
+    fusion: bool,
 }
 
 /// A buffer on a CubeCL device: a memory handle and the IR type of what it
@@ -101,7 +106,13 @@ impl<R: Runtime> CubeclBackend<R> {
         // for 16- and 32-bit floats only; wgpu passes f64 ones through and
         // gets garbage back.
         let f64_math = f64_ok && !R::name(&client).starts_with("wgpu");
-        CubeclBackend { client, label: label.into(), f64_ok, f64_math }
+        CubeclBackend { client, label: label.into(), f64_ok, f64_math, fusion: true }
+    }
+
+    /// Turns fusion of elementwise chains on (the default) or off.
+    pub fn with_fusion(mut self, on: bool) -> CubeclBackend<R> {
+        self.fusion = on;
+        self
     }
 
     /// The compute client.
@@ -177,6 +188,14 @@ impl<R: Runtime> Backend for CubeclBackend<R> {
 
     fn compute(&self, op: &Op, inputs: &[&CubeBuffer<R>]) -> Result<Vec<CubeBuffer<R>>, RuntimeError> {
         ops::compute(self, op, inputs).map(|b| vec![b])
+    }
+
+    fn fuses(&self) -> bool {
+        self.fusion
+    }
+
+    fn compute_fused(&self, chain: &FusedChain, inputs: &[&CubeBuffer<R>]) -> Result<CubeBuffer<R>, RuntimeError> {
+        fused::compute_fused(self, chain, inputs)
     }
 
     fn sync(&self) -> Result<(), RuntimeError> {

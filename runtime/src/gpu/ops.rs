@@ -120,7 +120,8 @@ pub(super) fn compute<R: Runtime>(
     }
 }
 
-fn float_unary_op(u: UnaryOp) -> UnaryF {
+/// The float kernel op of a unary op on floats.
+pub(super) fn unary_float_op(u: UnaryOp) -> UnaryF {
     match u {
         UnaryOp::Neg => UnaryF::Neg,
         UnaryOp::Abs => UnaryF::Abs,
@@ -174,10 +175,25 @@ fn unary<R: Runtime>(be: &CubeclBackend<R>, u: UnaryOp, x: &CubeBuffer<R>, ty: &
             with_float!(d, F => ew::is_finite::launch::<F, R>(c, count, dim, x.arg(), out.arg()))
         }
         _ => with_float!(d, F => ew::float_unary::launch::<F, R>(
-            c, count, dim, x.arg(), out.arg(), float_unary_op(u), Rounding::of(d)
+            c, count, dim, x.arg(), out.arg(), unary_float_op(u), Rounding::of(d)
         )),
     }
     out
+}
+
+/// The float kernel op of a binary op on floats.
+pub(super) fn binary_float_op(op: BinaryOp) -> BinaryF {
+    match op {
+        BinaryOp::Add => BinaryF::Add,
+        BinaryOp::Sub => BinaryF::Sub,
+        BinaryOp::Mul => BinaryF::Mul,
+        BinaryOp::Div => BinaryF::Div,
+        BinaryOp::Rem => BinaryF::Rem,
+        BinaryOp::Max => BinaryF::Max,
+        BinaryOp::Min => BinaryF::Min,
+        BinaryOp::Pow => BinaryF::Pow,
+        _ => unreachable!("integer op on floats (checked by infer)"),
+    }
 }
 
 fn binary<R: Runtime>(
@@ -192,17 +208,7 @@ fn binary<R: Runtime>(
     let c = &be.client;
     let d = ty.dtype;
     if d.is_float() {
-        let fop = match op {
-            BinaryOp::Add => BinaryF::Add,
-            BinaryOp::Sub => BinaryF::Sub,
-            BinaryOp::Mul => BinaryF::Mul,
-            BinaryOp::Div => BinaryF::Div,
-            BinaryOp::Rem => BinaryF::Rem,
-            BinaryOp::Max => BinaryF::Max,
-            BinaryOp::Min => BinaryF::Min,
-            BinaryOp::Pow => BinaryF::Pow,
-            _ => unreachable!("integer op on floats (checked by infer)"),
-        };
+        let fop = binary_float_op(op);
         with_float!(d, F => ew::float_binary::launch::<F, R>(
             c, count, dim, a.arg(), b.arg(), out.arg(), fop, Rounding::of(d)
         ));

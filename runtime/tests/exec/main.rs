@@ -12,5 +12,6 @@
 mod common;
 
 mod collectives;
+mod fusion;
 mod programs;
 mod verify_errors;

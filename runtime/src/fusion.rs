@@ -1,0 +1,244 @@
+//! Fusion of elementwise chains: several compute steps run as one kernel.
+//!
+//! A device program computes e.g. `gelu(x @ w + b)` as a dot followed by a
+//! handful of elementwise steps, each reading and writing a whole buffer.
+//! On a GPU the elementwise part is bound by memory traffic, so computing
+//! the whole chain per element in registers - one read of each input, one
+//! write of the result, no intermediate buffers - is the classic win.
+//!
+//! [`plan_fusion`] finds *chains*: runs of consecutive elementwise compute
+//! steps of one shape (free steps may sit between them) whose intermediate
+//! results are used only inside the run. A backend that wants them
+//! ([`crate::Backend::fuses`]) gets each chain as one
+//! [`crate::Backend::compute_fused`] call at the chain's last step; the
+//! chain's intermediates are never allocated, and frees inside the run are
+//! applied after it. The default `compute_fused` runs the nodes one by one,
+//! so fusion never changes what is computed, only how.
+
+use crate::backend::Backend;
+use crate::error::RuntimeError;
+use std::collections::HashSet;
+use std::ops::RangeInclusive;
+use weft_ir::device::{BufferId, DeviceProgram, Step};
+use weft_ir::{Op, TensorType};
+
+/// Where a node's operand comes from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Arg {
+    /// The chain's input `k` (see [`FusedChain::inputs`]).
+    Input(usize),
+    /// An earlier node's value.
+    Node(usize),
+}
+
+/// One op of a chain.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedNode {
+    /// The elementwise op.
+    pub op: Op,
+    /// Its operands.
+    pub args: Vec<Arg>,
+    /// Its result type.
+    pub ty: TensorType,
+}
+
+/// Elementwise steps computed together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedChain {
+    /// The buffers the chain reads, in first-use order.
+    pub inputs: Vec<BufferId>,
+    /// The ops, in program order; the last one's value is the result.
+    pub nodes: Vec<FusedNode>,
+    /// The buffer that receives the result.
+    pub output: BufferId,
+    /// The buffers of the intermediate values (never allocated).
+    pub intermediates: Vec<BufferId>,
+    /// The steps the chain covers (its first to its last compute step).
+    pub steps: RangeInclusive<usize>,
+}
+
+fn fusible(s: &Step) -> Option<(&Op, &[BufferId], BufferId)> {
+    match s {
+        Step::Compute { op, inputs, outputs } if op.is_elementwise() && outputs.len() == 1 => {
+            Some((op, inputs, outputs[0]))
+        }
+        _ => None,
+    }
+}
+
+/// The buffers a step reads.
+fn reads(s: &Step) -> Vec<BufferId> {
+    match s {
+        Step::Compute { inputs, .. } => inputs.clone(),
+        Step::ShardSlice { input, .. } | Step::Collective { input, .. } => vec![*input],
+        Step::Free(_) => vec![],
+    }
+}
+
+/// The fusible chains of `p` (at least two compute steps each, not
+/// overlapping, in program order).
+pub fn plan_fusion(p: &DeviceProgram) -> Vec<FusedChain> {
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); p.buffers.len()];
+    for (i, s) in p.steps.iter().enumerate() {
+        for b in reads(s) {
+            readers[b.index()].push(i);
+        }
+    }
+    let outputs: HashSet<BufferId> = p.outputs.iter().copied().collect();
+    let mut chains = Vec::new();
+    let mut i = 0;
+    while i < p.steps.len() {
+        match chain_at(p, i, &readers, &outputs) {
+            Some(c) => {
+                i = *c.steps.end() + 1;
+                chains.push(c);
+            }
+            None => i += 1,
+        }
+    }
+    chains
+}
+
+/// The longest valid chain starting at step `start`, if it has two or more
+/// compute steps.
+fn chain_at(
+    p: &DeviceProgram,
+    start: usize,
+    readers: &[Vec<usize>],
+    outputs: &HashSet<BufferId>,
+) -> Option<FusedChain> {
+    let (_, _, first_out) = fusible(&p.steps[start])?;
+    let shape = &p.ty(first_out).shape;
+    // Candidate members: consecutive fusible steps of one shape, skipping frees.
+    let mut members = vec![start];
+    for (k, s) in p.steps.iter().enumerate().skip(start + 1) {
+        match (s, fusible(s)) {
+            (Step::Free(_), _) => continue,
+            (_, Some((_, ins, out))) if &p.ty(out).shape == shape && ins.iter().all(|&b| &p.ty(b).shape == shape) => {
+                members.push(k)
+            }
+            _ => break,
+        }
+    }
+    // Longest prefix whose intermediates are read only by later members.
+    while members.len() >= 2 {
+        let valid = members[..members.len() - 1].iter().all(|&m| {
+            let (_, _, out) = fusible(&p.steps[m]).expect("member");
+            !outputs.contains(&out) && readers[out.index()].iter().all(|r| members.contains(r) && *r > m)
+        });
+        if valid {
+            return Some(build(p, &members));
+        }
+        members.pop();
+    }
+    None
+}
+
+fn build(p: &DeviceProgram, members: &[usize]) -> FusedChain {
+    let mut inputs: Vec<BufferId> = Vec::new();
+    let mut produced: Vec<BufferId> = Vec::new();
+    let mut nodes = Vec::with_capacity(members.len());
+    for &m in members {
+        let (op, ins, out) = fusible(&p.steps[m]).expect("member");
+        let args = ins
+            .iter()
+            .map(|b| match produced.iter().position(|x| x == b) {
+                Some(n) => Arg::Node(n),
+                None => Arg::Input(inputs.iter().position(|x| x == b).unwrap_or_else(|| {
+                    inputs.push(*b);
+                    inputs.len() - 1
+                })),
+            })
+            .collect();
+        nodes.push(FusedNode { op: op.clone(), args, ty: p.ty(out).clone() });
+        produced.push(out);
+    }
+    let output = produced.pop().expect("two or more members");
+    FusedChain { inputs, nodes, output, intermediates: produced, steps: members[0]..=members[members.len() - 1] }
+}
+
+/// Computes a chain node by node with [`Backend::compute`] (the default
+/// of [`Backend::compute_fused`], and the fallback of backends that fuse
+/// only some chains).
+pub fn compute_unfused<B: Backend>(
+    be: &B,
+    chain: &FusedChain,
+    inputs: &[&B::Buffer],
+) -> Result<B::Buffer, RuntimeError> {
+    let mut values: Vec<B::Buffer> = Vec::with_capacity(chain.nodes.len());
+    for node in &chain.nodes {
+        let args: Vec<&B::Buffer> = node
+            .args
+            .iter()
+            .map(|a| match *a {
+                Arg::Input(k) => inputs[k],
+                Arg::Node(n) => &values[n],
+            })
+            .collect();
+        let out = be.compute(&node.op, &args)?.remove(0);
+        values.push(out);
+    }
+    Ok(values.pop().expect("a chain has nodes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_ir::device::Buffer;
+    use weft_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+
+    fn compute(op: Op, ins: &[u32], out: u32) -> Step {
+        Step::Compute { op, inputs: ins.iter().map(|&b| BufferId(b)).collect(), outputs: vec![BufferId(out)] }
+    }
+
+    fn program(steps: Vec<Step>, outputs: &[u32]) -> DeviceProgram {
+        let f = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
+        DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)],
+            buffers: vec![f(&[4]), f(&[4]), f(&[4]), f(&[4]), f(&[4]), f(&[]), f(&[4])],
+            inputs: vec![BufferId(0), BufferId(1)],
+            outputs: outputs.iter().map(|&b| BufferId(b)).collect(),
+            steps,
+        }
+    }
+
+    #[test]
+    fn chains_skip_frees_and_stop_at_escaping_values() {
+        let add = Op::Binary(BinaryOp::Add);
+        let p = program(
+            vec![
+                compute(add.clone(), &[0, 1], 2),
+                Step::Free(vec![BufferId(1)]),
+                compute(Op::Unary(UnaryOp::Tanh), &[2], 3),
+                compute(Op::Binary(BinaryOp::Mul), &[3, 2], 4),
+                Step::Free(vec![BufferId(2), BufferId(3)]),
+                compute(Op::Reduce { op: ReduceOp::Sum, dims: vec![0] }, &[4], 5),
+            ],
+            &[5],
+        );
+        let c = plan_fusion(&p);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].steps, 0..=3);
+        assert_eq!(c[0].inputs, vec![BufferId(0), BufferId(1)]);
+        assert_eq!(c[0].output, BufferId(4));
+        assert_eq!(c[0].intermediates, vec![BufferId(2), BufferId(3)]);
+        assert_eq!(c[0].nodes[2].args, vec![Arg::Node(1), Arg::Node(0)]);
+        // %3 is a program output, so a chain must end at step 2; but then
+        // %2 (read at step 3) would escape too: nothing fuses.
+        let mut q = p.clone();
+        q.outputs.push(BufferId(3));
+        assert!(plan_fusion(&q).is_empty());
+        // Without that second read of %2, steps 0..=2 fuse.
+        q.steps[3] = compute(Op::Binary(BinaryOp::Mul), &[3, 3], 4);
+        assert_eq!(plan_fusion(&q)[0].steps, 0..=2);
+        // %2 is read after the run (by the reduction): no chain keeps it.
+        let mut r = p.clone();
+        r.steps[5] = compute(Op::Unary(UnaryOp::Neg), &[2], 6);
+        r.steps.truncate(4);
+        r.steps.push(compute(Op::Unary(UnaryOp::Neg), &[2], 6));
+        r.outputs = vec![BufferId(4), BufferId(6)];
+        let c = plan_fusion(&r);
+        assert!(c.iter().all(|c| !c.intermediates.contains(&BufferId(2))), "{c:?}");
+    }
+}
