@@ -34,6 +34,7 @@
 //! sorts, hashes from fixed seeds), so the same input gives the same plan.
 
 use super::persist::PArray;
+use super::seeds::Choice;
 use super::problem::{Opt, Paths, Problem};
 use super::space::ResultReq;
 use std::collections::HashMap;
@@ -132,6 +133,8 @@ struct Trace {
 #[derive(Clone)]
 struct State {
     cost: f64,
+    /// Cost of the base plan's future from here (see [`Ctx::future`]).
+    fut: f64,
     peak: f64,
     live: f64,
     hash: u64,
@@ -153,6 +156,7 @@ fn home_bit(e: u64) -> u64 {
 #[derive(Clone, Copy)]
 struct Outcome {
     cost: f64,
+    fut: f64,
     peak: f64,
     live: f64,
     hash: u64,
@@ -194,6 +198,51 @@ struct Ctx<'a> {
     obj: Objective,
     budget: Option<f64>,
     paths: Paths,
+    base: Option<Base>,
+    fut_memo: HashMap<(u32, u64, u32, u16), f64>,
+}
+
+/// How a result's return layout is known for the assumed future.
+#[derive(Clone, Copy)]
+enum RootTarget {
+    Fixed(u8),
+    /// (result position, parameter position).
+    Alias(usize, usize),
+}
+
+/// The base plan the ranking assumes for the future: per value, the
+/// classes its uses need, by step.
+struct Base {
+    targets: Vec<Vec<(usize, u8)>>,
+    used_at: Vec<Vec<u32>>,
+    root: Vec<Option<RootTarget>>,
+}
+
+impl Base {
+    fn new(p: &Problem, s: &Sched, c: &Choice) -> Base {
+        let n = s.inst_value.len();
+        let mut targets = vec![Vec::new(); p.classes.len()];
+        let mut used_at = vec![Vec::new(); n + 1];
+        for (k, o) in c.options.iter().enumerate() {
+            if let Some(oi) = o {
+                for &(u, t) in &p.options[k][*oi].children {
+                    if !s.deferred[u as usize] {
+                        targets[u as usize].push((k, t));
+                        used_at[k].push(u);
+                    }
+                }
+            }
+        }
+        let mut root = vec![None; p.classes.len()];
+        for (i, (r, req)) in s.results.iter().enumerate() {
+            root[*r as usize] = match req {
+                ResultReq::Fixed(_) => s.fixed_class[i].map(RootTarget::Fixed),
+                ResultReq::Alias(p) => Some(RootTarget::Alias(i, *p)),
+                ResultReq::Reduced => None,
+            };
+        }
+        Base { targets, used_at, root }
+    }
 }
 
 impl Ctx<'_> {
@@ -229,6 +278,19 @@ impl Ctx<'_> {
                 (p, c)
             })
             .collect()
+    }
+
+    /// The combination index of the parameter layouts `homes`.
+    fn combo_of(&self, step: usize, homes: &[Option<u8>]) -> Option<usize> {
+        let mut combo = 0;
+        let mut radix = 1;
+        for &p in &self.s.first_used_at[step] {
+            let ch = &self.s.home_choices[p];
+            let digit = ch.iter().position(|&c| Some(c) == homes[p])?;
+            combo += digit * radix;
+            radix *= ch.len();
+        }
+        Some(combo)
     }
 
     fn combos(&self, step: usize) -> usize {
@@ -352,20 +414,84 @@ impl Ctx<'_> {
         if self.obj == Objective::Time && self.budget.is_some_and(|b| peak + undecided > b * (1.0 + 1e-12)) {
             return None;
         }
+        let fut = if opt.is_none() { 0.0 } else { st.fut + self.future_delta(st, step, &over, &homes) };
         if let Some(r) = rec {
             r.during = during.unwrap_or_default();
             r.mats = over;
             r.homes = homes;
             r.result_classes = result_classes;
         }
-        Some(Outcome { cost, peak, live, hash })
+        Some(Outcome { cost, fut, peak, live, hash })
     }
 
     fn key(&self, o: &Outcome, step: usize) -> (f64, f64) {
         match self.obj {
-            Objective::Time => (o.cost, o.peak),
-            Objective::Memory => (o.peak + self.s.undecided_after.get(step).copied().unwrap_or(0.0), o.cost),
+            Objective::Time => (o.cost + o.fut, o.peak),
+            Objective::Memory => (o.peak + self.s.undecided_after.get(step).copied().unwrap_or(0.0), o.cost + o.fut),
         }
+    }
+
+    /// The base plan's cost of serving value `u`'s uses after `step` (and
+    /// its return, when the layout it is returned in is known) from the
+    /// classes in `mask`: the future the ranking assumes.
+    fn future(&mut self, u: u32, mask: u64, step: usize, homes: &dyn Fn(usize) -> Option<u8>) -> f64 {
+        let Some(base) = &self.base else { return 0.0 };
+        if mask == 0 {
+            return 0.0;
+        }
+        let list = &base.targets[u as usize];
+        let start = list.partition_point(|&(j, _)| j <= step);
+        let root = match base.root[u as usize] {
+            Some(RootTarget::Fixed(t)) => Some(t),
+            Some(RootTarget::Alias(i, p)) => homes(p).and_then(|h| self.s.alias_class[i].get(&h).copied()),
+            None => None,
+        };
+        if start == list.len() && root.is_none() {
+            return 0.0;
+        }
+        let key = (u, mask, start as u32, root.map_or(0, |t| t as u16 + 1));
+        if let Some(&c) = self.fut_memo.get(&key) {
+            return c;
+        }
+        let mut have = mask;
+        let mut total = 0.0;
+        let targets: Vec<u8> = list[start..].iter().map(|&(_, t)| t).chain(root).collect();
+        for t in targets {
+            match self.paths.get(self.p, u, have, t) {
+                Some((c, add)) => {
+                    total += c;
+                    have |= add;
+                }
+                None => {
+                    total = f64::INFINITY;
+                    break;
+                }
+            }
+        }
+        self.fut_memo.insert(key, total);
+        total
+    }
+
+    /// Change of the assumed future when `st` takes the step recorded in
+    /// `over` (the values it touches, and those the base plan uses at this
+    /// step, whose remaining uses shrink).
+    fn future_delta(&mut self, st: &State, step: usize, over: &[(u32, u64)], new_homes: &[(usize, u8)]) -> f64 {
+        if self.base.is_none() {
+            return 0.0;
+        }
+        let mut vals: Vec<u32> = over.iter().map(|e| e.0).collect();
+        vals.extend(self.base.as_ref().expect("base").used_at[step].iter().copied());
+        vals.sort_unstable();
+        vals.dedup();
+        let old_home = |p: usize| st.homes.get(p).checked_sub(1).map(|c| c as u8);
+        let new_home = |p: usize| new_homes.iter().find(|h| h.0 == p).map(|h| h.1).or_else(|| old_home(p));
+        let mut delta = 0.0;
+        for u in vals {
+            let before = st.mats.get(u as usize) & MASK;
+            let after = over.iter().rev().find(|e| e.0 == u).map_or(before, |e| e.1 & MASK);
+            delta += self.future(u, after, step, &new_home) - self.future(u, before, step.wrapping_sub(1), &old_home);
+        }
+        delta
     }
 
     fn apply(&mut self, st: &State, step: usize, opt: Option<&Opt>, oi: usize, combo: usize) -> (State, Rec) {
@@ -380,18 +506,42 @@ impl Ctx<'_> {
             homes = homes.set(p, ci as u64 + 1);
         }
         let trace = Some(Rc::new(Trace { prev: st.trace.clone(), opt: oi as u32, combo: combo as u32 }));
-        (State { cost: o.cost, peak: o.peak, live: o.live, hash: o.hash, mats, homes, trace }, rec)
+        (State { cost: o.cost, fut: o.fut, peak: o.peak, live: o.live, hash: o.hash, mats, homes, trace }, rec)
     }
+}
+
+/// How to run the search.
+#[derive(Clone, Debug)]
+pub struct Config<'a> {
+    /// What to minimise.
+    pub obj: Objective,
+    /// Per-device memory budget (hard).
+    pub budget: Option<f64>,
+    /// Partial plans kept per step.
+    pub beam: usize,
+    /// A complete plan whose future the ranking assumes (see the module
+    /// doc of [`super::seeds`]); `None` ranks by the cost so far.
+    pub base: Option<&'a Choice>,
+    /// Only follow `base` (evaluate it).
+    pub fixed: bool,
 }
 
 /// Extracts the best plan from `p` along schedule `s`, or `None` when no
 /// plan fits the budget (or, with a beam, none was found).
-pub fn extract(p: &Problem, s: &Sched, obj: Objective, budget: Option<f64>, beam: usize) -> Option<Extraction> {
+///
+/// With a base plan, every partial plan is ranked by the exact cost of
+/// the complete plan made of it and the base plan's remaining choices, so
+/// the partial plan that follows the base has the base's cost at every
+/// step and the result is never worse than the base (when the base fits
+/// the budget).
+pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
     let n = s.inst_value.len();
     let nv = p.classes.len();
-    let mut cx = Ctx { p, s, obj, budget, paths: Paths::default() };
-    let init = State {
+    let base = cfg.base.map(|c| Base::new(p, s, c));
+    let mut cx = Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::new() };
+    let mut init = State {
         cost: 0.0,
+        fut: 0.0,
         peak: 0.0,
         live: 0.0,
         hash: 0,
@@ -399,6 +549,7 @@ pub fn extract(p: &Problem, s: &Sched, obj: Objective, budget: Option<f64>, beam
         homes: PArray::new(s.param_value.len()),
         trace: None,
     };
+    init.fut = 0.0;
     let mut states = vec![init];
     let (mut exact, mut max_states, mut truncated_steps) = (true, 1, 0);
     for step in 0..=n {
@@ -408,21 +559,29 @@ pub fn extract(p: &Problem, s: &Sched, obj: Objective, budget: Option<f64>, beam
             // values whose last use it is (they are deferred too).
             continue;
         }
-        let opts: Vec<Option<&Opt>> = if is_return { vec![None] } else { p.options[step].iter().map(Some).collect() };
-        let combos = cx.combos(step);
+        let option_ids: Vec<usize> = match (cfg.fixed, cfg.base) {
+            _ if is_return => vec![0],
+            (true, Some(b)) => b.options[step].into_iter().collect(),
+            _ => (0..p.options[step].len()).collect(),
+        };
+        let combo_ids: Vec<usize> = match (cfg.fixed, cfg.base) {
+            (true, Some(b)) => vec![cx.combo_of(step, &b.homes)?],
+            _ => (0..cx.combos(step)).collect(),
+        };
+        let opt_of = |oi: usize| if is_return { None } else { Some(&p.options[step][oi]) };
         // (key, state index, option index, combo, outcome)
         let mut cands: Vec<((f64, f64), usize, usize, usize, Outcome)> = Vec::new();
         // Partial plans with the same live classes have the same future.
         // Without a budget the cheaper one dominates; with one, a plan
         // dominates only if it is no worse in both time and peak memory
         // (the other may leave room for a larger layout later).
-        let pareto = budget.is_some() && obj == Objective::Time;
+        let pareto = cfg.budget.is_some() && cfg.obj == Objective::Time;
         let mut same: HashMap<u64, Vec<usize>> = HashMap::new();
-        let mut dead = vec![false; 0];
+        let mut dead: Vec<bool> = Vec::new();
         for (si, st) in states.iter().enumerate() {
-            for (oi, opt) in opts.iter().enumerate() {
-                for combo in 0..combos {
-                    let Some(o) = cx.eval(st, step, *opt, combo, None) else { continue };
+            for &oi in &option_ids {
+                for &combo in &combo_ids {
+                    let Some(o) = cx.eval(st, step, opt_of(oi), combo, None) else { continue };
                     let key = cx.key(&o, step);
                     let group = same.entry(o.hash).or_default();
                     let dominated = |a: &Outcome, ka: (f64, f64), b: &Outcome, kb: (f64, f64)| {
@@ -447,23 +606,29 @@ pub fn extract(p: &Problem, s: &Sched, obj: Objective, budget: Option<f64>, beam
                 }
             }
         }
-        let cands: Vec<_> = cands.into_iter().zip(dead).filter(|(_, d)| !d).map(|(c, _)| c).collect();
+        let mut cands: Vec<_> = cands.into_iter().zip(dead).filter(|(_, d)| !d).map(|(c, _)| c).collect();
         if cands.is_empty() {
             return None;
         }
-        let mut cands = cands;
         max_states = max_states.max(cands.len());
         cands.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("finite costs"));
-        if cands.len() > beam {
-            cands.truncate(beam);
+        if cands.len() > cfg.beam {
+            cands.truncate(cfg.beam);
             exact = false;
             truncated_steps += 1;
         }
-        states = cands.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opts[oi], oi, combo).0).collect();
+        states = cands.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opt_of(oi), oi, combo).0).collect();
     }
     // The states left are complete plans, best first.
     let best = states.into_iter().next()?;
     Some(replay(&mut cx, &best, exact, max_states, truncated_steps))
+}
+
+impl Extraction {
+    /// The plan as a [`Choice`] (to seed another search).
+    pub fn choice(&self) -> Choice {
+        Choice { options: self.options.clone(), homes: self.homes.clone() }
+    }
 }
 
 /// Re-runs the chosen plan from the start to record what it does.
@@ -481,6 +646,7 @@ fn replay(cx: &mut Ctx<'_>, last: &State, exact: bool, max_states: usize, trunca
     assert_eq!(steps.len(), path.len(), "the trace covers every decided step");
     let mut st = State {
         cost: 0.0,
+        fut: 0.0,
         peak: 0.0,
         live: 0.0,
         hash: 0,

@@ -37,6 +37,7 @@ pub mod persist;
 pub mod plan;
 pub mod problem;
 pub mod rewrites;
+pub mod seeds;
 pub mod space;
 
 pub use cost::{CollKind, CostModel};
@@ -47,7 +48,8 @@ pub use rewrites::EGraphReport;
 
 use crate::error::{CompilerError, Result};
 use crate::sharding::Mesh;
-use extract::{extract, Objective};
+use extract::{search, Config, Extraction, Objective};
+use seeds::Choice;
 use lang::LayoutAnalysis;
 use plan::PlanData;
 use std::collections::{HashMap, HashSet};
@@ -102,12 +104,11 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         let data = PlanData { space: space.clone(), problem, extraction: x, cost: cost.clone() };
         AutoShardPlan::build(f, mesh, data, search, opts.memory_budget)
     };
-    if let Some(x) = extract(&problem, &sched, Objective::Time, budget, beam) {
-        return Ok(make(x, problem));
-    }
-    // Nothing fits: find the smallest footprint to say how far off it is.
-    let x = extract(&problem, &sched, Objective::Memory, None, beam)
-        .expect("without a budget every program has a plan (its initial form)");
+    let x = match choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds) {
+        Ok(x) => return Ok(make(x, problem)),
+        // Nothing fits: report the smallest footprint found and what fills it.
+        Err(x) => x,
+    };
     let exact = x.exact && !egraph.cut;
     let plan = make(x, problem);
     let dominant = plan
@@ -132,4 +133,62 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         proven: exact,
         dominant,
     })
+}
+
+/// Runs the extraction: evaluates the whole-program starting plans
+/// ([`seeds::candidates`]), then improves the best one that fits with
+/// base-guided searches until a round gains nothing (at most `rounds`).
+/// Returns the best plan within the budget, or else the plan of smallest
+/// peak memory found (for the error).
+#[allow(clippy::too_many_arguments)]
+fn choose(
+    f: &Function,
+    mesh: &Mesh,
+    space: &space::Space,
+    problem: &problem::Problem,
+    sched: &extract::Sched,
+    budget: Option<f64>,
+    beam: usize,
+    rounds: usize,
+) -> Result<Extraction, Extraction> {
+    let eval = |c: &Choice| {
+        let cfg = Config { obj: Objective::Time, budget: None, beam: 1, base: Some(c), fixed: true };
+        search(problem, sched, &cfg)
+    };
+    let seeds: Vec<(Choice, Extraction)> =
+        seeds::candidates(f, space, problem, mesh).into_iter().filter_map(|c| eval(&c).map(|x| (c, x))).collect();
+    let fits = |x: &Extraction| budget.is_none_or(|b| x.peak <= b * (1.0 + 1e-12));
+    let by_cost = |a: &&(Choice, Extraction), b: &&(Choice, Extraction)| a.1.cost.total_cmp(&b.1.cost);
+    let mut base: Option<Choice> = seeds.iter().filter(|s| fits(&s.1)).min_by(by_cost).map(|s| s.0.clone());
+    if base.is_none() {
+        // The smallest-memory plan: a memory-first search from the leanest
+        // seed. If it fits, it is the base; otherwise nothing fits.
+        let lean = seeds.iter().min_by(|a, b| a.1.peak.total_cmp(&b.1.peak)).map(|s| s.0.clone());
+        let cfg = Config { obj: Objective::Memory, budget: None, beam, base: lean.as_ref(), fixed: false };
+        let min_memory = search(problem, sched, &cfg).expect("without a budget every program has a plan");
+        if !fits(&min_memory) {
+            return Err(min_memory);
+        }
+        base = Some(min_memory.choice());
+    }
+    let mut base = base.expect("a base plan that fits");
+    let mut best: Option<Extraction> = None;
+    let mut exact = false;
+    for _ in 0..rounds.max(1) {
+        let cfg = Config { obj: Objective::Time, budget, beam, base: Some(&base), fixed: false };
+        let Some(x) = search(problem, sched, &cfg) else { break };
+        exact |= x.exact;
+        let better = best.as_ref().is_none_or(|b| x.cost < b.cost * (1.0 - 1e-12));
+        if !better {
+            break;
+        }
+        base = x.choice();
+        best = Some(x);
+    }
+    if best.is_none() {
+        best = eval(&base);
+    }
+    let mut best = best.expect("the base plan fits the budget");
+    best.exact = exact;
+    Ok(best)
 }

@@ -33,11 +33,14 @@ pub struct SearchLimits {
     /// distinct partial plans exist the cheapest are kept and the plan is
     /// reported as not proven optimal.
     pub beam_width: usize,
+    /// Rounds of base-guided extraction (each starts from the previous
+    /// round's plan; stops early when a round gains nothing).
+    pub rounds: usize,
 }
 
 impl Default for SearchLimits {
     fn default() -> Self {
-        SearchLimits { iterations: 8, nodes: 2_000_000, beam_width: 8192 }
+        SearchLimits { iterations: 8, nodes: 2_000_000, beam_width: 64, rounds: 4 }
     }
 }
 
