@@ -16,6 +16,7 @@
 use super::cost::{CollKind, CostModel};
 use super::space::Space;
 use egg::{Analysis, DidMerge, EGraph, Id};
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
@@ -189,6 +190,24 @@ pub struct LayoutAnalysis {
     pub inputs_expanded: Vec<bool>,
     /// (value, layout) classes already linked back to the replicated layout.
     pub gathered: HashSet<(u32, u16)>,
+    /// (value, layout) pairs some `Compute` node needs as an operand.
+    pub required: HashSet<(u32, u16)>,
+    /// Cost of the direct reshard of a value between two layouts.
+    pub direct: RefCell<HashMap<(u32, u16, u16), f64>>,
+}
+
+impl LayoutAnalysis {
+    /// Cost of resharding value `v` from layout `from` to `to` in one go
+    /// (`plan_reshard`), memoised.
+    pub fn direct_cost(&self, v: u32, from: u16, to: u16) -> f64 {
+        if let Some(&c) = self.direct.borrow().get(&(v, from, to)) {
+            return c;
+        }
+        let ty = &self.types[v as usize];
+        let c = self.cost.reshard(ty, self.space.layouts.get(v, from), self.space.layouts.get(v, to)).iter().map(|s| s.cost).sum();
+        self.direct.borrow_mut().insert((v, from, to), c);
+        c
+    }
 }
 
 /// The e-graph type.
@@ -343,9 +362,7 @@ pub fn move_cost(g: &ShardGraph, node: &ShardLang) -> Option<f64> {
         }
         ShardLang::Reshard(k, ch) => {
             let c = g[ch[0]].data;
-            let ty = &a.types[c.value as usize];
-            let steps = a.cost.reshard(ty, a.space.layouts.get(c.value, c.layout), a.space.layouts.get(c.value, k.to));
-            Some(steps.iter().map(|s| s.cost).sum())
+            Some(a.direct_cost(c.value, c.layout, k.to))
         }
         _ => None,
     }

@@ -83,11 +83,16 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         expanded: vec![false; f.insts.len()],
         inputs_expanded: vec![false; f.params.len()],
         gathered: HashSet::new(),
+        required: HashSet::new(),
+        direct: Default::default(),
     };
+    let t0 = std::time::Instant::now();
     let mut runner = egg::Runner::new(analysis);
     build::load(&mut runner.egraph, f);
     let (g, egraph) = rewrites::saturate(runner, &opts.limits);
+    let t1 = t0.elapsed();
     let problem = problem::build_problem(&g, f.values.len(), f.insts.len());
+    let t2 = t0.elapsed();
     let sched = build::schedule(f, &g.analysis.space, &problem);
     let LayoutAnalysis { space, cost, .. } = g.analysis;
     let beam = opts.limits.beam_width.max(1);
@@ -104,7 +109,9 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         let data = PlanData { space: space.clone(), problem, extraction: x, cost: cost.clone() };
         AutoShardPlan::build(f, mesh, data, search, opts.memory_budget)
     };
-    let x = match choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds) {
+    let r = choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds);
+    if std::env::var_os("WEFT_PROFILE").is_some() { eprintln!("egraph {t1:?} problem {t2:?} total {:?}", t0.elapsed()); }
+    let x = match r {
         Ok(x) => return Ok(make(x, problem)),
         // Nothing fits: report the smallest footprint found and what fills it.
         Err(x) => x,
@@ -155,8 +162,10 @@ fn choose(
         let cfg = Config { obj: Objective::Time, budget: None, beam: 1, base: Some(c), fixed: true };
         search(problem, sched, &cfg)
     };
+    let t0 = std::time::Instant::now();
     let seeds: Vec<(Choice, Extraction)> =
         seeds::candidates(f, space, problem, mesh).into_iter().filter_map(|c| eval(&c).map(|x| (c, x))).collect();
+    if std::env::var_os("WEFT_PROFILE").is_some() { eprintln!("seeds {} {:?}", seeds.len(), t0.elapsed()); }
     let fits = |x: &Extraction| budget.is_none_or(|b| x.peak <= b * (1.0 + 1e-12));
     let by_cost = |a: &&(Choice, Extraction), b: &&(Choice, Extraction)| a.1.cost.total_cmp(&b.1.cost);
     let mut base: Option<Choice> = seeds.iter().filter(|s| fits(&s.1)).min_by(by_cost).map(|s| s.0.clone());
@@ -173,17 +182,22 @@ fn choose(
     }
     let mut base = base.expect("a base plan that fits");
     let mut best: Option<Extraction> = None;
+    let mut best_cost = eval(&base).map_or(f64::INFINITY, |x| x.cost);
     let mut exact = false;
     for _ in 0..rounds.max(1) {
         let cfg = Config { obj: Objective::Time, budget, beam, base: Some(&base), fixed: false };
         let Some(x) = search(problem, sched, &cfg) else { break };
+        if std::env::var_os("WEFT_PROFILE").is_some() { eprintln!("round cost {} {:?}", x.cost, t0.elapsed()); }
         exact |= x.exact;
-        let better = best.as_ref().is_none_or(|b| x.cost < b.cost * (1.0 - 1e-12));
+        let better = x.cost < best_cost * (1.0 - 1e-12);
+        if better || best.is_none() {
+            best_cost = best_cost.min(x.cost);
+            base = x.choice();
+            best = Some(x);
+        }
         if !better {
             break;
         }
-        base = x.choice();
-        best = Some(x);
     }
     if best.is_none() {
         best = eval(&base);

@@ -125,6 +125,10 @@ impl Applier<ShardLang, LayoutAnalysis> for ClassRule {
                     let hubs: Vec<Id> = children.iter().map(|&c| reach(g, c, 0)).collect();
                     for s in 0..g.analysis.space.strategies[inst].len() {
                         let req = g.analysis.space.strategies[inst][s].operands.clone();
+                        for (&h, &l) in hubs.iter().zip(&req) {
+                            let v = g[h].data.value;
+                            g.analysis.required.insert((v, l));
+                        }
                         let ch: Box<[Id]> = hubs.iter().zip(&req).map(|(&h, &l)| reach(g, h, l)).collect();
                         let key = ComputeKey { inst: k.inst, strategy: s as u16 };
                         out.push(g.add(ShardLang::Compute(key, ch)));
@@ -216,6 +220,11 @@ impl PairRule {
                     }
                 }
                 PairCond::ChainCollapse => {
+                    // Only shortcuts from where a value is produced to
+                    // where it is needed matter to the extraction.
+                    if !g.analysis.required.contains(&(xinfo.value, xinfo.layout)) {
+                        break;
+                    }
                     let Some(c) = mover(n2) else { continue };
                     let c2 = move_cost(g, n2).unwrap_or(0.0);
                     for n1 in &g[c].nodes {
@@ -225,14 +234,7 @@ impl PairRule {
                             continue;
                         }
                         let chain = c2 + move_cost(g, n1).unwrap_or(0.0);
-                        let a = &g.analysis;
-                        let ty = &a.types[xinfo.value as usize];
-                        let direct: f64 = a
-                            .cost
-                            .reshard(ty, a.space.layouts.get(yinfo.value, yinfo.layout), a.space.layouts.get(xinfo.value, xinfo.layout))
-                            .iter()
-                            .map(|s| s.cost)
-                            .sum();
+                        let direct = g.analysis.direct_cost(xinfo.value, yinfo.layout, xinfo.layout);
                         let exists = g[id].nodes.iter().any(|n| matches!(n, ShardLang::Reshard(_, ch) if g.find(ch[0]) == g.find(y)));
                         if direct < chain * (1.0 - 1e-12) && !exists {
                             let mut s = subst1(self.x, id);
