@@ -145,6 +145,45 @@ struct State {
 
 const MASK: u64 = (1 << 58) - 1;
 
+/// What an extension step reads of a partial plan: its totals and, per
+/// value, its word (see [`State`]), per parameter its class + 1.
+trait View {
+    fn head(&self) -> (f64, f64, f64, f64, u64);
+    fn mat(&self, v: usize) -> u64;
+    fn home(&self, p: usize) -> u64;
+}
+
+impl View for State {
+    fn head(&self) -> (f64, f64, f64, f64, u64) {
+        (self.cost, self.fut, self.peak, self.live, self.hash)
+    }
+    fn mat(&self, v: usize) -> u64 {
+        self.mats.get(v)
+    }
+    fn home(&self, p: usize) -> u64 {
+        self.homes.get(p)
+    }
+}
+
+/// A partial plan in flat tables, for following one given plan.
+struct Flat {
+    head: (f64, f64, f64, f64, u64),
+    mats: Vec<u64>,
+    homes: Vec<u64>,
+}
+
+impl View for Flat {
+    fn head(&self) -> (f64, f64, f64, f64, u64) {
+        self.head
+    }
+    fn mat(&self, v: usize) -> u64 {
+        self.mats[v]
+    }
+    fn home(&self, p: usize) -> u64 {
+        self.homes[p]
+    }
+}
+
 fn enc(mask: u64, home: u8) -> u64 {
     mask | ((home as u64 + 1) << 58)
 }
@@ -300,12 +339,13 @@ impl Ctx<'_> {
     /// Evaluates one extension of `st`: at instruction `step` with option
     /// `opt` (or the return when `opt` is `None`) and parameter layouts
     /// `combo`. Records its events in `rec` when given.
-    fn eval(&mut self, st: &State, step: usize, opt: Option<&Opt>, combo: usize, mut rec: Option<&mut Rec>) -> Option<Outcome> {
+    fn eval(&mut self, st: &dyn View, step: usize, opt: Option<&Opt>, combo: usize, mut rec: Option<&mut Rec>) -> Option<Outcome> {
         let mut over: Vec<(u32, u64)> = Vec::new();
         let get = |over: &Vec<(u32, u64)>, v: u32| {
-            over.iter().rev().find(|e| e.0 == v).map(|e| e.1).unwrap_or_else(|| st.mats.get(v as usize))
+            over.iter().rev().find(|e| e.0 == v).map(|e| e.1).unwrap_or_else(|| st.mat(v as usize))
         };
-        let (mut cost, mut live, mut retro, mut hash) = (st.cost, st.live, 0.0, st.hash);
+        let (st_cost, st_fut, st_peak, st_live, st_hash) = st.head();
+        let (mut cost, mut live, mut retro, mut hash) = (st_cost, st_live, 0.0, st_hash);
         let mut homes: Vec<(usize, u8)> = Vec::new();
         for (p, ci) in self.combo(step, combo) {
             let v = self.s.param_value[p];
@@ -318,7 +358,7 @@ impl Ctx<'_> {
             homes.push((p, ci));
         }
         let home_of = |homes: &Vec<(usize, u8)>, p: usize| {
-            homes.iter().find(|h| h.0 == p).map(|h| h.1).or_else(|| st.homes.get(p).checked_sub(1).map(|c| c as u8))
+            homes.iter().find(|h| h.0 == p).map(|h| h.1).or_else(|| st.home(p).checked_sub(1).map(|c| c as u8))
         };
         let mut need: Vec<(u32, Option<u8>)> = Vec::new();
         match opt {
@@ -385,7 +425,7 @@ impl Ctx<'_> {
             hash ^= zv(v, get(&over, v)) ^ zv(v, w);
             over.push((v, w));
         }
-        let peak = (st.peak + retro).max(live);
+        let peak = (st_peak + retro).max(live);
         let during = rec.is_some().then(|| over.clone());
         // After the instruction: free the values it used last, and copies
         // that have become free to recreate.
@@ -414,7 +454,7 @@ impl Ctx<'_> {
         if self.obj == Objective::Time && self.budget.is_some_and(|b| peak + undecided > b * (1.0 + 1e-12)) {
             return None;
         }
-        let fut = if opt.is_none() { 0.0 } else { st.fut + self.future_delta(st, step, &over, &homes) };
+        let fut = if opt.is_none() { 0.0 } else { st_fut + self.future_delta(st, step, &over, &homes) };
         if let Some(r) = rec {
             r.during = during.unwrap_or_default();
             r.mats = over;
@@ -475,7 +515,7 @@ impl Ctx<'_> {
     /// Change of the assumed future when `st` takes the step recorded in
     /// `over` (the values it touches, and those the base plan uses at this
     /// step, whose remaining uses shrink).
-    fn future_delta(&mut self, st: &State, step: usize, over: &[(u32, u64)], new_homes: &[(usize, u8)]) -> f64 {
+    fn future_delta(&mut self, st: &dyn View, step: usize, over: &[(u32, u64)], new_homes: &[(usize, u8)]) -> f64 {
         if self.base.is_none() {
             return 0.0;
         }
@@ -483,11 +523,11 @@ impl Ctx<'_> {
         vals.extend(self.base.as_ref().expect("base").used_at[step].iter().copied());
         vals.sort_unstable();
         vals.dedup();
-        let old_home = |p: usize| st.homes.get(p).checked_sub(1).map(|c| c as u8);
+        let old_home = |p: usize| st.home(p).checked_sub(1).map(|c| c as u8);
         let new_home = |p: usize| new_homes.iter().find(|h| h.0 == p).map(|h| h.1).or_else(|| old_home(p));
         let mut delta = 0.0;
         for u in vals {
-            let before = st.mats.get(u as usize) & MASK;
+            let before = st.mat(u as usize) & MASK;
             let after = over.iter().rev().find(|e| e.0 == u).map_or(before, |e| e.1 & MASK);
             delta += self.future(u, after, step, &new_home) - self.future(u, before, step.wrapping_sub(1), &old_home);
         }
@@ -622,6 +662,31 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
     // The states left are complete plans, best first.
     let best = states.into_iter().next()?;
     Some(replay(&mut cx, &best, exact, max_states, truncated_steps))
+}
+
+/// Follows plan `c` along the schedule: its step time and the peak memory
+/// the search tracks for it (`None` if it is not a plan of `p`).
+pub fn evaluate(p: &Problem, s: &Sched, c: &Choice) -> Option<(f64, f64)> {
+    let n = s.inst_value.len();
+    let mut cx = Ctx { p, s, obj: Objective::Time, budget: None, paths: Paths::default(), base: None, fut_memo: HashMap::new() };
+    let mut st = Flat { head: (0.0, 0.0, 0.0, 0.0, 0), mats: vec![0; p.classes.len()], homes: vec![0; s.param_value.len()] };
+    for step in 0..=n {
+        if step < n && s.deferred[s.inst_value[step] as usize] && s.first_used_at[step].is_empty() {
+            continue;
+        }
+        let opt = if step == n { None } else { Some(&p.options[step][c.options[step]?]) };
+        let combo = cx.combo_of(step, &c.homes)?;
+        let mut rec = Rec::default();
+        let o = cx.eval(&st, step, opt, combo, Some(&mut rec))?;
+        for (v, w) in rec.mats {
+            st.mats[v as usize] = w;
+        }
+        for (q, ci) in rec.homes {
+            st.homes[q] = ci as u64 + 1;
+        }
+        st.head = (o.cost, o.fut, o.peak, o.live, o.hash);
+    }
+    Some((st.head.0, st.head.2))
 }
 
 impl Extraction {

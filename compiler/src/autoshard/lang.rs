@@ -192,19 +192,30 @@ pub struct LayoutAnalysis {
     pub gathered: HashSet<(u32, u16)>,
     /// (value, layout) pairs some `Compute` node needs as an operand.
     pub required: HashSet<(u32, u16)>,
-    /// Cost of the direct reshard of a value between two layouts.
-    pub direct: RefCell<HashMap<(u32, u16, u16), f64>>,
+    /// Cost and number of communicating collectives of the direct reshard
+    /// of a value between two layouts.
+    pub direct: RefCell<HashMap<(u32, u16, u16), (f64, usize)>>,
+    /// Chains already built by [`reach`]: (value, from, to) -> class.
+    pub reached: HashMap<(u32, u16, u16), Id>,
+    /// Layouts produced by a collective step: (value, layout, step) -> layout.
+    pub stepped: HashMap<(u32, u16, CollKey), u16>,
 }
 
 impl LayoutAnalysis {
     /// Cost of resharding value `v` from layout `from` to `to` in one go
     /// (`plan_reshard`), memoised.
     pub fn direct_cost(&self, v: u32, from: u16, to: u16) -> f64 {
+        self.direct_plan(v, from, to).0
+    }
+
+    /// Cost and number of communicating collectives of the direct reshard.
+    pub fn direct_plan(&self, v: u32, from: u16, to: u16) -> (f64, usize) {
         if let Some(&c) = self.direct.borrow().get(&(v, from, to)) {
             return c;
         }
         let ty = &self.types[v as usize];
-        let c = self.cost.reshard(ty, self.space.layouts.get(v, from), self.space.layouts.get(v, to)).iter().map(|s| s.cost).sum();
+        let steps = self.cost.reshard(ty, self.space.layouts.get(v, from), self.space.layouts.get(v, to));
+        let c = (steps.iter().map(|s| s.cost).sum(), steps.iter().filter(|s| s.kind.communicates()).count());
         self.direct.borrow_mut().insert((v, from, to), c);
         c
     }
@@ -260,10 +271,15 @@ impl Analysis<ShardLang> for LayoutAnalysis {
             ShardLang::Reshard(k, ch) => ClassInfo { value: egraph[ch[0]].data.value, layout: k.to },
             ShardLang::Collective(k, ch) => {
                 let c = egraph[ch[0]].data;
-                let from = egraph.analysis.space.layouts.get(c.value, c.layout);
+                let a = &mut egraph.analysis;
+                if let Some(&layout) = a.stepped.get(&(c.value, c.layout, *k)) {
+                    return ClassInfo { value: c.value, layout };
+                }
+                let from = a.space.layouts.get(c.value, c.layout);
                 let to = apply_step(from, k)
                     .unwrap_or_else(|| panic!("collective {k} does not apply to layout {from:?} of value %{}", c.value));
-                let layout = egraph.analysis.space.layouts.intern(c.value, to);
+                let layout = a.space.layouts.intern(c.value, to);
+                a.stepped.insert((c.value, c.layout, *k), layout);
                 ClassInfo { value: c.value, layout }
             }
         }
@@ -311,6 +327,16 @@ pub fn reach(g: &mut ShardGraph, from: Id, to: u16) -> Id {
     if info.layout == to {
         return g.find(from);
     }
+    if let Some(&id) = g.analysis.reached.get(&(info.value, info.layout, to)) {
+        return g.find(id);
+    }
+    let out = build_chain(g, from, to);
+    g.analysis.reached.insert((info.value, info.layout, to), out);
+    out
+}
+
+fn build_chain(g: &mut ShardGraph, from: Id, to: u16) -> Id {
+    let info = g[from].data;
     let f = g.analysis.space.layouts.get(info.value, info.layout).clone();
     let t = g.analysis.space.layouts.get(info.value, to).clone();
     let mut cur = g.find(from);

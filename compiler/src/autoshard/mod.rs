@@ -85,6 +85,8 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         gathered: HashSet::new(),
         required: HashSet::new(),
         direct: Default::default(),
+        reached: HashMap::new(),
+        stepped: HashMap::new(),
     };
     let t0 = std::time::Instant::now();
     let mut runner = egg::Runner::new(analysis);
@@ -109,7 +111,7 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         let data = PlanData { space: space.clone(), problem, extraction: x, cost: cost.clone() };
         AutoShardPlan::build(f, mesh, data, search, opts.memory_budget)
     };
-    let r = choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds);
+    let r = choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds, opts.limits.work);
     if std::env::var_os("WEFT_PROFILE").is_some() { eprintln!("egraph {t1:?} problem {t2:?} total {:?}", t0.elapsed()); }
     let x = match r {
         Ok(x) => return Ok(make(x, problem)),
@@ -157,22 +159,30 @@ fn choose(
     budget: Option<f64>,
     beam: usize,
     rounds: usize,
+    work: usize,
 ) -> Result<Extraction, Extraction> {
+    // The beam is narrowed on long programs so that a round stays within
+    // `work` partial plans in all.
+    let beam = beam.min((work / f.insts.len().max(1)).max(4));
     let eval = |c: &Choice| {
         let cfg = Config { obj: Objective::Time, budget: None, beam: 1, base: Some(c), fixed: true };
         search(problem, sched, &cfg)
     };
     let t0 = std::time::Instant::now();
-    let seeds: Vec<(Choice, Extraction)> =
-        seeds::candidates(f, space, problem, mesh).into_iter().filter_map(|c| eval(&c).map(|x| (c, x))).collect();
+    let max_seeds = (work / f.insts.len().max(1)).clamp(9, 64);
+    let seeds: Vec<(Choice, (f64, f64))> = seeds::candidates(f, space, problem, mesh, max_seeds)
+        .into_iter()
+        .filter_map(|c| extract::evaluate(problem, sched, &c).map(|x| (c, x)))
+        .collect();
     if std::env::var_os("WEFT_PROFILE").is_some() { eprintln!("seeds {} {:?}", seeds.len(), t0.elapsed()); }
-    let fits = |x: &Extraction| budget.is_none_or(|b| x.peak <= b * (1.0 + 1e-12));
-    let by_cost = |a: &&(Choice, Extraction), b: &&(Choice, Extraction)| a.1.cost.total_cmp(&b.1.cost);
-    let mut base: Option<Choice> = seeds.iter().filter(|s| fits(&s.1)).min_by(by_cost).map(|s| s.0.clone());
+    let fits_peak = |peak: f64| budget.is_none_or(|b| peak <= b * (1.0 + 1e-12));
+    let fits = |x: &Extraction| fits_peak(x.peak);
+    let by_cost = |a: &&(Choice, (f64, f64)), b: &&(Choice, (f64, f64))| a.1 .0.total_cmp(&b.1 .0);
+    let mut base: Option<Choice> = seeds.iter().filter(|s| fits_peak(s.1 .1)).min_by(by_cost).map(|s| s.0.clone());
     if base.is_none() {
         // The smallest-memory plan: a memory-first search from the leanest
         // seed. If it fits, it is the base; otherwise nothing fits.
-        let lean = seeds.iter().min_by(|a, b| a.1.peak.total_cmp(&b.1.peak)).map(|s| s.0.clone());
+        let lean = seeds.iter().min_by(|a, b| a.1 .1.total_cmp(&b.1 .1)).map(|s| s.0.clone());
         let cfg = Config { obj: Objective::Memory, budget: None, beam, base: lean.as_ref(), fixed: false };
         let min_memory = search(problem, sched, &cfg).expect("without a budget every program has a plan");
         if !fits(&min_memory) {
@@ -182,7 +192,7 @@ fn choose(
     }
     let mut base = base.expect("a base plan that fits");
     let mut best: Option<Extraction> = None;
-    let mut best_cost = eval(&base).map_or(f64::INFINITY, |x| x.cost);
+    let mut best_cost = extract::evaluate(problem, sched, &base).map_or(f64::INFINITY, |x| x.0);
     let mut exact = false;
     for _ in 0..rounds.max(1) {
         let cfg = Config { obj: Objective::Time, budget, beam, base: Some(&base), fixed: false };

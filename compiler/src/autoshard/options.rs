@@ -36,11 +36,15 @@ pub struct SearchLimits {
     /// Rounds of base-guided extraction (each starts from the previous
     /// round's plan; stops early when a round gains nothing).
     pub rounds: usize,
+    /// Partial plans per round in all: on long programs the beam narrows
+    /// to `work / instructions` (at least 4), and the number of
+    /// whole-program starting plans evaluated to the same ratio (9 to 64).
+    pub work: usize,
 }
 
 impl Default for SearchLimits {
     fn default() -> Self {
-        SearchLimits { iterations: 8, nodes: 2_000_000, beam_width: 64, rounds: 4 }
+        SearchLimits { iterations: 8, nodes: 2_000_000, beam_width: 64, rounds: 4, work: 400_000 }
     }
 }
 

@@ -19,10 +19,10 @@
 //!   over `S`, then an all-reduce over `A \ S`).
 //! - `all-gather-slice-is-identity`: gathering a dimension and slicing it
 //!   back the same way is the value itself.
-//! - `reshard-chain-collapse`: two reshard steps from a produced layout
-//!   collapse into one direct reshard (`plan_reshard`: all-to-all,
-//!   reduce-scatter, permute...) when that is cheaper than the chain.
-//!   Iterating collapses longer chains.
+//! - `reshard-chain-collapse`: two collective steps from a produced layout
+//!   to a needed one collapse into one direct reshard (`plan_reshard`) when
+//!   that is a single collective (an all-to-all, a reduce-scatter, a
+//!   permute) cheaper than the chain.
 //!
 //! There is no commutativity or associativity: the program's algebra is
 //! not rewritten, only how each value is laid out and communicated. The
@@ -182,13 +182,6 @@ fn coll(n: &ShardLang) -> Option<(&CollKey, Id)> {
     }
 }
 
-fn mover(n: &ShardLang) -> Option<Id> {
-    match n {
-        ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => Some(ch[0]),
-        _ => None,
-    }
-}
-
 impl PairRule {
     fn find(&self, g: &ShardGraph, id: Id) -> Vec<Subst> {
         let mut out = Vec::new();
@@ -221,20 +214,25 @@ impl PairRule {
                 }
                 PairCond::ChainCollapse => {
                     // Only shortcuts from where a value is produced to
-                    // where it is needed matter to the extraction.
+                    // where it is needed matter to the extraction; they
+                    // replace two plain steps (not earlier shortcuts, so
+                    // the rule saturates).
                     if !g.analysis.required.contains(&(xinfo.value, xinfo.layout)) {
                         break;
                     }
-                    let Some(c) = mover(n2) else { continue };
+                    let Some((_, c)) = coll(n2) else { continue };
                     let c2 = move_cost(g, n2).unwrap_or(0.0);
                     for n1 in &g[c].nodes {
-                        let Some(y) = mover(n1) else { continue };
+                        let Some((_, y)) = coll(n1) else { continue };
                         let yinfo = g[y].data;
                         if yinfo.layout == xinfo.layout || !g[y].nodes.iter().any(is_home) {
                             continue;
                         }
                         let chain = c2 + move_cost(g, n1).unwrap_or(0.0);
-                        let direct = g.analysis.direct_cost(xinfo.value, yinfo.layout, xinfo.layout);
+                        let (direct, steps) = g.analysis.direct_plan(xinfo.value, yinfo.layout, xinfo.layout);
+                        if steps > 1 {
+                            continue;
+                        }
                         let exists = g[id].nodes.iter().any(|n| matches!(n, ShardLang::Reshard(_, ch) if g.find(ch[0]) == g.find(y)));
                         if direct < chain * (1.0 - 1e-12) && !exists {
                             let mut s = subst1(self.x, id);

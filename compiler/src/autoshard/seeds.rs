@@ -192,12 +192,15 @@ fn induced(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, g: &Groups, ax
 }
 
 /// Starting plans: each mesh axis (of size > 1) over one of the largest
-/// dimension groups or nowhere, all combinations when there are at most
-/// 64 of them (otherwise one axis at a time on top of the best so far is
-/// left to the caller). The first is the all-replicated plan.
-pub fn candidates(f: &Function, space: &Space, p: &Problem, mesh: &Mesh) -> Vec<Choice> {
+/// dimension groups or nowhere, all combinations, with as many groups as
+/// keep their number within `max`. The first is the all-replicated plan.
+pub fn candidates(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, max: usize) -> Vec<Choice> {
     let axes = super::space::usable_axes(mesh);
-    let per_axis = if axes.len() <= 1 { 12 } else if axes.len() == 2 { 7 } else { 3 };
+    // The most groups per axis such that all combinations fit in `max`.
+    let mut per_axis = 1;
+    while (per_axis + 2usize).pow(axes.len() as u32) <= max {
+        per_axis += 1;
+    }
     let g = groups(f, space, per_axis);
     let choices = g.groups.len() + 1;
     let total = choices.pow(axes.len() as u32).min(4096);
