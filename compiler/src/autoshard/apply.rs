@@ -7,7 +7,7 @@ use super::plan::AutoShardPlan;
 use super::problem::route;
 use crate::error::Result;
 use crate::sharding::{propagate, MeshSharding, PropagateOptions, ShardedFunction};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use weft_ir::{Function, Op, ValueId};
 
 struct Emit<'a> {
@@ -55,7 +55,7 @@ impl AutoShardPlan {
         let (sp, p, x) = (&self.data.space, &self.data.problem, &self.data.extraction);
         let mut out = Function::new(f.name.clone());
         (out.loc, out.return_loc) = (f.loc, f.return_loc);
-        let mut e = Emit { plan: self, out, have: HashMap::new(), parent: HashMap::new() };
+        let mut e = Emit { plan: self, out, have: HashMap::default(), parent: HashMap::default() };
         for m in &x.mats {
             let (_, _, steps) = route(p, m.value, m.have, m.target).expect("reachable");
             for (from, ei) in steps {

@@ -6,7 +6,7 @@ use super::lang::{reach, InputKey, ComputeKey, ShardGraph, ShardLang};
 use super::problem::Problem;
 use super::space::{ResultReq, Space};
 use egg::Id;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use weft_ir::Function;
 
 /// Adds the program to `g` as it first stands: every parameter arriving in
@@ -109,7 +109,7 @@ pub fn schedule(f: &Function, space: &Space, p: &Problem) -> Sched {
     let mut alias_class = Vec::new();
     let mut fixed_class = Vec::new();
     for (r, req) in f.results.iter().zip(&space.results) {
-        let mut map = HashMap::new();
+        let mut map = HashMap::default();
         if let ResultReq::Alias(pi) = req {
             let pv = f.params[*pi].0;
             for &c in &home_choices[*pi] {

@@ -37,7 +37,7 @@ use super::persist::PArray;
 use super::seeds::Choice;
 use super::problem::{Opt, Paths, Problem};
 use super::space::ResultReq;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
 /// What the extraction minimises.
@@ -578,7 +578,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
     let n = s.inst_value.len();
     let nv = p.classes.len();
     let base = cfg.base.map(|c| Base::new(p, s, c));
-    let mut cx = Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::new() };
+    let mut cx = Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::default() };
     let mut init = State {
         cost: 0.0,
         fut: 0.0,
@@ -616,7 +616,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
         // dominates only if it is no worse in both time and peak memory
         // (the other may leave room for a larger layout later).
         let pareto = cfg.budget.is_some() && cfg.obj == Objective::Time;
-        let mut same: HashMap<u64, Vec<usize>> = HashMap::new();
+        let mut same: HashMap<u64, Vec<usize>> = HashMap::default();
         let mut dead: Vec<bool> = Vec::new();
         for (si, st) in states.iter().enumerate() {
             for &oi in &option_ids {
@@ -668,7 +668,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
 /// the search tracks for it (`None` if it is not a plan of `p`).
 pub fn evaluate(p: &Problem, s: &Sched, c: &Choice) -> Option<(f64, f64)> {
     let n = s.inst_value.len();
-    let mut cx = Ctx { p, s, obj: Objective::Time, budget: None, paths: Paths::default(), base: None, fut_memo: HashMap::new() };
+    let mut cx = Ctx { p, s, obj: Objective::Time, budget: None, paths: Paths::default(), base: None, fut_memo: HashMap::default() };
     let mut st = Flat { head: (0.0, 0.0, 0.0, 0.0, 0), mats: vec![0; p.classes.len()], homes: vec![0; s.param_value.len()] };
     for step in 0..=n {
         if step < n && s.deferred[s.inst_value[step] as usize] && s.first_used_at[step].is_empty() {

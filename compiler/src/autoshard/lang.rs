@@ -17,7 +17,7 @@ use super::cost::{CollKind, CostModel};
 use super::space::Space;
 use egg::{Analysis, DidMerge, EGraph, Id};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fmt;
 use std::str::FromStr;
 use weft_ir::TensorType;
@@ -199,6 +199,8 @@ pub struct LayoutAnalysis {
     pub reached: HashMap<(u32, u16, u16), Id>,
     /// Layouts produced by a collective step: (value, layout, step) -> layout.
     pub stepped: HashMap<(u32, u16, CollKey), u16>,
+    /// (value, from, to) reshard shortcuts already considered.
+    pub collapsed: RefCell<HashSet<(u32, u16, u16)>>,
 }
 
 impl LayoutAnalysis {

@@ -52,7 +52,7 @@ use extract::{search, Config, Extraction, Objective};
 use seeds::Choice;
 use lang::LayoutAnalysis;
 use plan::PlanData;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use weft_ir::{Function, Module};
 
 /// Chooses shardings for `f` (calls inlined) on `mesh`: every value not
@@ -79,14 +79,15 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         param_values: f.params.iter().map(|p| p.0).collect(),
         inst_values: f.insts.iter().map(|i| i.results[0].0).collect(),
         cost: CostModel::new(mesh, opts),
-        class_of: HashMap::new(),
+        class_of: HashMap::default(),
         expanded: vec![false; f.insts.len()],
         inputs_expanded: vec![false; f.params.len()],
-        gathered: HashSet::new(),
-        required: HashSet::new(),
+        gathered: HashSet::default(),
+        required: HashSet::default(),
         direct: Default::default(),
-        reached: HashMap::new(),
-        stepped: HashMap::new(),
+        reached: HashMap::default(),
+        stepped: HashMap::default(),
+        collapsed: Default::default(),
     };
     let t0 = std::time::Instant::now();
     let mut runner = egg::Runner::new(analysis);
@@ -191,6 +192,16 @@ fn choose(
         base = Some(min_memory.choice());
     }
     let mut base = base.expect("a base plan that fits");
+    // On small programs (a wide beam) an unguided search is affordable
+    // and may find plans far from every seed.
+    if beam >= 1024 {
+        let cfg = Config { obj: Objective::Time, budget, beam, base: None, fixed: false };
+        if let Some(x) = search(problem, sched, &cfg) {
+            if extract::evaluate(problem, sched, &base).is_none_or(|b| x.cost < b.0) {
+                base = x.choice();
+            }
+        }
+    }
     let mut best: Option<Extraction> = None;
     let mut best_cost = extract::evaluate(problem, sched, &base).map_or(f64::INFINITY, |x| x.0);
     let mut exact = false;

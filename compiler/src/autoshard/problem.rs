@@ -4,7 +4,7 @@
 
 use super::lang::{move_cost, ShardGraph, ShardLang};
 use egg::Id;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Most layouts one value may have in the extraction (a bit set per value;
 /// the top bits of the extractor's per-value word hold the home class).
@@ -87,7 +87,7 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
         dropped_classes: 0,
         free_from: vec![Vec::new(); nv],
     };
-    let mut index: HashMap<Id, (u32, u8)> = HashMap::new();
+    let mut index: HashMap<Id, (u32, u8)> = HashMap::default();
     for (v, list) in per.iter_mut().enumerate() {
         list.sort_unstable();
         if list.len() > MAX_CLASSES {

@@ -19,10 +19,12 @@
 //!   over `S`, then an all-reduce over `A \ S`).
 //! - `all-gather-slice-is-identity`: gathering a dimension and slicing it
 //!   back the same way is the value itself.
-//! - `reshard-chain-collapse`: two collective steps from a produced layout
-//!   to a needed one collapse into one direct reshard (`plan_reshard`) when
-//!   that is a single collective (an all-to-all, a reduce-scatter, a
-//!   permute) cheaper than the chain.
+//! - `reshard-chain-collapse`: a reshard step (or an earlier collapsed
+//!   reshard) followed by a collective, from a produced layout to a needed
+//!   one, collapses into one direct reshard (`plan_reshard`: all-to-all,
+//!   reduce-scatter, permute, at most two collectives) when that is cheaper
+//!   than the chain. Iterating collapses longer chains; each (value, from,
+//!   to) is considered once.
 //!
 //! There is no commutativity or associativity: the program's algebra is
 //! not rewritten, only how each value is laid out and communicated. The
@@ -223,18 +225,23 @@ impl PairRule {
                     let Some((_, c)) = coll(n2) else { continue };
                     let c2 = move_cost(g, n2).unwrap_or(0.0);
                     for n1 in &g[c].nodes {
-                        let Some((_, y)) = coll(n1) else { continue };
+                        let y = match n1 {
+                            ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => ch[0],
+                            _ => continue,
+                        };
                         let yinfo = g[y].data;
                         if yinfo.layout == xinfo.layout || !g[y].nodes.iter().any(is_home) {
                             continue;
                         }
-                        let chain = c2 + move_cost(g, n1).unwrap_or(0.0);
-                        let (direct, steps) = g.analysis.direct_plan(xinfo.value, yinfo.layout, xinfo.layout);
-                        if steps > 1 {
+                        if !g.analysis.collapsed.borrow_mut().insert((xinfo.value, yinfo.layout, xinfo.layout)) {
                             continue;
                         }
-                        let exists = g[id].nodes.iter().any(|n| matches!(n, ShardLang::Reshard(_, ch) if g.find(ch[0]) == g.find(y)));
-                        if direct < chain * (1.0 - 1e-12) && !exists {
+                        let chain = c2 + move_cost(g, n1).unwrap_or(0.0);
+                        let (direct, steps) = g.analysis.direct_plan(xinfo.value, yinfo.layout, xinfo.layout);
+                        if steps > 2 {
+                            continue;
+                        }
+                        if direct < chain * (1.0 - 1e-12) {
                             let mut s = subst1(self.x, id);
                             s.insert(self.y, y);
                             s.insert(self.tag, c);

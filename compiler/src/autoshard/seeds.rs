@@ -18,7 +18,8 @@ use super::problem::Problem;
 use super::space::Space;
 use crate::sharding::rules::FactorKind;
 use crate::sharding::Mesh;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 use weft_ir::Function;
 
 /// A complete choice: an option per instruction and a class per parameter.
@@ -118,7 +119,7 @@ fn groups(f: &Function, space: &Space, limit: usize) -> Groups {
     for (slot, tag) in occ_sig {
         sig.entry(slot_class[slot]).or_default().push(tag);
     }
-    let mut extent: HashMap<usize, usize> = HashMap::new();
+    let mut extent: HashMap<usize, usize> = HashMap::default();
     let mut weight: BTreeMap<usize, f64> = BTreeMap::new();
     for (v, val) in f.values.iter().enumerate() {
         for d in 0..val.ty.rank() {

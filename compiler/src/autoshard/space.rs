@@ -21,7 +21,6 @@ use crate::sharding::project::tensor_axes;
 use crate::sharding::rules::{rule_for, FactorKind, OpRule};
 use crate::sharding::seed::value_subject;
 use crate::sharding::{Mesh, MeshSharding};
-use std::collections::HashMap;
 use weft_ir::{Function, Op, TensorSharding, TensorType, ValueDef, ValueId};
 
 /// Interned layouts (closed [`MeshSharding`]s) per value; index 0 of every
@@ -29,7 +28,6 @@ use weft_ir::{Function, Op, TensorSharding, TensorType, ValueDef, ValueId};
 #[derive(Clone, Debug, Default)]
 pub struct LayoutTable {
     per_value: Vec<Vec<MeshSharding>>,
-    index: HashMap<(u32, MeshSharding), u16>,
 }
 
 impl LayoutTable {
@@ -45,13 +43,13 @@ impl LayoutTable {
 
     /// The index of `layout` for value `v`, adding it if new.
     pub fn intern(&mut self, v: u32, layout: MeshSharding) -> u16 {
-        if let Some(&i) = self.index.get(&(v, layout.clone())) {
-            return i;
-        }
+        // A value has a few dozen layouts at most: a scan beats hashing.
         let list = &mut self.per_value[v as usize];
+        if let Some(i) = list.iter().position(|l| *l == layout) {
+            return i as u16;
+        }
         let i = u16::try_from(list.len()).expect("fewer than 65536 layouts per value");
-        list.push(layout.clone());
-        self.index.insert((v, layout), i);
+        list.push(layout);
         i
     }
 
