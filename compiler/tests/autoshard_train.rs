@@ -108,16 +108,18 @@ fn infeasible_budget_reports_the_minimum_and_what_dominates() {
     assert!(*minimum < state_bytes(&f) as u64);
     assert!(!dominant.is_empty());
     assert!(text.contains("params.layers") || text.contains("opt."), "{text}");
-    // The minimum it reports is reachable: with that budget a plan exists.
+    // The minimum it reports is reachable: with that budget a plan exists,
+    // and the error holds for anything below it.
     let p = checked(&f, &mesh, &AutoShardOptions::default().with_budget(*minimum));
     assert!(p.memory.peak <= *minimum as f64);
+    assert!(auto_shard(&f, &mesh, &AutoShardOptions::default().with_budget(minimum / 2)).is_err());
 }
 
 #[test]
 fn same_input_same_plan() {
     let f = train_step(2, 64, 256, 128, Optimizer::adamw());
     let mesh = Mesh::parse("data=2,model=2").unwrap();
-    let opts = AutoShardOptions::default().with_budget(600_000);
+    let opts = AutoShardOptions::default().with_budget((0.5 * state_bytes(&f)) as u64 + 400_000);
     let a = auto_shard(&f, &mesh, &opts).unwrap();
     for _ in 0..3 {
         let b = auto_shard(&f, &mesh, &opts).unwrap();

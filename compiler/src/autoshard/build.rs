@@ -26,8 +26,10 @@ pub fn load(g: &mut ShardGraph, f: &Function) -> Vec<Id> {
         let strategies = &g.analysis.space.strategies[k];
         let s = strategies.iter().position(|s| s.split == 1).unwrap_or(0);
         let req = strategies[s].operands.clone();
-        for (o, &l) in inst.operands.iter().zip(&req) {
-            g.analysis.required.insert((o.0, l));
+        if !g.analysis.space.elementwise[k] {
+            for (o, &l) in inst.operands.iter().zip(&req) {
+                g.analysis.required.insert((o.0, l));
+            }
         }
         let ch: Box<[Id]> = inst.operands.iter().zip(&req).map(|(o, &l)| reach(g, class[o.index()], l)).collect();
         class[inst.results[0].index()] = g.add(ShardLang::Compute(ComputeKey { inst: k as u32, strategy: s as u16 }, ch));

@@ -154,8 +154,8 @@ egg::define_language! {
     pub enum ShardLang {
         Input(InputKey),
         Compute(ComputeKey, Box<[Id]>),
-        Collective(CollKey, Box<[Id]>),
-        Reshard(ReshardKey, Box<[Id]>),
+        Collective(CollKey, [Id; 1]),
+        Reshard(ReshardKey, [Id; 1]),
     }
 }
 
@@ -313,7 +313,7 @@ impl Analysis<ShardLang> for LayoutAnalysis {
 
 /// Adds one collective step on `from`, returning the class it produces.
 pub fn add_step(g: &mut ShardGraph, from: Id, key: CollKey) -> Id {
-    let id = g.add(ShardLang::Collective(key, vec![from].into_boxed_slice()));
+    let id = g.add(ShardLang::Collective(key, [from]));
     g.find(id)
 }
 

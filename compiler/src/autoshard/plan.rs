@@ -300,6 +300,16 @@ fn memory(f: &Function, mesh: &Mesh, d: &PlanData) -> MemoryReport {
     for (r, &ci) in f.results.iter().zip(&x.result_classes) {
         uses.entry((r.0, ci)).or_default().push(n);
     }
+    // A class a later reshard path starts from is used then too.
+    for m in &x.mats {
+        let (_, _, steps) = route(p, m.value, m.have, m.target).expect("reachable");
+        for (from, _) in steps {
+            uses.entry((m.value, from)).or_default().push(m.step);
+        }
+    }
+    for u in uses.values_mut() {
+        u.sort_unstable();
+    }
     let home = |v: u32| -> Option<u8> {
         match f.value(ValueId(v)).def {
             ValueDef::Param(i) => x.homes[i as usize],

@@ -24,7 +24,11 @@
 //!   one, collapses into one direct reshard (`plan_reshard`: all-to-all,
 //!   reduce-scatter, permute, at most two collectives) when that is cheaper
 //!   than the chain. Iterating collapses longer chains; each (value, from,
-//!   to) is considered once.
+//!   to) is considered once. "Needed" means needed by a non-element-wise
+//!   instruction: element-wise chains (the optimizer update of every
+//!   parameter) keep one layout in any sensible plan, and shortcuts into
+//!   their operands would be most of the e-graph; they are still reachable
+//!   through the replicated layout.
 //!
 //! There is no commutativity or associativity: the program's algebra is
 //! not rewritten, only how each value is laid out and communicated. The
@@ -127,9 +131,11 @@ impl Applier<ShardLang, LayoutAnalysis> for ClassRule {
                     let hubs: Vec<Id> = children.iter().map(|&c| reach(g, c, 0)).collect();
                     for s in 0..g.analysis.space.strategies[inst].len() {
                         let req = g.analysis.space.strategies[inst][s].operands.clone();
-                        for (&h, &l) in hubs.iter().zip(&req) {
-                            let v = g[h].data.value;
-                            g.analysis.required.insert((v, l));
+                        if !g.analysis.space.elementwise[inst] {
+                            for (&h, &l) in hubs.iter().zip(&req) {
+                                let v = g[h].data.value;
+                                g.analysis.required.insert((v, l));
+                            }
                         }
                         let ch: Box<[Id]> = hubs.iter().zip(&req).map(|(&h, &l)| reach(g, h, l)).collect();
                         let key = ComputeKey { inst: k.inst, strategy: s as u16 };
@@ -216,14 +222,13 @@ impl PairRule {
                 }
                 PairCond::ChainCollapse => {
                     // Only shortcuts from where a value is produced to
-                    // where it is needed matter to the extraction; they
-                    // replace two plain steps (not earlier shortcuts, so
-                    // the rule saturates).
+                    // where it is needed matter to the extraction; each
+                    // (value, from, to) is considered once, so the rule
+                    // saturates.
                     if !g.analysis.required.contains(&(xinfo.value, xinfo.layout)) {
                         break;
                     }
                     let Some((_, c)) = coll(n2) else { continue };
-                    let c2 = move_cost(g, n2).unwrap_or(0.0);
                     for n1 in &g[c].nodes {
                         let y = match n1 {
                             ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => ch[0],
@@ -236,7 +241,7 @@ impl PairRule {
                         if !g.analysis.collapsed.borrow_mut().insert((xinfo.value, yinfo.layout, xinfo.layout)) {
                             continue;
                         }
-                        let chain = c2 + move_cost(g, n1).unwrap_or(0.0);
+                        let chain = move_cost(g, n2).unwrap_or(0.0) + move_cost(g, n1).unwrap_or(0.0);
                         let (direct, steps) = g.analysis.direct_plan(xinfo.value, yinfo.layout, xinfo.layout);
                         if steps > 2 {
                             continue;
@@ -284,7 +289,7 @@ impl Applier<ShardLang, LayoutAnalysis> for PairRule {
             PairCond::ChainCollapse => {
                 let to = g[x].data.layout;
                 let before = g.total_size();
-                let n = g.add(ShardLang::Reshard(ReshardKey { to }, vec![y].into_boxed_slice()));
+                let n = g.add(ShardLang::Reshard(ReshardKey { to }, [y]));
                 if g.total_size() > before {
                     vec![g.find(n)]
                 } else {

@@ -108,6 +108,9 @@ pub struct Space {
     pub deferred: Vec<bool>,
     /// Floating-point operations of each instruction (unsharded).
     pub flops: Vec<f64>,
+    /// Whether each instruction is element-wise (its operands take its
+    /// result's layout).
+    pub elementwise: Vec<bool>,
 }
 
 /// Mesh axes worth splitting over (size > 1).
@@ -232,6 +235,11 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
     };
     let mut deferred = vec![false; f.values.len()];
     let (mut rules, mut strategies, mut flops) = (Vec::new(), Vec::new(), Vec::new());
+    let elementwise: Vec<bool> = f
+        .insts
+        .iter()
+        .map(|i| matches!(i.op, Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Convert { .. }))
+        .collect();
     for (id, inst) in f.iter_insts() {
         if let Op::Call { callee, .. } = &inst.op {
             let site = Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
@@ -296,7 +304,7 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
         param_layouts.push(ok);
     }
     let results = result_reqs(f, mesh, opts, &mut layouts)?;
-    Ok(Space { layouts, rules, strategies, param_layouts, results, deferred, flops })
+    Ok(Space { layouts, rules, strategies, param_layouts, results, deferred, flops, elementwise })
 }
 
 fn result_reqs(f: &Function, mesh: &Mesh, opts: &AutoShardOptions, layouts: &mut LayoutTable) -> Result<Vec<ResultReq>> {
