@@ -34,6 +34,7 @@
 //! sorts, hashes from fixed seeds), so the same input gives the same plan.
 
 use super::persist::PArray;
+use smallvec::SmallVec;
 use super::seeds::Choice;
 use super::problem::{Opt, Paths, Problem};
 use super::space::ResultReq;
@@ -307,7 +308,7 @@ impl Ctx<'_> {
     }
 
     /// Decodes `combo` into one class per parameter first used at `step`.
-    fn combo(&self, step: usize, mut combo: usize) -> Vec<(usize, u8)> {
+    fn combo(&self, step: usize, mut combo: usize) -> SmallVec<[(usize, u8); 4]> {
         self.s.first_used_at[step]
             .iter()
             .map(|&p| {
@@ -340,13 +341,13 @@ impl Ctx<'_> {
     /// `opt` (or the return when `opt` is `None`) and parameter layouts
     /// `combo`. Records its events in `rec` when given.
     fn eval(&mut self, st: &dyn View, step: usize, opt: Option<&Opt>, combo: usize, mut rec: Option<&mut Rec>) -> Option<Outcome> {
-        let mut over: Vec<(u32, u64)> = Vec::new();
-        let get = |over: &Vec<(u32, u64)>, v: u32| {
+        let mut over: SmallVec<[(u32, u64); 12]> = SmallVec::new();
+        let get = |over: &SmallVec<[(u32, u64); 12]>, v: u32| {
             over.iter().rev().find(|e| e.0 == v).map(|e| e.1).unwrap_or_else(|| st.mat(v as usize))
         };
         let (st_cost, st_fut, st_peak, st_live, st_hash) = st.head();
         let (mut cost, mut live, mut retro, mut hash) = (st_cost, st_live, 0.0, st_hash);
-        let mut homes: Vec<(usize, u8)> = Vec::new();
+        let mut homes: SmallVec<[(usize, u8); 4]> = SmallVec::new();
         for (p, ci) in self.combo(step, combo) {
             let v = self.s.param_value[p];
             let w = enc(1 << ci, ci);
@@ -357,10 +358,10 @@ impl Ctx<'_> {
             over.push((v, w));
             homes.push((p, ci));
         }
-        let home_of = |homes: &Vec<(usize, u8)>, p: usize| {
+        let home_of = |homes: &SmallVec<[(usize, u8); 4]>, p: usize| {
             homes.iter().find(|h| h.0 == p).map(|h| h.1).or_else(|| st.home(p).checked_sub(1).map(|c| c as u8))
         };
-        let mut need: Vec<(u32, Option<u8>)> = Vec::new();
+        let mut need: SmallVec<[(u32, Option<u8>); 4]> = SmallVec::new();
         match opt {
             Some(o) => need.extend(o.children.iter().map(|&(u, t)| (u, Some(t)))),
             None => {
@@ -377,7 +378,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        let mut result_classes = Vec::new();
+        let mut result_classes: SmallVec<[u8; 4]> = SmallVec::new();
         for (u, t) in need {
             if self.s.deferred[u as usize] {
                 result_classes.push(0);
@@ -426,11 +427,11 @@ impl Ctx<'_> {
             over.push((v, w));
         }
         let peak = (st_peak + retro).max(live);
-        let during = rec.is_some().then(|| over.clone());
+        let during = rec.is_some().then(|| over.to_vec());
         // After the instruction: free the values it used last, and copies
         // that have become free to recreate.
         let released: &[u32] = if opt.is_some() { &self.s.releases[step] } else { &[] };
-        let mut touched: Vec<u32> = over.iter().map(|e| e.0).collect();
+        let mut touched: SmallVec<[u32; 12]> = over.iter().map(|e| e.0).collect();
         touched.sort_unstable();
         touched.dedup();
         for u in touched {
@@ -457,9 +458,9 @@ impl Ctx<'_> {
         let fut = if opt.is_none() { 0.0 } else { st_fut + self.future_delta(st, step, &over, &homes) };
         if let Some(r) = rec {
             r.during = during.unwrap_or_default();
-            r.mats = over;
-            r.homes = homes;
-            r.result_classes = result_classes;
+            r.mats = over.to_vec();
+            r.homes = homes.to_vec();
+            r.result_classes = result_classes.to_vec();
         }
         Some(Outcome { cost, fut, peak, live, hash })
     }
@@ -519,7 +520,7 @@ impl Ctx<'_> {
         if self.base.is_none() {
             return 0.0;
         }
-        let mut vals: Vec<u32> = over.iter().map(|e| e.0).collect();
+        let mut vals: SmallVec<[u32; 16]> = over.iter().map(|e| e.0).collect();
         vals.extend(self.base.as_ref().expect("base").used_at[step].iter().copied());
         vals.sort_unstable();
         vals.dedup();

@@ -201,6 +201,8 @@ pub struct LayoutAnalysis {
     pub stepped: HashMap<(u32, u16, CollKey), u16>,
     /// (value, from, to) reshard shortcuts already considered.
     pub collapsed: RefCell<HashSet<(u32, u16, u16)>>,
+    /// The e-classes in id order, for the e-graph size they were listed at.
+    pub sorted_classes: RefCell<((usize, usize), Vec<Id>)>,
 }
 
 impl LayoutAnalysis {

@@ -88,6 +88,7 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         reached: HashMap::default(),
         stepped: HashMap::default(),
         collapsed: Default::default(),
+        sorted_classes: Default::default(),
     };
     let mut runner = egg::Runner::new(analysis);
     build::load(&mut runner.egraph, f);

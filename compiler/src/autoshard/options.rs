@@ -44,7 +44,7 @@ pub struct SearchLimits {
 
 impl Default for SearchLimits {
     fn default() -> Self {
-        SearchLimits { iterations: 8, nodes: 2_000_000, beam_width: 64, rounds: 4, work: 400_000 }
+        SearchLimits { iterations: 8, nodes: 2_000_000, beam_width: 32, rounds: 4, work: 200_000 }
     }
 }
 

@@ -49,8 +49,17 @@ fn var(name: &str) -> Var {
 
 /// Classes (sorted by id) and, per class, the substitutions found.
 fn matches_in(g: &ShardGraph, mut found: impl FnMut(Id) -> Vec<Subst>) -> Vec<SearchMatches<'static, ShardLang>> {
-    let mut ids: Vec<Id> = g.classes().map(|c| c.id).collect();
-    ids.sort_unstable();
+    // The e-graph does not change while rules search it: every rule of an
+    // iteration shares one sorted list of classes.
+    let size = (g.total_size(), g.number_of_classes());
+    let mut cache = g.analysis.sorted_classes.borrow_mut();
+    if cache.0 != size {
+        let mut ids: Vec<Id> = g.classes().map(|c| c.id).collect();
+        ids.sort_unstable();
+        *cache = (size, ids);
+    }
+    let ids = cache.1.clone();
+    drop(cache);
     ids.into_iter()
         .filter_map(|id| {
             let substs = found(id);
@@ -376,6 +385,7 @@ pub fn saturate(runner: Runner<ShardLang, LayoutAnalysis>, limits: &SearchLimits
         .run(&rules);
     let mut applied = BTreeMap::new();
     for it in &runner.iterations {
+
         for (name, n) in &it.applied {
             *applied.entry(name.to_string()).or_insert(0) += n;
         }
