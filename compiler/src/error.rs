@@ -189,6 +189,33 @@ pub enum CompilerError {
         /// What is wrong.
         message: String,
     },
+    /// A memory size that could not be read (`2GiB`, `512MiB`, `1e9`).
+    #[error("invalid memory budget `{text}`: {message}")]
+    InvalidMemoryBudget {
+        /// The text given.
+        text: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Auto-sharding found no plan within the per-device memory budget.
+    #[error(
+        "no sharding of @{func} fits the memory budget of {budget} bytes per device: the smallest peak \
+         found is {minimum} bytes per device{}, dominated by:\n{}", if *proven { "" } else { " (the search was \
+         limited, a smaller one may exist)" }, dominant.join("\n")
+    )]
+    MemoryBudgetInfeasible {
+        /// The function.
+        func: String,
+        /// The budget, bytes per device.
+        budget: u64,
+        /// The smallest per-device peak the search reached.
+        minimum: u64,
+        /// Whether `minimum` is proven minimal over the alternatives searched.
+        proven: bool,
+        /// The largest contributions at that peak, one line each (value,
+        /// type, sharding, bytes per device).
+        dominant: Vec<String>,
+    },
     /// An error from the IR: the program is ill-formed (e.g. a transform's
     /// input failed verification).
     #[error(transparent)]

@@ -17,6 +17,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod autodiff;
+pub mod autoshard;
 pub mod dce;
 pub mod emit;
 pub mod error;

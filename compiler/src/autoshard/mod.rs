@@ -1,0 +1,225 @@
+//! Auto-sharding: choosing the sharding of every value left open, so that
+//! the step time is minimal within a per-device memory budget — what Alpa
+//! does with an integer program, done here with an e-graph.
+//!
+//! 1. **Alternatives** ([`space`], [`lang`], [`rewrites`]): an `egg`
+//!    e-graph whose e-classes are (value, layout) pairs. Named rewrites add
+//!    every sharded form of each instruction that its factor rule allows
+//!    (the same rules propagation uses), every layout a parameter may
+//!    arrive in, the reshards between layouts, and the algebra of
+//!    collectives (an all-reduce then a slice is a reduce-scatter, a gather
+//!    then the same slice is the identity, chains of reshards collapse into
+//!    one when cheaper). Limits are iteration and node counts.
+//! 2. **Costs** ([`cost`]): compute time from FLOPs per device, an
+//!    alpha-beta model per mesh axis for every collective, and bytes per
+//!    device for memory.
+//! 3. **Extraction** ([`extract`]): a dynamic program along the schedule
+//!    that counts every shared e-class once (a DAG cost) and enforces the
+//!    memory budget as a hard constraint; exact when its state count stays
+//!    within the beam width, which the report states.
+//!
+//! The result is an [`AutoShardPlan`]: the sharding of every value, the
+//! collectives and their cost, the memory per device, the alternatives
+//! considered for any value ([`AutoShardPlan::explain`]), a printable
+//! report, and the program annotated with the plan
+//! ([`AutoShardPlan::apply`]) ready for `propagate` and the SPMD
+//! partitioner. The formulation and the cost model are in
+//! `specs/sharding.md` ("Auto-sharding").
+
+pub mod apply;
+pub mod build;
+pub mod cost;
+pub mod explain;
+pub mod extract;
+pub mod lang;
+pub mod options;
+pub mod persist;
+pub mod plan;
+pub mod problem;
+pub mod rewrites;
+pub mod seeds;
+pub mod space;
+
+pub use cost::{CollKind, CostModel};
+pub use explain::Alternative;
+pub use options::{fmt_bytes, parse_memory_budget, AliasPolicy, AutoShardOptions, SearchLimits};
+pub use plan::{AutoShardPlan, CommStats, CostBreakdown, MemoryKind, MemoryReport, PlannedCollective, SearchReport};
+pub use rewrites::EGraphReport;
+
+use crate::error::{CompilerError, Result};
+use crate::sharding::Mesh;
+use extract::{search, Config, Extraction, Objective};
+use seeds::Choice;
+use lang::LayoutAnalysis;
+use plan::PlanData;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use weft_ir::{Function, Module};
+
+/// Chooses shardings for `f` (calls inlined) on `mesh`: every value not
+/// fixed by an annotation gets the layout that minimises the step time
+/// within `opts.memory_budget`. Errors: an ill-formed program, calls, an
+/// annotation invalid on the mesh, or
+/// [`CompilerError::MemoryBudgetInfeasible`] (with the smallest reachable
+/// peak and what dominates it) when no plan fits the budget.
+pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<AutoShardPlan> {
+    for (id, inst) in f.iter_insts() {
+        if let weft_ir::Op::Call { callee, .. } = &inst.op {
+            let site = crate::Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
+            return Err(CompilerError::CallNotInlined { site, callee: callee.clone() });
+        }
+    }
+    weft_ir::verify_function(&Module::new(), f)?;
+    if mesh.axes().len() > 15 {
+        return Err(CompilerError::Unsupported(format!("auto-sharding supports meshes of at most 15 axes ({mesh})")));
+    }
+    let space = space::build_space(f, mesh, opts)?;
+    let analysis = LayoutAnalysis {
+        space,
+        types: f.values.iter().map(|v| v.ty.clone()).collect(),
+        param_values: f.params.iter().map(|p| p.0).collect(),
+        inst_values: f.insts.iter().map(|i| i.results[0].0).collect(),
+        cost: CostModel::new(mesh, opts),
+        class_of: HashMap::default(),
+        expanded: vec![false; f.insts.len()],
+        inputs_expanded: vec![false; f.params.len()],
+        gathered: HashSet::default(),
+        required: HashSet::default(),
+        direct: Default::default(),
+        reached: HashMap::default(),
+        stepped: HashMap::default(),
+        collapsed: Default::default(),
+        sorted_classes: Default::default(),
+    };
+    let mut runner = egg::Runner::new(analysis);
+    build::load(&mut runner.egraph, f);
+    let (g, egraph) = rewrites::saturate(runner, &opts.limits);
+    let problem = problem::build_problem(&g, f.values.len(), f.insts.len());
+    let sched = build::schedule(f, &g.analysis.space, &problem);
+    let LayoutAnalysis { space, cost, .. } = g.analysis;
+    let beam = opts.limits.beam_width.max(1);
+    let budget = opts.memory_budget.map(|b| b as f64);
+    let make = |x: extract::Extraction, problem: problem::Problem| {
+        let search = SearchReport {
+            egraph: egraph.clone(),
+            exact: x.exact,
+            max_states: x.max_states,
+            truncated_steps: x.truncated_steps,
+            beam_width: beam,
+            dropped_classes: problem.dropped_classes,
+        };
+        let data = PlanData { space: space.clone(), problem, extraction: x, cost: cost.clone() };
+        AutoShardPlan::build(f, mesh, data, search, opts.memory_budget)
+    };
+    let x = match choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds, opts.limits.work) {
+        Ok(x) => return Ok(make(x, problem)),
+        // Nothing fits: report the smallest footprint found and what fills it.
+        Err(x) => x,
+    };
+    let exact = x.exact && !egraph.cut;
+    let peak = x.peak.max(0.0);
+    let plan = make(x, problem);
+    let dominant = plan
+        .memory
+        .live_at_peak
+        .iter()
+        .take(8)
+        .map(|(v, s, b)| {
+            format!(
+                "  {} {} as {}: {} per device",
+                f.value_ref(*v),
+                f.ty(*v),
+                crate::sharding::fmt_sharding(s),
+                fmt_bytes(*b)
+            )
+        })
+        .collect();
+    Err(CompilerError::MemoryBudgetInfeasible {
+        func: f.name.clone(),
+        budget: opts.memory_budget.unwrap_or(0),
+        // The peak the search enforces (copies held while their value
+        // lives): a budget of at least this is met.
+        minimum: peak.ceil() as u64,
+        proven: exact,
+        dominant,
+    })
+}
+
+/// Runs the extraction: evaluates the whole-program starting plans
+/// ([`seeds::candidates`]), then improves the best one that fits with
+/// base-guided searches until a round gains nothing (at most `rounds`).
+/// Returns the best plan within the budget, or else the plan of smallest
+/// peak memory found (for the error).
+#[allow(clippy::too_many_arguments)]
+fn choose(
+    f: &Function,
+    mesh: &Mesh,
+    space: &space::Space,
+    problem: &problem::Problem,
+    sched: &extract::Sched,
+    budget: Option<f64>,
+    beam: usize,
+    rounds: usize,
+    work: usize,
+) -> Result<Extraction, Extraction> {
+    // The beam is narrowed on long programs so that a round stays within
+    // `work` partial plans in all.
+    let beam = beam.min((work / f.insts.len().max(1)).max(4));
+    let eval = |c: &Choice| {
+        let cfg = Config { obj: Objective::Time, budget: None, beam: 1, base: Some(c), fixed: true };
+        search(problem, sched, &cfg)
+    };
+    let max_seeds = (work / f.insts.len().max(1)).clamp(9, 64);
+    let seeds: Vec<(Choice, (f64, f64))> = seeds::candidates(f, space, problem, mesh, max_seeds)
+        .into_iter()
+        .filter_map(|c| extract::evaluate(problem, sched, &c).map(|x| (c, x)))
+        .collect();
+    let fits_peak = |peak: f64| budget.is_none_or(|b| peak <= b * (1.0 + 1e-12));
+    let fits = |x: &Extraction| fits_peak(x.peak);
+    let by_cost = |a: &&(Choice, (f64, f64)), b: &&(Choice, (f64, f64))| a.1 .0.total_cmp(&b.1 .0);
+    let mut base: Option<Choice> = seeds.iter().filter(|s| fits_peak(s.1 .1)).min_by(by_cost).map(|s| s.0.clone());
+    if base.is_none() {
+        // The smallest-memory plan: a memory-first search from the leanest
+        // seed. If it fits, it is the base; otherwise nothing fits.
+        let lean = seeds.iter().min_by(|a, b| a.1 .1.total_cmp(&b.1 .1)).map(|s| s.0.clone());
+        let cfg = Config { obj: Objective::Memory, budget: None, beam, base: lean.as_ref(), fixed: false };
+        let min_memory = search(problem, sched, &cfg).expect("without a budget every program has a plan");
+        if !fits(&min_memory) {
+            return Err(min_memory);
+        }
+        base = Some(min_memory.choice());
+    }
+    let mut base = base.expect("a base plan that fits");
+    // On small programs (a wide beam) an unguided search is affordable
+    // and may find plans far from every seed.
+    if beam >= 1024 {
+        let cfg = Config { obj: Objective::Time, budget, beam, base: None, fixed: false };
+        if let Some(x) = search(problem, sched, &cfg) {
+            if extract::evaluate(problem, sched, &base).is_none_or(|b| x.cost < b.0) {
+                base = x.choice();
+            }
+        }
+    }
+    let mut best: Option<Extraction> = None;
+    let mut best_cost = extract::evaluate(problem, sched, &base).map_or(f64::INFINITY, |x| x.0);
+    let mut exact = false;
+    for _ in 0..rounds.max(1) {
+        let cfg = Config { obj: Objective::Time, budget, beam, base: Some(&base), fixed: false };
+        let Some(x) = search(problem, sched, &cfg) else { break };
+        exact |= x.exact;
+        let better = x.cost < best_cost * (1.0 - 1e-12);
+        if better || best.is_none() {
+            best_cost = best_cost.min(x.cost);
+            base = x.choice();
+            best = Some(x);
+        }
+        if !better {
+            break;
+        }
+    }
+    if best.is_none() {
+        best = eval(&base);
+    }
+    let mut best = best.expect("the base plan fits the budget");
+    best.exact = exact;
+    Ok(best)
+}

@@ -1,0 +1,234 @@
+//! The saturated e-graph, flattened for extraction: per value its e-classes
+//! (layouts) and the reshard edges between them, per instruction its
+//! `Compute` e-nodes ("options") with costs.
+
+use super::lang::{move_cost, ShardGraph, ShardLang};
+use egg::Id;
+use rustc_hash::FxHashMap as HashMap;
+
+/// Most layouts one value may have in the extraction (a bit set per value;
+/// the top bits of the extractor's per-value word hold the home class).
+pub const MAX_CLASSES: usize = 58;
+
+/// One e-class of a value.
+#[derive(Clone, Debug)]
+pub struct ClassRec {
+    /// The e-class.
+    pub id: Id,
+    /// Its layout index.
+    pub layout: u16,
+    /// Bytes per device of the value in this layout.
+    pub bytes: f64,
+    /// Whether a parameter can arrive in it (`Input` node).
+    pub input: bool,
+    /// Whether the layout has no pending sums.
+    pub reduced: bool,
+}
+
+/// A reshard e-node between two classes of one value.
+#[derive(Clone, Debug)]
+pub struct Edge {
+    /// Target class index (within the value).
+    pub to: u8,
+    /// Its cost.
+    pub cost: f64,
+    /// The e-node (a `Collective` or a `Reshard`).
+    pub node: ShardLang,
+}
+
+/// A `Compute` e-node of an instruction.
+#[derive(Clone, Debug)]
+pub struct Opt {
+    /// Class index of the result.
+    pub class: u8,
+    /// Strategy index.
+    pub strategy: u16,
+    /// Operands: (value, class index).
+    pub children: Vec<(u32, u8)>,
+    /// Compute time.
+    pub compute: f64,
+}
+
+/// The flattened extraction problem.
+#[derive(Clone, Debug, Default)]
+pub struct Problem {
+    /// Classes of each value, by layout index.
+    pub classes: Vec<Vec<ClassRec>>,
+    /// Per value and class: the reshard edges leaving it.
+    pub out: Vec<Vec<Vec<Edge>>>,
+    /// Options of each instruction.
+    pub options: Vec<Vec<Opt>>,
+    /// Classes left out because a value had more than [`MAX_CLASSES`].
+    pub dropped_classes: usize,
+    /// Per value and class: the classes reachable from it through free
+    /// moves only (local slices and unreduces), as a bit set.
+    pub free_from: Vec<Vec<u64>>,
+}
+
+impl Problem {
+    /// The class index of layout `layout` of value `v`.
+    pub fn class_of_layout(&self, v: u32, layout: u16) -> Option<u8> {
+        self.classes[v as usize].iter().position(|c| c.layout == layout).map(|i| i as u8)
+    }
+}
+
+/// Flattens `g` (rebuilt) for a function with `nv` values and `ninst`
+/// instructions.
+pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
+    let a = &g.analysis;
+    let mut per: Vec<Vec<(u16, Id)>> = vec![Vec::new(); nv];
+    for c in g.classes() {
+        per[c.data.value as usize].push((c.data.layout, c.id));
+    }
+    let mut p = Problem {
+        classes: vec![Vec::new(); nv],
+        out: vec![Vec::new(); nv],
+        options: vec![Vec::new(); ninst],
+        dropped_classes: 0,
+        free_from: vec![Vec::new(); nv],
+    };
+    let mut index: HashMap<Id, (u32, u8)> = HashMap::default();
+    for (v, list) in per.iter_mut().enumerate() {
+        list.sort_unstable();
+        if list.len() > MAX_CLASSES {
+            p.dropped_classes += list.len() - MAX_CLASSES;
+            list.truncate(MAX_CLASSES);
+        }
+        for (i, &(layout, id)) in list.iter().enumerate() {
+            let l = a.space.layouts.get(v as u32, layout);
+            p.classes[v].push(ClassRec {
+                id,
+                layout,
+                bytes: a.cost.local_bytes(&a.types[v], l),
+                input: false,
+                reduced: l.unreduced.is_empty(),
+            });
+            index.insert(id, (v as u32, i as u8));
+        }
+        p.out[v] = vec![Vec::new(); list.len()];
+    }
+    for v in 0..nv {
+        for ci in 0..p.classes[v].len() {
+            let id = p.classes[v][ci].id;
+            for node in &g[id].nodes {
+                match node {
+                    ShardLang::Input(_) => p.classes[v][ci].input = true,
+                    ShardLang::Compute(k, ch) => {
+                        let children: Option<Vec<(u32, u8)>> = ch.iter().map(|c| index.get(&g.find(*c)).copied()).collect();
+                        let Some(children) = children else { continue };
+                        let s = &a.space.strategies[k.inst as usize][k.strategy as usize];
+                        let compute = a.cost.compute(a.space.flops[k.inst as usize], s.split);
+                        p.options[k.inst as usize].push(Opt { class: ci as u8, strategy: k.strategy, children, compute });
+                    }
+                    ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => {
+                        let Some(&(_, from)) = index.get(&g.find(ch[0])) else { continue };
+                        if from as usize == ci {
+                            continue;
+                        }
+                        let cost = move_cost(g, node).expect("a move node has a cost");
+                        p.out[v][from as usize].push(Edge { to: ci as u8, cost, node: node.clone() });
+                    }
+                }
+            }
+        }
+    }
+    for opts in &mut p.options {
+        opts.sort_by_key(|o| (o.class, o.strategy));
+        opts.dedup_by_key(|o| (o.class, o.strategy));
+    }
+    for v in &mut p.out {
+        for edges in v.iter_mut() {
+            edges.sort_by(|a, b| (a.to, a.cost).partial_cmp(&(b.to, b.cost)).expect("finite costs"));
+        }
+    }
+    for v in 0..nv {
+        let n = p.classes[v].len();
+        p.free_from[v] = (0..n)
+            .map(|a| {
+                let (mut seen, mut stack) = (0u64, vec![a]);
+                while let Some(c) = stack.pop() {
+                    for e in p.out[v][c].iter().filter(|e| e.cost == 0.0) {
+                        if seen & (1 << e.to) == 0 && e.to as usize != a {
+                            seen |= 1 << e.to;
+                            stack.push(e.to as usize);
+                        }
+                    }
+                }
+                seen
+            })
+            .collect();
+    }
+    p
+}
+
+/// Shortest reshard paths inside one value, from a set of materialised
+/// classes, memoised. Paths are found by Dijkstra over the value's (at most
+/// 64) classes; ties go to the lower class index, so results are
+/// deterministic.
+#[derive(Default)]
+pub struct Paths {
+    memo: HashMap<(u32, u64, u8), (f64, u64)>,
+}
+
+impl Paths {
+    /// Cost of making class `t` of value `v` available when the classes in
+    /// `have` (a bit set) are, and the classes the path adds (including
+    /// `t`); `None` if unreachable.
+    pub fn get(&mut self, p: &Problem, v: u32, have: u64, t: u8) -> Option<(f64, u64)> {
+        if have & (1 << t) != 0 {
+            return Some((0.0, 0));
+        }
+        if let Some(&r) = self.memo.get(&(v, have, t)) {
+            return r.0.is_finite().then_some(r);
+        }
+        let r = route(p, v, have, t).map(|(c, m, _)| (c, m)).unwrap_or((f64::INFINITY, 0));
+        self.memo.insert((v, have, t), r);
+        r.0.is_finite().then_some(r)
+    }
+}
+
+/// Dijkstra from `have` to `t` in value `v`'s class graph: cost, classes
+/// added, and the edges taken as (from, edge index), in order.
+pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<(f64, u64, Vec<(u8, usize)>)> {
+    let n = p.classes[v as usize].len();
+    let out = &p.out[v as usize];
+    let mut dist = vec![f64::INFINITY; n];
+    let mut prev: Vec<Option<(u8, usize)>> = vec![None; n];
+    let mut done = vec![false; n];
+    for (i, d) in dist.iter_mut().enumerate() {
+        if have & (1 << i) != 0 {
+            *d = 0.0;
+        }
+    }
+    loop {
+        let Some(u) = (0..n).filter(|&i| !done[i] && dist[i].is_finite()).min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
+        else {
+            break;
+        };
+        done[u] = true;
+        if u == t as usize {
+            break;
+        }
+        for (ei, e) in out[u].iter().enumerate() {
+            let nd = dist[u] + e.cost;
+            if nd < dist[e.to as usize] {
+                dist[e.to as usize] = nd;
+                prev[e.to as usize] = Some((u as u8, ei));
+            }
+        }
+    }
+    if !dist[t as usize].is_finite() {
+        return None;
+    }
+    let mut steps = Vec::new();
+    let mut mask = 0u64;
+    let mut cur = t as usize;
+    while have & (1 << cur) == 0 {
+        mask |= 1 << cur;
+        let (from, ei) = prev[cur].expect("a reached class has a predecessor");
+        steps.push((from, ei));
+        cur = from as usize;
+    }
+    steps.reverse();
+    Some((dist[t as usize], mask, steps))
+}
