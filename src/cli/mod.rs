@@ -63,6 +63,13 @@ pub enum Command {
         /// Draw which device holds which block of a value; repeatable.
         #[arg(long)]
         show: Vec<String>,
+        /// Choose the shardings of open values by auto-sharding (e-graph
+        /// alternatives, cost model, extraction) and print the plan.
+        #[arg(long)]
+        auto: bool,
+        /// Per-device memory budget for --auto, e.g. `2GiB`.
+        #[arg(long)]
+        memory_budget: Option<String>,
     },
     /// Run an experiment from a TOML config: build the model's training
     /// step, shard it over the mesh, train, checkpoint and log metrics.
@@ -170,8 +177,8 @@ pub fn main() -> i32 {
         Command::Run { file, inputs, output, func } => {
             run::run(&file, inputs.as_deref(), output.as_deref(), func.as_deref())
         }
-        Command::Shard { file, mesh, func, explain, show } => {
-            shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show })
+        Command::Shard { file, mesh, func, explain, show, auto, memory_budget } => {
+            shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show, auto, memory_budget })
         }
         Command::Train(args) => {
             let config = args.config.clone();

@@ -16,6 +16,36 @@ pub struct ShardArgs {
     pub explain: Vec<String>,
     /// Values whose device grid to draw.
     pub show: Vec<String>,
+    /// Choose shardings for open values by auto-sharding.
+    pub auto: bool,
+    /// Per-device memory budget for `--auto` (`2GiB`, `512MiB`, `1e9`).
+    pub memory_budget: Option<String>,
+}
+
+/// `weft shard --auto`: the plan report, and for `--explain` the
+/// alternatives considered with their costs.
+fn auto(f: &weft_ir::Function, mesh: &Mesh, args: &ShardArgs) -> Result<i32> {
+    use weft_compiler::autoshard::{auto_shard, parse_memory_budget, AutoShardOptions};
+    let memory_budget = match &args.memory_budget {
+        Some(b) => Some(parse_memory_budget(b).map_err(|e| Error::Usage(format!("--memory-budget: {e}")))?),
+        None => None,
+    };
+    let opts = AutoShardOptions { memory_budget, ..Default::default() };
+    let plan = match auto_shard(f, mesh, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(1);
+        }
+    };
+    println!("// mesh: {mesh}");
+    print!("{}", plan.report());
+    for v in &args.explain {
+        let id = find_value(f, v)?;
+        println!();
+        print!("{}", plan.explain_text(id));
+    }
+    Ok(0)
 }
 
 /// Resolves `%name` or `%N` (or without the `%`) to a value of `f`.
@@ -38,6 +68,9 @@ pub fn shard(file: &Path, mesh: &str, args: &ShardArgs) -> Result<i32> {
     let mesh = Mesh::parse(mesh).map_err(|e| Error::Usage(format!("--mesh: {e}")))?;
     let f = pick_function(&m, args.func.as_deref())?;
     let flat = weft_compiler::inline_calls(&m, &f.name)?;
+    if args.auto {
+        return auto(&flat, &mesh, args);
+    }
     let sf = match propagate(&flat, &mesh, &PropagateOptions::default()) {
         Ok(sf) => sf,
         Err(e) => {

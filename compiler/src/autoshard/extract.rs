@@ -34,11 +34,11 @@
 //! sorts, hashes from fixed seeds), so the same input gives the same plan.
 
 use super::persist::PArray;
-use smallvec::SmallVec;
-use super::seeds::Choice;
 use super::problem::{Opt, Paths, Problem};
+use super::seeds::Choice;
 use super::space::ResultReq;
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::rc::Rc;
 
 /// What the extraction minimises.
@@ -340,7 +340,14 @@ impl Ctx<'_> {
     /// Evaluates one extension of `st`: at instruction `step` with option
     /// `opt` (or the return when `opt` is `None`) and parameter layouts
     /// `combo`. Records its events in `rec` when given.
-    fn eval(&mut self, st: &dyn View, step: usize, opt: Option<&Opt>, combo: usize, mut rec: Option<&mut Rec>) -> Option<Outcome> {
+    fn eval(
+        &mut self,
+        st: &dyn View,
+        step: usize,
+        opt: Option<&Opt>,
+        combo: usize,
+        mut rec: Option<&mut Rec>,
+    ) -> Option<Outcome> {
         let mut over: SmallVec<[(u32, u64); 12]> = SmallVec::new();
         let get = |over: &SmallVec<[(u32, u64); 12]>, v: u32| {
             over.iter().rev().find(|e| e.0 == v).map(|e| e.1).unwrap_or_else(|| st.mat(v as usize))
@@ -579,7 +586,8 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
     let n = s.inst_value.len();
     let nv = p.classes.len();
     let base = cfg.base.map(|c| Base::new(p, s, c));
-    let mut cx = Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::default() };
+    let mut cx =
+        Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::default() };
     let mut init = State {
         cost: 0.0,
         fut: 0.0,
@@ -658,7 +666,8 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
             exact = false;
             truncated_steps += 1;
         }
-        states = cands.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opt_of(oi), oi, combo).0).collect();
+        states =
+            cands.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opt_of(oi), oi, combo).0).collect();
     }
     // The states left are complete plans, best first.
     let best = states.into_iter().next()?;
@@ -669,8 +678,17 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
 /// the search tracks for it (`None` if it is not a plan of `p`).
 pub fn evaluate(p: &Problem, s: &Sched, c: &Choice) -> Option<(f64, f64)> {
     let n = s.inst_value.len();
-    let mut cx = Ctx { p, s, obj: Objective::Time, budget: None, paths: Paths::default(), base: None, fut_memo: HashMap::default() };
-    let mut st = Flat { head: (0.0, 0.0, 0.0, 0.0, 0), mats: vec![0; p.classes.len()], homes: vec![0; s.param_value.len()] };
+    let mut cx = Ctx {
+        p,
+        s,
+        obj: Objective::Time,
+        budget: None,
+        paths: Paths::default(),
+        base: None,
+        fut_memo: HashMap::default(),
+    };
+    let mut st =
+        Flat { head: (0.0, 0.0, 0.0, 0.0, 0), mats: vec![0; p.classes.len()], homes: vec![0; s.param_value.len()] };
     for step in 0..=n {
         if step < n && s.deferred[s.inst_value[step] as usize] && s.first_used_at[step].is_empty() {
             continue;
@@ -707,8 +725,9 @@ fn replay(cx: &mut Ctx<'_>, last: &State, exact: bool, max_states: usize, trunca
         t = node.prev.clone();
     }
     path.reverse();
-    let steps: Vec<usize> =
-        (0..=n).filter(|&k| k == n || !cx.s.deferred[cx.s.inst_value[k] as usize] || !cx.s.first_used_at[k].is_empty()).collect();
+    let steps: Vec<usize> = (0..=n)
+        .filter(|&k| k == n || !cx.s.deferred[cx.s.inst_value[k] as usize] || !cx.s.first_used_at[k].is_empty())
+        .collect();
     assert_eq!(steps.len(), path.len(), "the trace covers every decided step");
     let mut st = State {
         cost: 0.0,
@@ -756,7 +775,8 @@ fn replay(cx: &mut Ctx<'_>, last: &State, exact: bool, max_states: usize, trunca
             after.insert(v, w & MASK);
         }
         for (&v, &m) in &after {
-            let gone: Vec<(u32, u8)> = open.range((v, 0)..=(v, u8::MAX)).map(|(&k, _)| k).filter(|k| m & (1 << k.1) == 0).collect();
+            let gone: Vec<(u32, u8)> =
+                open.range((v, 0)..=(v, u8::MAX)).map(|(&k, _)| k).filter(|k| m & (1 << k.1) == 0).collect();
             for k in gone {
                 let start = open.remove(&k).expect("open interval");
                 out.held.push((k.0, k.1, start, step));

@@ -16,8 +16,8 @@
 use super::cost::{CollKind, CostModel};
 use super::space::Space;
 use egg::{Analysis, DidMerge, EGraph, Id};
-use std::cell::RefCell;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
 use weft_ir::TensorType;
@@ -280,8 +280,9 @@ impl Analysis<ShardLang> for LayoutAnalysis {
                     return ClassInfo { value: c.value, layout };
                 }
                 let from = a.space.layouts.get(c.value, c.layout);
-                let to = apply_step(from, k)
-                    .unwrap_or_else(|| panic!("collective {k} does not apply to layout {from:?} of value %{}", c.value));
+                let to = apply_step(from, k).unwrap_or_else(|| {
+                    panic!("collective {k} does not apply to layout {from:?} of value %{}", c.value)
+                });
                 let layout = a.space.layouts.intern(c.value, to);
                 a.stepped.insert((c.value, c.layout, *k), layout);
                 ClassInfo { value: c.value, layout }

@@ -114,11 +114,17 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
                 match node {
                     ShardLang::Input(_) => p.classes[v][ci].input = true,
                     ShardLang::Compute(k, ch) => {
-                        let children: Option<Vec<(u32, u8)>> = ch.iter().map(|c| index.get(&g.find(*c)).copied()).collect();
+                        let children: Option<Vec<(u32, u8)>> =
+                            ch.iter().map(|c| index.get(&g.find(*c)).copied()).collect();
                         let Some(children) = children else { continue };
                         let s = &a.space.strategies[k.inst as usize][k.strategy as usize];
                         let compute = a.cost.compute(a.space.flops[k.inst as usize], s.split);
-                        p.options[k.inst as usize].push(Opt { class: ci as u8, strategy: k.strategy, children, compute });
+                        p.options[k.inst as usize].push(Opt {
+                            class: ci as u8,
+                            strategy: k.strategy,
+                            children,
+                            compute,
+                        });
                     }
                     ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => {
                         let Some(&(_, from)) = index.get(&g.find(ch[0])) else { continue };
