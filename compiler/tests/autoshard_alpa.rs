@@ -139,7 +139,11 @@ fn two_d_mesh_alpa_plan_and_a_better_one() {
     }
     let forced = plan(&f, &mesh);
     println!("{}", forced.report());
-    assert!(close(forced.cost.total, alpa), "Alpa's plan costs {} in weft's model, Alpa says {alpa}", forced.cost.total);
+    assert!(
+        close(forced.cost.total, alpa),
+        "Alpa's plan costs {} in weft's model, Alpa says {alpa}",
+        forced.cost.total
+    );
     assert_eq!(forced.count(CollKind::AllReduce), 3, "{}", forced.report());
     assert_eq!(forced.comm.len(), 1);
 

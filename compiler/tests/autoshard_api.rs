@@ -34,7 +34,13 @@ fn rewrites_add_sharded_forms_and_collective_algebra() {
     let e = &p.search.egraph;
     assert_eq!(e.stop, "saturated");
     assert!(!e.cut);
-    for rule in ["sharded-forms", "input-layouts", "gather-to-replicated", "all-reduce-slice-is-reduce-scatter", "reshard-chain-collapse"] {
+    for rule in [
+        "sharded-forms",
+        "input-layouts",
+        "gather-to-replicated",
+        "all-reduce-slice-is-reduce-scatter",
+        "reshard-chain-collapse",
+    ] {
         assert!(e.applied.get(rule).copied().unwrap_or(0) > 0, "{rule} never applied: {:?}", e.applied);
     }
     assert!(e.nodes > e.classes);
@@ -46,7 +52,13 @@ fn gather_then_slice_back_is_the_same_layout() {
     // An e-class is a (value, layout) pair, so `slice(all-gather(x))` lands
     // in x's own class; all-reduce then slice is a reduce-scatter's layout.
     let m = mesh4();
-    let split = MeshSharding::resolve(&s("[{x}, {}]"), &TensorType::new(DType::F32, vec![8, 8]), &m, &Site::new("f", "v", None)).unwrap();
+    let split = MeshSharding::resolve(
+        &s("[{x}, {}]"),
+        &TensorType::new(DType::F32, vec![8, 8]),
+        &m,
+        &Site::new("f", "v", None),
+    )
+    .unwrap();
     let step = |kind, dim| CollKey { kind, axes: AxisList::new(&[0]), dim, dim2: 0 };
     let gathered = apply_step(&split, &step(CollKind::AllGather, 0)).unwrap();
     assert_eq!(gathered, MeshSharding::replicated(2));
@@ -84,7 +96,19 @@ fn report_has_every_section() {
     let f = mlp(1024, 32, None);
     let p = auto_shard(&f, &mesh4(), &AutoShardOptions::alpa().with_budget(1 << 30)).unwrap();
     let r = p.report();
-    for needle in ["auto-sharding @mlp on mesh x=4", "e-graph of", "rewrites applied", "extraction:", "step time", "memory per device", "(budget 1.00 GiB)", "communication per step", "shardings:", "%w1", "%x"] {
+    for needle in [
+        "auto-sharding @mlp on mesh x=4",
+        "e-graph of",
+        "rewrites applied",
+        "extraction:",
+        "step time",
+        "memory per device",
+        "(budget 1.00 GiB)",
+        "communication per step",
+        "shardings:",
+        "%w1",
+        "%x",
+    ] {
         assert!(r.contains(needle), "missing `{needle}` in\n{r}");
     }
     assert_eq!(p.cost.total, p.cost.compute + p.cost.communication);
@@ -138,4 +162,21 @@ fn errors() {
     assert!(matches!(err, CompilerError::NotDivisible { .. }), "{err}");
     let err = weft_compiler::autoshard::parse_memory_budget("12 parsecs").unwrap_err();
     assert!(err.to_string().contains("12 parsecs"), "{err}");
+}
+
+#[test]
+fn limits_cut_the_search_and_say_so() {
+    let f = mlp(1024, 32, None);
+    let mut opts = AutoShardOptions::alpa();
+    opts.limits.nodes = 40;
+    let p = auto_shard(&f, &mesh4(), &opts).unwrap();
+    assert!(p.search.egraph.cut);
+    assert!(p.search.egraph.stop.contains("node limit"), "{}", p.search.egraph.stop);
+    assert!(p.report().contains("node limit"), "{}", p.report());
+    p.to_sharded().unwrap().check().unwrap();
+    opts.limits.nodes = 1_000_000;
+    opts.limits.iterations = 1;
+    let p = auto_shard(&f, &mesh4(), &opts).unwrap();
+    assert!(p.search.egraph.stop.contains("iteration limit"), "{}", p.search.egraph.stop);
+    assert!(p.report().contains("not proven optimal") || p.report().contains("before the limit"), "{}", p.report());
 }

@@ -48,7 +48,9 @@ fn checked(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> AutoShardPlan 
 }
 
 fn state_bytes(f: &Function) -> f64 {
-    f.params.iter().filter(|&&p| f.value(p).name.as_deref().is_some_and(|n| n.starts_with("params.") || n.starts_with("opt.")))
+    f.params
+        .iter()
+        .filter(|&&p| f.value(p).name.as_deref().is_some_and(|n| n.starts_with("params.") || n.starts_with("opt.")))
         .map(|&p| f.ty(p).size_bytes() as f64)
         .sum()
 }

@@ -2,7 +2,7 @@
 //! the extractor.
 
 use super::extract::Sched;
-use super::lang::{reach, InputKey, ComputeKey, ShardGraph, ShardLang};
+use super::lang::{reach, ComputeKey, InputKey, ShardGraph, ShardLang};
 use super::problem::Problem;
 use super::space::{ResultReq, Space};
 use egg::Id;
@@ -32,7 +32,8 @@ pub fn load(g: &mut ShardGraph, f: &Function) -> Vec<Id> {
             }
         }
         let ch: Box<[Id]> = inst.operands.iter().zip(&req).map(|(o, &l)| reach(g, class[o.index()], l)).collect();
-        class[inst.results[0].index()] = g.add(ShardLang::Compute(ComputeKey { inst: k as u32, strategy: s as u16 }, ch));
+        class[inst.results[0].index()] =
+            g.add(ShardLang::Compute(ComputeKey { inst: k as u32, strategy: s as u16 }, ch));
     }
     let space: &Space = &g.analysis.space;
     let mut wanted: Vec<(u32, u16)> = Vec::new();

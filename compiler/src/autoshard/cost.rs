@@ -163,7 +163,12 @@ impl CostModel {
                 CollKind::AllGather => bytes * n,
                 _ => bytes,
             };
-            out.push(CollCost { kind, axes: s.axes().to_vec(), bytes: charged, cost: self.collective(kind, s.axes(), charged) });
+            out.push(CollCost {
+                kind,
+                axes: s.axes().to_vec(),
+                bytes: charged,
+                cost: self.collective(kind, s.axes(), charged),
+            });
             match kind {
                 CollKind::LocalSlice | CollKind::ReduceScatter => bytes /= n,
                 CollKind::AllGather => bytes *= n,

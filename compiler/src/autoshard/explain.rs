@@ -115,7 +115,9 @@ impl AutoShardPlan {
                     let users = users_cost(&mut paths, o.class);
                     let s = &sp.strategies[k][o.strategy as usize];
                     out.push(Alternative {
-                        sharding: fmt_sharding(&sp.layouts.get(v.0, classes[o.class as usize].layout).to_ir(&self.mesh)),
+                        sharding: fmt_sharding(
+                            &sp.layouts.get(v.0, classes[o.class as usize].layout).to_ir(&self.mesh),
+                        ),
                         strategy: Some(describe_strategy(&s.factor_axes, &self.mesh)),
                         compute: o.compute,
                         operands,
@@ -169,7 +171,11 @@ impl AutoShardPlan {
             e.iterations,
             if e.iterations == 1 { "" } else { "s" },
             e.stop,
-            if e.unexpanded > 0 { format!("; {} instructions kept their first form", e.unexpanded) } else { String::new() }
+            if e.unexpanded > 0 {
+                format!("; {} instructions kept their first form", e.unexpanded)
+            } else {
+                String::new()
+            }
         );
         let rules: Vec<String> = e.applied.iter().map(|(r, n)| format!("{r} ×{n}")).collect();
         let _ = writeln!(w, "  rewrites applied: {}", if rules.is_empty() { "none".into() } else { rules.join(", ") });
@@ -185,7 +191,11 @@ impl AutoShardPlan {
             },
             self.search.max_states,
             self.search.beam_width,
-            if self.search.truncated_steps > 0 { format!(", cut at {} instructions", self.search.truncated_steps) } else { String::new() }
+            if self.search.truncated_steps > 0 {
+                format!(", cut at {} instructions", self.search.truncated_steps)
+            } else {
+                String::new()
+            }
         );
         let c = &self.cost;
         let _ = writeln!(
@@ -209,7 +219,14 @@ impl AutoShardPlan {
         } else {
             let _ = writeln!(w, "communication per step:");
             for (k, st) in &self.comm {
-                let _ = writeln!(w, "  {:<20} ×{:<4} {:>12} {}", k.name(), st.count, fmt_bytes(st.bytes), fmt_time(st.cost));
+                let _ = writeln!(
+                    w,
+                    "  {:<20} ×{:<4} {:>12} {}",
+                    k.name(),
+                    st.count,
+                    fmt_bytes(st.bytes),
+                    fmt_time(st.cost)
+                );
             }
         }
         let _ = writeln!(w, "shardings:");
@@ -220,7 +237,9 @@ impl AutoShardPlan {
                 continue;
             }
             let strategy = match f.value(v).def {
-                ValueDef::Inst { inst, .. } => format!("  [{} {}]", f.insts[inst.index()].op.name(), self.strategies[inst.index()]),
+                ValueDef::Inst { inst, .. } => {
+                    format!("  [{} {}]", f.insts[inst.index()].op.name(), self.strategies[inst.index()])
+                }
                 ValueDef::Param(_) => "  [input]".into(),
             };
             let _ = writeln!(w, "  {} {}: {}{}", f.value_ref(v), f.ty(v), self.sharding_text(v), strategy);

@@ -34,11 +34,11 @@
 //! sorts, hashes from fixed seeds), so the same input gives the same plan.
 
 use super::persist::PArray;
-use smallvec::SmallVec;
-use super::seeds::Choice;
 use super::problem::{Opt, Paths, Problem};
+use super::seeds::Choice;
 use super::space::ResultReq;
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::rc::Rc;
 
 /// What the extraction minimises.
@@ -145,6 +145,9 @@ struct State {
 }
 
 const MASK: u64 = (1 << 58) - 1;
+
+/// Assumed future cost of a use the base plan cannot serve.
+const UNREACHABLE: f64 = 1e30;
 
 /// What an extension step reads of a partial plan: its totals and, per
 /// value, its word (see [`State`]), per parameter its class + 1.
@@ -340,7 +343,14 @@ impl Ctx<'_> {
     /// Evaluates one extension of `st`: at instruction `step` with option
     /// `opt` (or the return when `opt` is `None`) and parameter layouts
     /// `combo`. Records its events in `rec` when given.
-    fn eval(&mut self, st: &dyn View, step: usize, opt: Option<&Opt>, combo: usize, mut rec: Option<&mut Rec>) -> Option<Outcome> {
+    fn eval(
+        &mut self,
+        st: &dyn View,
+        step: usize,
+        opt: Option<&Opt>,
+        combo: usize,
+        mut rec: Option<&mut Rec>,
+    ) -> Option<Outcome> {
         let mut over: SmallVec<[(u32, u64); 12]> = SmallVec::new();
         let get = |over: &SmallVec<[(u32, u64); 12]>, v: u32| {
             over.iter().rev().find(|e| e.0 == v).map(|e| e.1).unwrap_or_else(|| st.mat(v as usize))
@@ -504,7 +514,9 @@ impl Ctx<'_> {
                     have |= add;
                 }
                 None => {
-                    total = f64::INFINITY;
+                    // Unreachable (a limit cut the e-graph): a large finite
+                    // penalty keeps the ranking's sums exact.
+                    total = UNREACHABLE;
                     break;
                 }
             }
@@ -551,6 +563,10 @@ impl Ctx<'_> {
     }
 }
 
+/// A candidate extension: (ranking key, state index, option index, combo,
+/// outcome).
+type Cand = ((f64, f64), usize, usize, usize, Outcome);
+
 /// How to run the search.
 #[derive(Clone, Debug)]
 pub struct Config<'a> {
@@ -579,7 +595,8 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
     let n = s.inst_value.len();
     let nv = p.classes.len();
     let base = cfg.base.map(|c| Base::new(p, s, c));
-    let mut cx = Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::default() };
+    let mut cx =
+        Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::default() };
     let mut init = State {
         cost: 0.0,
         fut: 0.0,
@@ -611,7 +628,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
         };
         let opt_of = |oi: usize| if is_return { None } else { Some(&p.options[step][oi]) };
         // (key, state index, option index, combo, outcome)
-        let mut cands: Vec<((f64, f64), usize, usize, usize, Outcome)> = Vec::new();
+        let mut cands: Vec<Cand> = Vec::new();
         // Partial plans with the same live classes have the same future.
         // Without a budget the cheaper one dominates; with one, a plan
         // dominates only if it is no worse in both time and peak memory
@@ -652,13 +669,14 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
             return None;
         }
         max_states = max_states.max(cands.len());
-        cands.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("finite costs"));
+        cands.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0).then(a.0 .1.total_cmp(&b.0 .1)));
         if cands.len() > cfg.beam {
             cands.truncate(cfg.beam);
             exact = false;
             truncated_steps += 1;
         }
-        states = cands.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opt_of(oi), oi, combo).0).collect();
+        states =
+            cands.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opt_of(oi), oi, combo).0).collect();
     }
     // The states left are complete plans, best first.
     let best = states.into_iter().next()?;
@@ -669,8 +687,17 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
 /// the search tracks for it (`None` if it is not a plan of `p`).
 pub fn evaluate(p: &Problem, s: &Sched, c: &Choice) -> Option<(f64, f64)> {
     let n = s.inst_value.len();
-    let mut cx = Ctx { p, s, obj: Objective::Time, budget: None, paths: Paths::default(), base: None, fut_memo: HashMap::default() };
-    let mut st = Flat { head: (0.0, 0.0, 0.0, 0.0, 0), mats: vec![0; p.classes.len()], homes: vec![0; s.param_value.len()] };
+    let mut cx = Ctx {
+        p,
+        s,
+        obj: Objective::Time,
+        budget: None,
+        paths: Paths::default(),
+        base: None,
+        fut_memo: HashMap::default(),
+    };
+    let mut st =
+        Flat { head: (0.0, 0.0, 0.0, 0.0, 0), mats: vec![0; p.classes.len()], homes: vec![0; s.param_value.len()] };
     for step in 0..=n {
         if step < n && s.deferred[s.inst_value[step] as usize] && s.first_used_at[step].is_empty() {
             continue;
@@ -707,8 +734,9 @@ fn replay(cx: &mut Ctx<'_>, last: &State, exact: bool, max_states: usize, trunca
         t = node.prev.clone();
     }
     path.reverse();
-    let steps: Vec<usize> =
-        (0..=n).filter(|&k| k == n || !cx.s.deferred[cx.s.inst_value[k] as usize] || !cx.s.first_used_at[k].is_empty()).collect();
+    let steps: Vec<usize> = (0..=n)
+        .filter(|&k| k == n || !cx.s.deferred[cx.s.inst_value[k] as usize] || !cx.s.first_used_at[k].is_empty())
+        .collect();
     assert_eq!(steps.len(), path.len(), "the trace covers every decided step");
     let mut st = State {
         cost: 0.0,
@@ -756,7 +784,8 @@ fn replay(cx: &mut Ctx<'_>, last: &State, exact: bool, max_states: usize, trunca
             after.insert(v, w & MASK);
         }
         for (&v, &m) in &after {
-            let gone: Vec<(u32, u8)> = open.range((v, 0)..=(v, u8::MAX)).map(|(&k, _)| k).filter(|k| m & (1 << k.1) == 0).collect();
+            let gone: Vec<(u32, u8)> =
+                open.range((v, 0)..=(v, u8::MAX)).map(|(&k, _)| k).filter(|k| m & (1 << k.1) == 0).collect();
             for k in gone {
                 let start = open.remove(&k).expect("open interval");
                 out.held.push((k.0, k.1, start, step));

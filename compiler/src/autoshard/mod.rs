@@ -49,10 +49,10 @@ pub use rewrites::EGraphReport;
 use crate::error::{CompilerError, Result};
 use crate::sharding::Mesh;
 use extract::{search, Config, Extraction, Objective};
-use seeds::Choice;
 use lang::LayoutAnalysis;
 use plan::PlanData;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use seeds::Choice;
 use weft_ir::{Function, Module};
 
 /// Chooses shardings for `f` (calls inlined) on `mesh`: every value not

@@ -176,7 +176,9 @@ pub fn describe_strategy(factor_axes: &[Vec<usize>], mesh: &Mesh) -> String {
         .iter()
         .enumerate()
         .filter(|(_, a)| !a.is_empty())
-        .map(|(f, a)| format!("{}={{{}}}", factor_name(f), a.iter().map(|&x| mesh.name(x)).collect::<Vec<_>>().join(", ")))
+        .map(|(f, a)| {
+            format!("{}={{{}}}", factor_name(f), a.iter().map(|&x| mesh.name(x)).collect::<Vec<_>>().join(", "))
+        })
         .collect();
     if parts.is_empty() {
         "replicated".into()
@@ -186,7 +188,13 @@ pub fn describe_strategy(factor_axes: &[Vec<usize>], mesh: &Mesh) -> String {
 }
 
 impl AutoShardPlan {
-    pub(crate) fn build(f: &Function, mesh: &Mesh, data: PlanData, search: SearchReport, budget: Option<u64>) -> AutoShardPlan {
+    pub(crate) fn build(
+        f: &Function,
+        mesh: &Mesh,
+        data: PlanData,
+        search: SearchReport,
+        budget: Option<u64>,
+    ) -> AutoShardPlan {
         let (sp, p, x) = (&data.space, &data.problem, &data.extraction);
         let layout = |v: u32, ci: u8| sp.layouts.get(v, p.classes[v as usize][ci as usize].layout);
         let mut home: Vec<MeshSharding> = f.values.iter().map(|v| MeshSharding::replicated(v.ty.rank())).collect();
@@ -234,7 +242,16 @@ impl AutoShardPlan {
                 };
                 for (kind, axes, bytes, cost) in parts {
                     let axes = axes.iter().map(|&a| mesh.name(a).to_string()).collect();
-                    collectives.push(PlannedCollective { value: v, kind, axes, from: fl.to_ir(mesh), to: tl.to_ir(mesh), bytes, cost, before });
+                    collectives.push(PlannedCollective {
+                        value: v,
+                        kind,
+                        axes,
+                        from: fl.to_ir(mesh),
+                        to: tl.to_ir(mesh),
+                        bytes,
+                        cost,
+                        before,
+                    });
                 }
             }
         }
@@ -245,7 +262,8 @@ impl AutoShardPlan {
             e.bytes += c.bytes;
             e.cost += c.cost;
         }
-        let communication: f64 = collectives.iter().map(|c| c.cost).sum();
+        // (`+ 0.0`: an empty float sum is -0.)
+        let communication: f64 = collectives.iter().map(|c| c.cost).sum::<f64>() + 0.0;
         let cost = CostBreakdown { compute, communication, total: x.cost };
         let result_shardings =
             f.results.iter().zip(&x.result_classes).map(|(r, &ci)| layout(r.0, ci).to_ir(mesh)).collect();

@@ -114,11 +114,17 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
                 match node {
                     ShardLang::Input(_) => p.classes[v][ci].input = true,
                     ShardLang::Compute(k, ch) => {
-                        let children: Option<Vec<(u32, u8)>> = ch.iter().map(|c| index.get(&g.find(*c)).copied()).collect();
+                        let children: Option<Vec<(u32, u8)>> =
+                            ch.iter().map(|c| index.get(&g.find(*c)).copied()).collect();
                         let Some(children) = children else { continue };
                         let s = &a.space.strategies[k.inst as usize][k.strategy as usize];
                         let compute = a.cost.compute(a.space.flops[k.inst as usize], s.split);
-                        p.options[k.inst as usize].push(Opt { class: ci as u8, strategy: k.strategy, children, compute });
+                        p.options[k.inst as usize].push(Opt {
+                            class: ci as u8,
+                            strategy: k.strategy,
+                            children,
+                            compute,
+                        });
                     }
                     ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => {
                         let Some(&(_, from)) = index.get(&g.find(ch[0])) else { continue };
@@ -187,9 +193,13 @@ impl Paths {
     }
 }
 
+/// A reshard path: its cost, the classes it adds, and its edges as (from
+/// class, edge index).
+pub type Route = (f64, u64, Vec<(u8, usize)>);
+
 /// Dijkstra from `have` to `t` in value `v`'s class graph: cost, classes
 /// added, and the edges taken as (from, edge index), in order.
-pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<(f64, u64, Vec<(u8, usize)>)> {
+pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<Route> {
     let n = p.classes[v as usize].len();
     let out = &p.out[v as usize];
     let mut dist = vec![f64::INFINITY; n];
@@ -200,11 +210,8 @@ pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<(f64, u64, Vec<(u8
             *d = 0.0;
         }
     }
-    loop {
-        let Some(u) = (0..n).filter(|&i| !done[i] && dist[i].is_finite()).min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
-        else {
-            break;
-        };
+    while let Some(u) = (0..n).filter(|&i| !done[i] && dist[i].is_finite()).min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
+    {
         done[u] = true;
         if u == t as usize {
             break;

@@ -36,10 +36,14 @@
 //! a time limit), and the report says which.
 
 use super::cost::CollKind;
-use super::lang::{add_step, move_cost, reach, AxisList, CollKey, ComputeKey, InputKey, ReshardKey, ShardGraph, ShardLang};
 use super::lang::LayoutAnalysis;
+use super::lang::{
+    add_step, move_cost, reach, AxisList, CollKey, ComputeKey, InputKey, ReshardKey, ShardGraph, ShardLang,
+};
 use super::options::SearchLimits;
-use egg::{Applier, Id, PatternAst, Rewrite, Runner, SearchMatches, Searcher, SimpleScheduler, StopReason, Subst, Symbol, Var};
+use egg::{
+    Applier, Id, PatternAst, Rewrite, Runner, SearchMatches, Searcher, SimpleScheduler, StopReason, Subst, Symbol, Var,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -122,7 +126,14 @@ impl Searcher<ShardLang, LayoutAnalysis> for ClassRule {
 }
 
 impl Applier<ShardLang, LayoutAnalysis> for ClassRule {
-    fn apply_one(&self, g: &mut ShardGraph, id: Id, _s: &Subst, _p: Option<&PatternAst<ShardLang>>, _r: Symbol) -> Vec<Id> {
+    fn apply_one(
+        &self,
+        g: &mut ShardGraph,
+        id: Id,
+        _s: &Subst,
+        _p: Option<&PatternAst<ShardLang>>,
+        _r: Symbol,
+    ) -> Vec<Id> {
         let id = g.find(id);
         let nodes = g[id].nodes.clone();
         let mut out = Vec::new();
@@ -285,7 +296,14 @@ impl Searcher<ShardLang, LayoutAnalysis> for PairRule {
 }
 
 impl Applier<ShardLang, LayoutAnalysis> for PairRule {
-    fn apply_one(&self, g: &mut ShardGraph, id: Id, s: &Subst, _p: Option<&PatternAst<ShardLang>>, _r: Symbol) -> Vec<Id> {
+    fn apply_one(
+        &self,
+        g: &mut ShardGraph,
+        id: Id,
+        s: &Subst,
+        _p: Option<&PatternAst<ShardLang>>,
+        _r: Symbol,
+    ) -> Vec<Id> {
         let (x, y) = (g.find(id), g.find(s[self.y]));
         match self.cond {
             PairCond::GatherSlice => {
@@ -324,7 +342,11 @@ impl Applier<ShardLang, LayoutAnalysis> for PairRule {
                 let rs = CollKey { kind: CollKind::ReduceScatter, axes: sl.axes, dim: sl.dim, dim2: 0 };
                 let mut cur = add_step(g, y, rs);
                 if !rest.is_empty() {
-                    cur = add_step(g, cur, CollKey { kind: CollKind::AllReduce, axes: AxisList::new(&rest), dim: 0, dim2: 0 });
+                    cur = add_step(
+                        g,
+                        cur,
+                        CollKey { kind: CollKind::AllReduce, axes: AxisList::new(&rest), dim: 0, dim2: 0 },
+                    );
                 }
                 debug_assert_eq!(g.find(cur), g.find(x), "reduce-scatter rewrite changed the layout");
                 if g.total_size() > before {
@@ -340,7 +362,8 @@ impl Applier<ShardLang, LayoutAnalysis> for PairRule {
 /// The rules, in the order the runner applies them.
 pub fn rules() -> Vec<Rewrite<ShardLang, LayoutAnalysis>> {
     let c = var("?c");
-    let class = |name: &str, cond| Rewrite::new(name, ClassRule { cond, c }, ClassRule { cond, c }).expect("valid rule");
+    let class =
+        |name: &str, cond| Rewrite::new(name, ClassRule { cond, c }, ClassRule { cond, c }).expect("valid rule");
     let (x, y, t) = (var("?x"), var("?y"), var("?t"));
     let pair = |name: &str, cond| {
         Rewrite::new(name, PairRule { cond, x, y, tag: t }, PairRule { cond, x, y, tag: t }).expect("valid rule")
@@ -385,7 +408,6 @@ pub fn saturate(runner: Runner<ShardLang, LayoutAnalysis>, limits: &SearchLimits
         .run(&rules);
     let mut applied = BTreeMap::new();
     for it in &runner.iterations {
-
         for (name, n) in &it.applied {
             *applied.entry(name.to_string()).or_insert(0) += n;
         }
@@ -399,7 +421,13 @@ pub fn saturate(runner: Runner<ShardLang, LayoutAnalysis>, limits: &SearchLimits
     };
     let mut g = runner.egraph;
     g.rebuild();
-    let unexpanded = g.analysis.expanded.iter().enumerate().filter(|&(i, &e)| !e && g.analysis.space.strategies[i].len() > 1).count();
+    let unexpanded = g
+        .analysis
+        .expanded
+        .iter()
+        .enumerate()
+        .filter(|&(i, &e)| !e && g.analysis.space.strategies[i].len() > 1)
+        .count();
     let report = EGraphReport {
         iterations: runner.iterations.len(),
         stop,

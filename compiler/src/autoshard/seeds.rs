@@ -146,7 +146,15 @@ fn groups(f: &Function, space: &Space, limit: usize) -> Groups {
 /// nowhere): every instruction takes the strategy that gives each axis to
 /// its factor in that group (when its e-graph holds it; otherwise its
 /// replicated one), every parameter the matching layout.
-fn induced(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, g: &Groups, axes: &[usize], assign: &[Option<usize>]) -> Choice {
+fn induced(
+    f: &Function,
+    space: &Space,
+    p: &Problem,
+    mesh: &Mesh,
+    g: &Groups,
+    axes: &[usize],
+    assign: &[Option<usize>],
+) -> Choice {
     let group_of_class: HashMap<usize, usize> =
         g.groups.iter().enumerate().flat_map(|(gi, cs)| cs.iter().map(move |&c| (c, gi))).collect();
     let mut options = Vec::with_capacity(f.insts.len());
@@ -159,7 +167,8 @@ fn induced(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, g: &Groups, ax
         let mut m: Vec<Vec<usize>> = vec![Vec::new(); rule.factors.len()];
         for (i, &a) in axes.iter().enumerate() {
             let Some(gi) = assign[i] else { continue };
-            let fi = (0..rule.factors.len()).find(|&fi| g.factor_class[k][fi].and_then(|c| group_of_class.get(&c)) == Some(&gi));
+            let fi = (0..rule.factors.len())
+                .find(|&fi| g.factor_class[k][fi].and_then(|c| group_of_class.get(&c)) == Some(&gi));
             if let Some(fi) = fi {
                 if rule.factors[fi].size % (mesh.product(&m[fi]) * mesh.size(a)) == 0 {
                     m[fi].push(a);

@@ -124,7 +124,14 @@ pub fn enumerate_layouts(shape: &[usize], mesh: &Mesh) -> Vec<MeshSharding> {
     let axes = usable_axes(mesh);
     let mut out = Vec::new();
     let mut dims: Vec<Vec<usize>> = vec![Vec::new(); shape.len()];
-    fn rec(i: usize, axes: &[usize], shape: &[usize], mesh: &Mesh, dims: &mut Vec<Vec<usize>>, out: &mut Vec<MeshSharding>) {
+    fn rec(
+        i: usize,
+        axes: &[usize],
+        shape: &[usize],
+        mesh: &Mesh,
+        dims: &mut Vec<Vec<usize>>,
+        out: &mut Vec<MeshSharding>,
+    ) {
         if i == axes.len() {
             out.push(MeshSharding::from_axes(dims.clone(), vec![]));
             return;
@@ -147,7 +154,11 @@ pub fn enumerate_layouts(shape: &[usize], mesh: &Mesh) -> Vec<MeshSharding> {
 pub fn matches(layout: &MeshSharding, ann: &MeshSharding) -> bool {
     layout.dims.len() == ann.dims.len()
         && layout.unreduced == ann.unreduced
-        && layout.dims.iter().zip(&ann.dims).all(|(l, a)| if a.open { l.axes.starts_with(&a.axes) } else { l.axes == a.axes })
+        && layout
+            .dims
+            .iter()
+            .zip(&ann.dims)
+            .all(|(l, a)| if a.open { l.axes.starts_with(&a.axes) } else { l.axes == a.axes })
 }
 
 /// All strategies of instruction rule `rule` on `mesh`.
@@ -156,7 +167,15 @@ pub fn enumerate_strategies(rule: &OpRule, mesh: &Mesh, shard_every: bool) -> Ve
     let mut out = Vec::new();
     let mut m: Vec<Vec<usize>> = vec![Vec::new(); rule.factors.len()];
     #[allow(clippy::too_many_arguments)]
-    fn rec(i: usize, axes: &[usize], rule: &OpRule, mesh: &Mesh, every: bool, m: &mut Vec<Vec<usize>>, out: &mut Vec<Vec<Vec<usize>>>) {
+    fn rec(
+        i: usize,
+        axes: &[usize],
+        rule: &OpRule,
+        mesh: &Mesh,
+        every: bool,
+        m: &mut Vec<Vec<usize>>,
+        out: &mut Vec<Vec<Vec<usize>>>,
+    ) {
         if i == axes.len() {
             out.push(m.clone());
             return;
@@ -186,9 +205,15 @@ fn tensor_layouts(rule: &OpRule, m: &[Vec<usize>], mesh: &Mesh) -> Option<(Vec<M
         let want: usize = tf.iter().flatten().map(|&f| m[f].len()).sum();
         (dims.iter().map(Vec::len).sum::<usize>() == want).then_some(dims)
     };
-    let ops = rule.operands.iter().map(|tf| layout_of(tf).map(|d| MeshSharding::from_axes(d, vec![]))).collect::<Option<Vec<_>>>()?;
-    let red: Vec<usize> =
-        (0..rule.factors.len()).filter(|&f| rule.factors[f].kind == FactorKind::Reduction).flat_map(|f| m[f].clone()).collect();
+    let ops = rule
+        .operands
+        .iter()
+        .map(|tf| layout_of(tf).map(|d| MeshSharding::from_axes(d, vec![])))
+        .collect::<Option<Vec<_>>>()?;
+    let red: Vec<usize> = (0..rule.factors.len())
+        .filter(|&f| rule.factors[f].kind == FactorKind::Reduction)
+        .flat_map(|f| m[f].clone())
+        .collect();
     let res = MeshSharding::from_axes(layout_of(&rule.results[0])?, red);
     Some((ops, res))
 }
@@ -251,9 +276,12 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
         flops.push(inst_flops(&inst.op, &rule, &ops, f.ty(r)));
         let from_constants = match inst.op {
             Op::Constant(_) | Op::Iota { .. } => true,
-            Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Convert { .. } | Op::BroadcastInDim { .. } => {
-                inst.operands.iter().all(|o| deferred[o.index()])
-            }
+            Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Select
+            | Op::Convert { .. }
+            | Op::BroadcastInDim { .. } => inst.operands.iter().all(|o| deferred[o.index()]),
             _ => false,
         };
         deferred[r.index()] = from_constants && !result_set[r.index()] && ann[r.index()].is_none();
@@ -271,8 +299,7 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
                     continue;
                 }
                 // Rank-0 operands are always replicated; others per factors.
-                let operands =
-                    inst.operands.iter().zip(op_l).map(|(&o, l)| layouts.intern(o.0, l)).collect::<Vec<_>>();
+                let operands = inst.operands.iter().zip(op_l).map(|(&o, l)| layouts.intern(o.0, l)).collect::<Vec<_>>();
                 let used = m.iter().flatten().fold(0u64, |acc, &a| acc | (1 << a));
                 let split = (0..mesh.axes().len()).filter(|a| used & (1 << a) != 0).map(|a| mesh.size(a)).product();
                 let result = layouts.intern(r.0, res_l);
@@ -307,7 +334,12 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
     Ok(Space { layouts, rules, strategies, param_layouts, results, deferred, flops, elementwise })
 }
 
-fn result_reqs(f: &Function, mesh: &Mesh, opts: &AutoShardOptions, layouts: &mut LayoutTable) -> Result<Vec<ResultReq>> {
+fn result_reqs(
+    f: &Function,
+    mesh: &Mesh,
+    opts: &AutoShardOptions,
+    layouts: &mut LayoutTable,
+) -> Result<Vec<ResultReq>> {
     let mut out = Vec::new();
     for (k, &r) in f.results.iter().enumerate() {
         if let Some(Some(s)) = f.result_shardings.get(k) {
