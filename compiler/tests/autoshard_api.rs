@@ -163,3 +163,20 @@ fn errors() {
     let err = weft_compiler::autoshard::parse_memory_budget("12 parsecs").unwrap_err();
     assert!(err.to_string().contains("12 parsecs"), "{err}");
 }
+
+#[test]
+fn limits_cut_the_search_and_say_so() {
+    let f = mlp(1024, 32, None);
+    let mut opts = AutoShardOptions::alpa();
+    opts.limits.nodes = 40;
+    let p = auto_shard(&f, &mesh4(), &opts).unwrap();
+    assert!(p.search.egraph.cut);
+    assert!(p.search.egraph.stop.contains("node limit"), "{}", p.search.egraph.stop);
+    assert!(p.report().contains("node limit"), "{}", p.report());
+    p.to_sharded().unwrap().check().unwrap();
+    opts.limits.nodes = 1_000_000;
+    opts.limits.iterations = 1;
+    let p = auto_shard(&f, &mesh4(), &opts).unwrap();
+    assert!(p.search.egraph.stop.contains("iteration limit"), "{}", p.search.egraph.stop);
+    assert!(p.report().contains("not proven optimal") || p.report().contains("before the limit"), "{}", p.report());
+}

@@ -146,6 +146,9 @@ struct State {
 
 const MASK: u64 = (1 << 58) - 1;
 
+/// Assumed future cost of a use the base plan cannot serve.
+const UNREACHABLE: f64 = 1e30;
+
 /// What an extension step reads of a partial plan: its totals and, per
 /// value, its word (see [`State`]), per parameter its class + 1.
 trait View {
@@ -511,7 +514,9 @@ impl Ctx<'_> {
                     have |= add;
                 }
                 None => {
-                    total = f64::INFINITY;
+                    // Unreachable (a limit cut the e-graph): a large finite
+                    // penalty keeps the ranking's sums exact.
+                    total = UNREACHABLE;
                     break;
                 }
             }
@@ -557,6 +562,10 @@ impl Ctx<'_> {
         (State { cost: o.cost, fut: o.fut, peak: o.peak, live: o.live, hash: o.hash, mats, homes, trace }, rec)
     }
 }
+
+/// A candidate extension: (ranking key, state index, option index, combo,
+/// outcome).
+type Cand = ((f64, f64), usize, usize, usize, Outcome);
 
 /// How to run the search.
 #[derive(Clone, Debug)]
@@ -619,7 +628,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
         };
         let opt_of = |oi: usize| if is_return { None } else { Some(&p.options[step][oi]) };
         // (key, state index, option index, combo, outcome)
-        let mut cands: Vec<((f64, f64), usize, usize, usize, Outcome)> = Vec::new();
+        let mut cands: Vec<Cand> = Vec::new();
         // Partial plans with the same live classes have the same future.
         // Without a budget the cheaper one dominates; with one, a plan
         // dominates only if it is no worse in both time and peak memory
@@ -660,7 +669,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
             return None;
         }
         max_states = max_states.max(cands.len());
-        cands.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("finite costs"));
+        cands.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0).then(a.0 .1.total_cmp(&b.0 .1)));
         if cands.len() > cfg.beam {
             cands.truncate(cfg.beam);
             exact = false;

@@ -168,6 +168,9 @@ pub struct ClassInfo {
     pub layout: u16,
 }
 
+/// (value, from layout, to layout) -> (cost, communicating collectives).
+pub type DirectCosts = HashMap<(u32, u16, u16), (f64, usize)>;
+
 /// The e-class analysis: the search space (whose layout table grows as
 /// collectives create layouts), the class of each (value, layout), and the
 /// bookkeeping of which rewrites already ran where.
@@ -194,7 +197,7 @@ pub struct LayoutAnalysis {
     pub required: HashSet<(u32, u16)>,
     /// Cost and number of communicating collectives of the direct reshard
     /// of a value between two layouts.
-    pub direct: RefCell<HashMap<(u32, u16, u16), (f64, usize)>>,
+    pub direct: RefCell<DirectCosts>,
     /// Chains already built by [`reach`]: (value, from, to) -> class.
     pub reached: HashMap<(u32, u16, u16), Id>,
     /// Layouts produced by a collective step: (value, layout, step) -> layout.

@@ -262,7 +262,8 @@ impl AutoShardPlan {
             e.bytes += c.bytes;
             e.cost += c.cost;
         }
-        let communication: f64 = collectives.iter().map(|c| c.cost).sum();
+        // (`+ 0.0`: an empty float sum is -0.)
+        let communication: f64 = collectives.iter().map(|c| c.cost).sum::<f64>() + 0.0;
         let cost = CostBreakdown { compute, communication, total: x.cost };
         let result_shardings =
             f.results.iter().zip(&x.result_classes).map(|(r, &ci)| layout(r.0, ci).to_ir(mesh)).collect();

@@ -193,9 +193,13 @@ impl Paths {
     }
 }
 
+/// A reshard path: its cost, the classes it adds, and its edges as (from
+/// class, edge index).
+pub type Route = (f64, u64, Vec<(u8, usize)>);
+
 /// Dijkstra from `have` to `t` in value `v`'s class graph: cost, classes
 /// added, and the edges taken as (from, edge index), in order.
-pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<(f64, u64, Vec<(u8, usize)>)> {
+pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<Route> {
     let n = p.classes[v as usize].len();
     let out = &p.out[v as usize];
     let mut dist = vec![f64::INFINITY; n];
@@ -206,11 +210,8 @@ pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<(f64, u64, Vec<(u8
             *d = 0.0;
         }
     }
-    loop {
-        let Some(u) = (0..n).filter(|&i| !done[i] && dist[i].is_finite()).min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
-        else {
-            break;
-        };
+    while let Some(u) = (0..n).filter(|&i| !done[i] && dist[i].is_finite()).min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
+    {
         done[u] = true;
         if u == t as usize {
             break;
