@@ -33,7 +33,7 @@ pub use error::{Diagnostic, IrError, ParseError, Result};
 pub use func::{Function, Inst, InstId, Loc, Module, Signature, ValueData, ValueDef, ValueId};
 pub use infer::{infer, NoFunctions, SignatureLookup};
 pub use literal::{Literal, LiteralData};
-pub use op::{BinaryOp, CompareOp, DotDims, Op, ReduceOp, UnaryOp};
+pub use op::{BinaryOp, CompareOp, DotDims, MatmulLayout, Op, ReduceOp, UnaryOp};
 pub use sharding::{DimSharding, TensorSharding};
 pub use types::{Shape, TensorType};
 pub use verify::{verify_function, verify_module};

@@ -266,6 +266,52 @@ impl DotDims {
     }
 }
 
+/// How a `dot_general` maps onto a batched matrix product
+/// `[B, M, K] x [B, K, N] -> [B, M, N]`: the permutation that brings each
+/// operand into that order, the four extents, and the result shape in
+/// StableHLO order (batch, lhs free, rhs free). Shared by every backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatmulLayout {
+    /// lhs dimensions in the order batch, free, contracting.
+    pub lhs_perm: Vec<usize>,
+    /// rhs dimensions in the order batch, contracting, free.
+    pub rhs_perm: Vec<usize>,
+    /// Product of the batch extents.
+    pub b: usize,
+    /// Product of the lhs free extents.
+    pub m: usize,
+    /// Product of the contracting extents.
+    pub k: usize,
+    /// Product of the rhs free extents.
+    pub n: usize,
+    /// The result shape.
+    pub out_shape: Vec<usize>,
+}
+
+impl DotDims {
+    /// The batched-matmul layout of this contraction for operands of shapes
+    /// `lhs` and `rhs` (which must satisfy [`crate::infer()`]'s rule).
+    pub fn matmul_layout(&self, lhs: &[usize], rhs: &[usize]) -> MatmulLayout {
+        let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
+            (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect()
+        };
+        let lf = free(lhs.len(), &self.lhs_batch, &self.lhs_contract);
+        let rf = free(rhs.len(), &self.rhs_batch, &self.rhs_contract);
+        let prod = |shape: &[usize], ds: &[usize]| ds.iter().map(|&d| shape[d]).product::<usize>();
+        let out_shape: Vec<usize> =
+            self.lhs_batch.iter().chain(&lf).map(|&d| lhs[d]).chain(rf.iter().map(|&d| rhs[d])).collect();
+        MatmulLayout {
+            lhs_perm: [&self.lhs_batch[..], &lf, &self.lhs_contract].concat(),
+            rhs_perm: [&self.rhs_batch[..], &self.rhs_contract, &rf].concat(),
+            b: prod(lhs, &self.lhs_batch),
+            m: prod(lhs, &lf),
+            k: prod(lhs, &self.lhs_contract),
+            n: prod(rhs, &rf),
+            out_shape,
+        }
+    }
+}
+
 /// An operation. Operands are passed separately (see [`crate::Inst`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {

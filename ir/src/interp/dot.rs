@@ -18,34 +18,28 @@ use crate::DotDims;
 use half::{bf16, f16};
 use ndarray::{linalg::general_mat_mul, Array3, ArrayD, ArrayView3, Axis, IxDyn, LinalgScalar};
 
-/// The operand permutations and matrix extents of one `dot_general`.
-struct Plan {
-    lhs_perm: Vec<usize>,
-    rhs_perm: Vec<usize>,
-    b: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    out_shape: Vec<usize>,
-}
+// The batched-matmul layout of one `dot_general` (see `MatmulLayout`).
+use crate::MatmulLayout as Plan;
 
-fn free_dims(rank: usize, batch: &[usize], contract: &[usize], side: &str) -> Result<Vec<usize>, String> {
+fn free_dims(rank: usize, batch: &[usize], contract: &[usize], side: &str) -> Result<(), String> {
     let mut used = vec![false; rank];
     for &d in batch.iter().chain(contract) {
         if d >= rank || std::mem::replace(&mut used[d], true) {
             return Err(format!("dot_general {side} dimension {d} is out of range or used twice"));
         }
     }
-    Ok((0..rank).filter(|&d| !used[d]).collect())
+    Ok(())
 }
 
 impl Plan {
-    fn new(ls: &[usize], rs: &[usize], dims: &DotDims) -> Result<Plan, String> {
+    /// The layout after checking the dimension numbers against the shapes
+    /// (the interpreter may run ops outside a verified module).
+    fn validated(ls: &[usize], rs: &[usize], dims: &DotDims) -> Result<Plan, String> {
         if dims.lhs_batch.len() != dims.rhs_batch.len() || dims.lhs_contract.len() != dims.rhs_contract.len() {
             return Err("dot_general needs paired batch and contracting dimensions".into());
         }
-        let lf = free_dims(ls.len(), &dims.lhs_batch, &dims.lhs_contract, "lhs")?;
-        let rf = free_dims(rs.len(), &dims.rhs_batch, &dims.rhs_contract, "rhs")?;
+        free_dims(ls.len(), &dims.lhs_batch, &dims.lhs_contract, "lhs")?;
+        free_dims(rs.len(), &dims.rhs_batch, &dims.rhs_contract, "rhs")?;
         let pairs = dims.lhs_batch.iter().zip(&dims.rhs_batch).chain(dims.lhs_contract.iter().zip(&dims.rhs_contract));
         for (&a, &b) in pairs {
             if ls[a] != rs[b] {
@@ -55,19 +49,7 @@ impl Plan {
                 ));
             }
         }
-        let prod = |shape: &[usize], ds: &[usize]| ds.iter().map(|&d| shape[d]).product::<usize>();
-        let mut out_shape: Vec<usize> = dims.lhs_batch.iter().map(|&d| ls[d]).collect();
-        out_shape.extend(lf.iter().map(|&d| ls[d]));
-        out_shape.extend(rf.iter().map(|&d| rs[d]));
-        Ok(Plan {
-            lhs_perm: [&dims.lhs_batch[..], &lf, &dims.lhs_contract].concat(),
-            rhs_perm: [&dims.rhs_batch[..], &dims.rhs_contract, &rf].concat(),
-            b: prod(ls, &dims.lhs_batch),
-            m: prod(ls, &lf),
-            k: prod(ls, &dims.lhs_contract),
-            n: prod(rs, &rf),
-            out_shape,
-        })
+        Ok(dims.matmul_layout(ls, rs))
     }
 
     /// Runs `f` with both operands as standard-layout `[B, M, K]` and
@@ -125,7 +107,7 @@ fn int_dot<T: Copy + Default>(p: &Plan, l: &ArrayD<T>, r: &ArrayD<T>, mul_add: i
 
 /// General tensor contraction of two tensors of one dtype.
 pub(crate) fn dot_general(l: &HostTensor, r: &HostTensor, dims: &DotDims) -> Result<HostTensor, String> {
-    let p = Plan::new(l.shape(), r.shape(), dims)?;
+    let p = Plan::validated(l.shape(), r.shape(), dims)?;
     Ok(match (l, r) {
         (HostTensor::F32(a), HostTensor::F32(b)) => HostTensor::F32(float_dot(&p, a, b)),
         (HostTensor::F64(a), HostTensor::F64(b)) => HostTensor::F64(float_dot(&p, a, b)),

@@ -21,37 +21,7 @@ use cubecl::zspace::{Shape, Strides};
 use cubek::matmul::definition::MatmulElems;
 use cubek::matmul::launch::{launch_ref, Strategy};
 use cubek::std::InputBinding;
-use weft_ir::{DType, DotDims, TensorType};
-
-/// Operand permutations and matrix extents.
-struct Plan {
-    lhs_perm: Vec<usize>,
-    rhs_perm: Vec<usize>,
-    b: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-}
-
-fn free_dims(rank: usize, batch: &[usize], contract: &[usize]) -> Vec<usize> {
-    (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect()
-}
-
-impl Plan {
-    fn new(ls: &[usize], rs: &[usize], d: &DotDims) -> Plan {
-        let lf = free_dims(ls.len(), &d.lhs_batch, &d.lhs_contract);
-        let rf = free_dims(rs.len(), &d.rhs_batch, &d.rhs_contract);
-        let prod = |shape: &[usize], ds: &[usize]| ds.iter().map(|&i| shape[i]).product::<usize>();
-        Plan {
-            lhs_perm: [&d.lhs_batch[..], &lf, &d.lhs_contract].concat(),
-            rhs_perm: [&d.rhs_batch[..], &d.rhs_contract, &rf].concat(),
-            b: prod(ls, &d.lhs_batch),
-            m: prod(ls, &lf),
-            k: prod(ls, &d.lhs_contract),
-            n: prod(rs, &rf),
-        }
-    }
-}
+use weft_ir::{DType, DotDims, MatmulLayout, TensorType};
 
 /// `x` permuted by `perm` and viewed as the 3-D `shape`.
 fn as_batch<R: Runtime>(be: &CubeclBackend<R>, x: &CubeBuffer<R>, perm: &[usize], shape: [usize; 3]) -> CubeBuffer<R> {
@@ -74,7 +44,7 @@ pub(super) fn dot_general<R: Runtime>(
     dims: &DotDims,
     ty: &TensorType,
 ) -> Result<CubeBuffer<R>, RuntimeError> {
-    let p = Plan::new(&l.ty.shape, &r.ty.shape, dims);
+    let p = dims.matmul_layout(&l.ty.shape, &r.ty.shape);
     if p.k == 0 {
         return fill_value(be, ty, 0.0);
     }
@@ -101,7 +71,7 @@ fn cubek_matmul<R: Runtime>(
     l: &CubeBuffer<R>,
     r: &CubeBuffer<R>,
     out: &CubeBuffer<R>,
-    p: &Plan,
+    p: &MatmulLayout,
 ) -> bool {
     let elem = with_storage!(out.ty.dtype, N => N::as_type_native_unchecked());
     let storage = elem.storage_type();
@@ -113,7 +83,7 @@ fn cubek_matmul<R: Runtime>(
 }
 
 /// The tiled fallback kernel.
-fn tiled<R: Runtime>(be: &CubeclBackend<R>, l: &CubeBuffer<R>, r: &CubeBuffer<R>, out: &CubeBuffer<R>, p: &Plan) {
+fn tiled<R: Runtime>(be: &CubeclBackend<R>, l: &CubeBuffer<R>, r: &CubeBuffer<R>, out: &CubeBuffer<R>, p: &MatmulLayout) {
     let max = u16::MAX as usize;
     let count = CubeCount::Static(
         p.n.div_ceil(TILE).clamp(1, max) as u32,
