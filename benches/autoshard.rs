@@ -64,6 +64,7 @@ fn time(name: &str, f: &Function, mesh: &Mesh, opts: &AutoShardOptions, min_runs
         p.cost.communication * 1e3,
         fmt_bytes(p.memory.peak)
     );
+    println!("  phases of the last run: {}", p.timings());
     p
 }
 

@@ -178,7 +178,10 @@ impl<'m> Emitter<'m> {
 impl Emitter<'_> {
     /// Copies `callee`'s instructions into this function with its parameters
     /// bound to `args`, and returns the values of its results. Value names
-    /// are not copied (they would collide when inlining twice).
+    /// are not copied (they would collide when inlining twice). One level
+    /// only: calls in `callee` stay calls, so a `remat` marking survives for
+    /// a later [`crate::autodiff::value_and_grad`] (which inlines everything with
+    /// [`crate::inline::inline_function`]).
     pub fn inline(&mut self, callee: &Function, args: &[ValueId]) -> Vec<ValueId> {
         assert_eq!(args.len(), callee.params.len(), "inline of @{} with the wrong number of arguments", callee.name);
         let mut map: std::collections::HashMap<ValueId, ValueId> =

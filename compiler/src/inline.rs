@@ -9,18 +9,51 @@
 //! callee's parameters and results are dropped (they describe the callee's
 //! own interface, which no longer exists); a sharding annotation on a call's
 //! result becomes a `sharding_constraint`, so it still applies.
+//!
+//! Autodiff inlines with the same code ([`inline_function`]): a call marked
+//! `remat` becomes a *region*, the range of inlined instructions whose
+//! activations the backward pass recomputes instead of keeping. Nested
+//! remat calls belong to the outermost region.
 
 use crate::error::{CompilerError, Result};
 use std::collections::HashSet;
+use std::ops::Range;
 use weft_ir::{Function, Module, Op, ValueDef, ValueId};
+
+/// Calls nested deeper than this are an error (the verifier rejects
+/// recursion; this guards unverified modules).
+const MAX_DEPTH: usize = 64;
 
 /// Inlines every call (transitively) into a copy of function `entry` of `m`.
 pub fn inline_calls(m: &Module, entry: &str) -> Result<Function> {
     let f = m.function(entry).ok_or_else(|| CompilerError::UnknownFunction { name: entry.to_string() })?;
     weft_ir::verify_module(m)?;
+    Ok(inline_function(m, f)?.function)
+}
+
+/// A function with its calls inlined.
+#[derive(Clone, Debug)]
+pub struct Inlined {
+    /// The flat function.
+    pub function: Function,
+    /// Instruction ranges that came from calls marked `remat` (outermost
+    /// ones only), in order.
+    pub remat_regions: Vec<Range<usize>>,
+}
+
+/// Inlines every call (transitively) into a copy of `f`, whose callees are
+/// looked up in `m` (`f` itself need not be in `m`). Errors: a callee that
+/// does not exist, or calls nested more than 64 deep.
+pub fn inline_function(m: &Module, f: &Function) -> Result<Inlined> {
     let mut out = Function::new(f.name.clone());
     (out.loc, out.return_loc) = (f.loc, f.return_loc);
-    let mut st = State { m, names: f.values.iter().filter_map(|v| v.name.clone()).collect(), calls: 0 };
+    let mut st = State {
+        m,
+        names: f.values.iter().filter_map(|v| v.name.clone()).collect(),
+        calls: 0,
+        regions: Vec::new(),
+        caller: f.name.clone(),
+    };
     let args: Vec<ValueId> = f
         .params
         .iter()
@@ -30,15 +63,18 @@ pub fn inline_calls(m: &Module, entry: &str) -> Result<Function> {
             np
         })
         .collect();
-    out.results = st.body(f, &args, &mut out, "");
+    out.results = st.body(f, &args, &mut out, "", false, 0)?;
     out.result_shardings = f.result_shardings.clone();
-    Ok(out)
+    Ok(Inlined { function: out, remat_regions: st.regions })
 }
 
 struct State<'a> {
     m: &'a Module,
     names: HashSet<String>,
     calls: usize,
+    regions: Vec<Range<usize>>,
+    /// The function being inlined into (for errors).
+    caller: String,
 }
 
 impl State<'_> {
@@ -54,8 +90,22 @@ impl State<'_> {
     }
 
     /// Emits the body of `g` into `out` with its parameters bound to `args`;
-    /// returns the values of its results.
-    fn body(&mut self, g: &Function, args: &[ValueId], out: &mut Function, prefix: &str) -> Vec<ValueId> {
+    /// returns the values of its results. `in_region`: inside a remat call.
+    fn body(
+        &mut self,
+        g: &Function,
+        args: &[ValueId],
+        out: &mut Function,
+        prefix: &str,
+        in_region: bool,
+        depth: usize,
+    ) -> Result<Vec<ValueId>> {
+        if depth > MAX_DEPTH {
+            return Err(CompilerError::Unsupported(format!(
+                "@{}: calls nested more than {MAX_DEPTH} deep (at @{})",
+                self.caller, g.name
+            )));
+        }
         let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
         for (&p, &a) in g.params.iter().zip(args) {
             map[p.index()] = Some(a);
@@ -63,11 +113,15 @@ impl State<'_> {
         let get = |map: &[Option<ValueId>], v: ValueId| map[v.index()].expect("verified: defined before use");
         for inst in &g.insts {
             let ops: Vec<ValueId> = inst.operands.iter().map(|&o| get(&map, o)).collect();
-            if let Op::Call { callee, .. } = &inst.op {
-                let h = self.m.function(callee).expect("verified: callee exists");
+            if let Op::Call { callee, remat } = &inst.op {
+                let h = self.m.function(callee).ok_or_else(|| CompilerError::UnknownFunction { name: callee.clone() })?;
                 self.calls += 1;
                 let inner = format!("{prefix}{callee}.{}.", self.calls);
-                let res = self.body(h, &ops, out, &inner);
+                let start = out.insts.len();
+                let res = self.body(h, &ops, out, &inner, in_region || *remat, depth + 1)?;
+                if *remat && !in_region && out.insts.len() > start {
+                    self.regions.push(start..out.insts.len());
+                }
                 for (&r, &v) in inst.results.iter().zip(&res) {
                     let data = g.value(r);
                     // Top-level names are already reserved for exactly this value.
@@ -121,6 +175,6 @@ impl State<'_> {
                 map[r.index()] = Some(nr);
             }
         }
-        g.results.iter().map(|&r| get(&map, r)).collect()
+        Ok(g.results.iter().map(|&r| get(&map, r)).collect())
     }
 }

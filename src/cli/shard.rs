@@ -40,6 +40,7 @@ fn auto(f: &weft_ir::Function, mesh: &Mesh, args: &ShardArgs) -> Result<i32> {
     };
     println!("// mesh: {mesh}");
     print!("{}", plan.report());
+    println!("search time: {}", plan.timings());
     for v in &args.explain {
         let id = find_value(f, v)?;
         println!();

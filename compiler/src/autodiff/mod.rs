@@ -21,7 +21,6 @@
 //! copies of the region's intermediates die as soon as the region's outputs
 //! are computed. Gradients of gradients are not supported.
 
-mod inline;
 mod vjp;
 
 use crate::dce::dce;
@@ -77,7 +76,7 @@ pub fn value_and_grad(m: &Module, f: &Function, wrt: &[&str], opts: &GradOptions
         }
         wrt_params.push(f.params[pos]);
     }
-    let (flat, regions) = inline::inline_with_regions(m, f)?;
+    let crate::inline::Inlined { function: flat, remat_regions: regions } = crate::inline::inline_function(m, f)?;
     let wrt_params: Vec<ValueId> =
         wrt_params.iter().map(|p| flat.params[f.params.iter().position(|q| q == p).expect("param")]).collect();
     let loss = flat.results[0];

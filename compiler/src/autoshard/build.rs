@@ -28,7 +28,7 @@ pub fn load(g: &mut ShardGraph, f: &Function) -> Vec<Id> {
         let req = strategies[s].operands.clone();
         if !g.analysis.space.elementwise[k] {
             for (o, &l) in inst.operands.iter().zip(&req) {
-                g.analysis.required.insert((o.0, l));
+                g.analysis.require(o.0, l);
             }
         }
         let ch: Box<[Id]> = inst.operands.iter().zip(&req).map(|(o, &l)| reach(g, class[o.index()], l)).collect();
@@ -51,7 +51,7 @@ pub fn load(g: &mut ShardGraph, f: &Function) -> Vec<Id> {
         }
     }
     for (v, l) in wanted {
-        g.analysis.required.insert((v, l));
+        g.analysis.require(v, l);
         let hub = reach(g, class[v as usize], 0);
         reach(g, hub, l);
     }

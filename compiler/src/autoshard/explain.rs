@@ -154,6 +154,14 @@ impl AutoShardPlan {
         s
     }
 
+    /// How long each phase of the search took, e.g. `space 2.6 ms, e-graph
+    /// 10.3 ms, …` (not part of [`Self::report`], which is deterministic).
+    pub fn timings(&self) -> String {
+        let phases: Vec<String> =
+            self.search.phases.iter().map(|(n, t)| format!("{n} {:.1} ms", t.as_secs_f64() * 1e3)).collect();
+        phases.join(", ")
+    }
+
     /// The report `weft shard FILE --mesh … --auto` prints: search
     /// statistics, step time, memory, communication per kind, the sharding
     /// of every parameter and named value, and every collective.

@@ -27,6 +27,17 @@ use weft_ir::TensorType;
 pub struct AxisList(pub u64);
 
 impl AxisList {
+    /// The set of axes, as a bit set.
+    pub fn mask(self) -> u32 {
+        let mut m = 0;
+        let mut x = self.0;
+        while x != 0 {
+            m |= 1 << ((x & 15) - 1);
+            x >>= 4;
+        }
+        m
+    }
+
     /// Packs `axes` (at most 16, each < 15).
     pub fn new(axes: &[usize]) -> AxisList {
         assert!(axes.len() <= 16 && axes.iter().all(|&a| a < 15), "axis list too long for a key: {axes:?}");
@@ -147,6 +158,14 @@ impl FromStr for ReshardKey {
     }
 }
 
+impl ShardLang {
+    /// Whether the node produces its value (`Compute`, `Input`) rather
+    /// than moving it from another layout.
+    pub fn is_home(&self) -> bool {
+        matches!(self, ShardLang::Compute(..) | ShardLang::Input(_))
+    }
+}
+
 egg::define_language! {
     /// Ways to obtain a value in a layout (see the module doc). Variants:
     /// `Input`, `Compute`, `Collective` (one child), `Reshard` (one child).
@@ -204,11 +223,31 @@ pub struct LayoutAnalysis {
     pub stepped: HashMap<(u32, u16, CollKey), u16>,
     /// (value, from, to) reshard shortcuts already considered.
     pub collapsed: RefCell<HashSet<(u32, u16, u16)>>,
-    /// The e-classes in id order, for the e-graph size they were listed at.
-    pub sorted_classes: RefCell<((usize, usize), Vec<Id>)>,
+    /// Classes created or changed since the rules last searched (see
+    /// [`super::rewrites`]: searches are incremental).
+    pub dirty: RefCell<Vec<Id>>,
+    /// (value, layout) pairs that have a `Compute` or `Input` node (a place
+    /// the value can be produced in).
+    pub homes: HashSet<(u32, u16)>,
+    /// Classes that became homes since the rules last searched.
+    pub new_homes: RefCell<Vec<Id>>,
+    /// The matches of each rule found in the current iteration, taken by
+    /// the rules as they search (see [`super::rewrites`]).
+    pub found: RefCell<Vec<Vec<egg::SearchMatches<'static, ShardLang>>>>,
 }
 
 impl LayoutAnalysis {
+    /// Records that some `Compute` node needs value `v` in layout `l`, and
+    /// marks that class (if it exists) for the rules to search again: the
+    /// chain-collapse rule reads this set.
+    pub fn require(&mut self, v: u32, l: u16) {
+        if self.required.insert((v, l)) {
+            if let Some(&id) = self.class_of.get(&(v, l)) {
+                self.dirty.get_mut().push(id);
+            }
+        }
+    }
+
     /// Cost of resharding value `v` from layout `from` to `to` in one go
     /// (`plan_reshard`), memoised.
     pub fn direct_cost(&self, v: u32, from: u16, to: u16) -> f64 {
@@ -301,8 +340,13 @@ impl Analysis<ShardLang> for LayoutAnalysis {
     /// Keeps one e-class per (value, layout): a class whose pair already
     /// has one is unioned with it.
     fn modify(egraph: &mut ShardGraph, id: Id) {
+        egraph.analysis.dirty.get_mut().push(id);
         let info = egraph[id].data;
         let key = (info.value, info.layout);
+        if !egraph.analysis.homes.contains(&key) && egraph[id].nodes.iter().any(ShardLang::is_home) {
+            egraph.analysis.homes.insert(key);
+            egraph.analysis.new_homes.get_mut().push(id);
+        }
         match egraph.analysis.class_of.get(&key).copied() {
             Some(other) => {
                 let (a, b) = (egraph.find(other), egraph.find(id));

@@ -53,6 +53,7 @@ use lang::LayoutAnalysis;
 use plan::PlanData;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use seeds::Choice;
+use std::cell::RefCell;
 use weft_ir::{Function, Module};
 
 /// Chooses shardings for `f` (calls inlined) on `mesh`: every value not
@@ -72,7 +73,9 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
     if mesh.axes().len() > 15 {
         return Err(CompilerError::Unsupported(format!("auto-sharding supports meshes of at most 15 axes ({mesh})")));
     }
+    let mut clock = Clock::start();
     let space = space::build_space(f, mesh, opts)?;
+    clock.lap("space");
     let analysis = LayoutAnalysis {
         space,
         types: f.values.iter().map(|v| v.ty.clone()).collect(),
@@ -88,36 +91,53 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         reached: HashMap::default(),
         stepped: HashMap::default(),
         collapsed: Default::default(),
-        sorted_classes: Default::default(),
+        dirty: Default::default(),
+        homes: HashSet::default(),
+        new_homes: Default::default(),
+        found: RefCell::new((0..rewrites::N_RULES).map(|_| Vec::new()).collect()),
     };
     let mut runner = egg::Runner::new(analysis);
     build::load(&mut runner.egraph, f);
-    let (g, egraph) = rewrites::saturate(runner, &opts.limits);
+    let (mut g, egraph) = rewrites::saturate(runner, &opts.limits);
+    clock.lap("e-graph");
     let problem = problem::build_problem(&g, f.values.len(), f.insts.len());
     let sched = build::schedule(f, &g.analysis.space, &problem);
-    let LayoutAnalysis { space, cost, .. } = g.analysis;
-    let beam = opts.limits.beam_width.max(1);
+    let space = std::mem::take(&mut g.analysis.space);
+    let cost = g.analysis.cost.clone();
+    // The e-graph is large (hundreds of thousands of e-nodes on a big
+    // training step) and no longer needed: free it off the critical path.
+    std::thread::spawn(move || drop(g));
+    clock.lap("problem");
+    // The beam is narrowed on long programs so that a round stays within
+    // `work` partial plans in all.
+    let beam = opts.limits.beam_width.max(1).min((opts.limits.work / f.insts.len().max(1)).max(4));
     let budget = opts.memory_budget.map(|b| b as f64);
-    let make = |x: extract::Extraction, problem: problem::Problem| {
+    let chosen = choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds, opts.limits.work);
+    clock.lap("extraction");
+    let make = move |x: extract::Extraction, problem: problem::Problem, mut clock: Clock| {
         let search = SearchReport {
-            egraph: egraph.clone(),
+            egraph,
             exact: x.exact,
             max_states: x.max_states,
             truncated_steps: x.truncated_steps,
             beam_width: beam,
             dropped_classes: problem.dropped_classes,
+            phases: Vec::new(),
         };
-        let data = PlanData { space: space.clone(), problem, extraction: x, cost: cost.clone() };
-        AutoShardPlan::build(f, mesh, data, search, opts.memory_budget)
+        let data = PlanData { space, problem, extraction: x, cost };
+        let mut plan = AutoShardPlan::build(f, mesh, data, search, opts.memory_budget);
+        clock.lap("plan");
+        plan.search.phases = clock.phases;
+        plan
     };
-    let x = match choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds, opts.limits.work) {
-        Ok(x) => return Ok(make(x, problem)),
+    let x = match chosen {
+        Ok(x) => return Ok(make(x, problem, clock)),
         // Nothing fits: report the smallest footprint found and what fills it.
         Err(x) => x,
     };
-    let exact = x.exact && !egraph.cut;
     let peak = x.peak.max(0.0);
-    let plan = make(x, problem);
+    let plan = make(x, problem, clock);
+    let exact = plan.search.exact && !plan.search.egraph.cut;
     let dominant = plan
         .memory
         .live_at_peak
@@ -144,6 +164,24 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
     })
 }
 
+/// Wall time per phase of [`auto_shard`] (see [`SearchReport::phases`]).
+struct Clock {
+    last: std::time::Instant,
+    phases: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock { last: std::time::Instant::now(), phases: Vec::new() }
+    }
+
+    fn lap(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.phases.push((name, now - self.last));
+        self.last = now;
+    }
+}
+
 /// Runs the extraction: evaluates the whole-program starting plans
 /// ([`seeds::candidates`]), then improves the best one that fits with
 /// base-guided searches until a round gains nothing (at most `rounds`).
@@ -161,9 +199,6 @@ fn choose(
     rounds: usize,
     work: usize,
 ) -> Result<Extraction, Extraction> {
-    // The beam is narrowed on long programs so that a round stays within
-    // `work` partial plans in all.
-    let beam = beam.min((work / f.insts.len().max(1)).max(4));
     let eval = |c: &Choice| {
         let cfg = Config { obj: Objective::Time, budget: None, beam: 1, base: Some(c), fixed: true };
         search(problem, sched, &cfg)

@@ -124,10 +124,15 @@ pub struct SearchReport {
     pub max_states: usize,
     /// Instructions at which the beam dropped partial plans.
     pub truncated_steps: usize,
-    /// Beam width used.
+    /// Beam width used (the option, narrowed to `work / instructions` on
+    /// long programs).
     pub beam_width: usize,
     /// Layouts left out of the extraction (more than 64 for a value).
     pub dropped_classes: usize,
+    /// Wall time of each phase, in order (`space`, `e-graph`, `problem`,
+    /// `extraction`, `plan`). Informative only: everything else in the plan is
+    /// deterministic, these are not.
+    pub phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// The internals `explain` and `apply` need.

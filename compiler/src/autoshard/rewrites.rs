@@ -44,6 +44,7 @@ use super::options::SearchLimits;
 use egg::{
     Applier, Id, PatternAst, Rewrite, Runner, SearchMatches, Searcher, SimpleScheduler, StopReason, Subst, Symbol, Var,
 };
+use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -51,26 +52,82 @@ fn var(name: &str) -> Var {
     name.parse().expect("valid variable name")
 }
 
-/// Classes (sorted by id) and, per class, the substitutions found.
-fn matches_in(g: &ShardGraph, mut found: impl FnMut(Id) -> Vec<Subst>) -> Vec<SearchMatches<'static, ShardLang>> {
-    // The e-graph does not change while rules search it: every rule of an
-    // iteration shares one sorted list of classes.
-    let size = (g.total_size(), g.number_of_classes());
-    let mut cache = g.analysis.sorted_classes.borrow_mut();
-    if cache.0 != size {
-        let mut ids: Vec<Id> = g.classes().map(|c| c.id).collect();
+/// The matches of rule `slot` (its index in [`rules`]) in this iteration.
+///
+/// The e-graph does not change while the rules search it, so the first
+/// rule to search in an iteration scans the classes once for every rule
+/// ([`scan`]) and each rule takes its own list.
+///
+/// Searches are also incremental: every match already found was applied
+/// (appliers are idempotent), so an iteration need only search the classes
+/// whose matches may have changed since the previous one. The rules read a
+/// class's nodes and analysis sets (`required`, `gathered`, the expansion
+/// flags), its children's nodes, and — `reshard-chain-collapse` only —
+/// whether its grandchildren are homes ([`ShardLang::is_home`]). So the
+/// search covers the classes created or changed
+/// ([`LayoutAnalysis::dirty`], filled by `modify` and by
+/// [`LayoutAnalysis::require`]) and their parents, plus the grandparents of
+/// classes that became homes ([`LayoutAnalysis::new_homes`]). The first
+/// iteration sees every class (all were just added).
+fn matches_in(g: &ShardGraph, slot: usize) -> Vec<SearchMatches<'static, ShardLang>> {
+    let mut dirty = g.analysis.dirty.borrow_mut();
+    let mut new_homes = g.analysis.new_homes.borrow_mut();
+    if !dirty.is_empty() || !new_homes.is_empty() {
+        let mut set: FxHashSet<Id> = dirty.drain(..).map(|id| g.find(id)).collect();
+        let homes: Vec<Id> = new_homes.drain(..).map(|id| g.find(id)).collect();
+        set.extend(homes.iter().copied());
+        let parents = |ids: &mut dyn Iterator<Item = Id>| -> Vec<Id> {
+            ids.flat_map(|c| g[c].parents().map(|p| g.find(p)).collect::<Vec<_>>()).collect()
+        };
+        let level1 = parents(&mut set.iter().copied());
+        let home_parents = parents(&mut homes.iter().copied());
+        let level2 = parents(&mut home_parents.into_iter());
+        set.extend(level1);
+        set.extend(level2);
+        let mut ids: Vec<Id> = set.into_iter().collect();
         ids.sort_unstable();
-        *cache = (size, ids);
+        *g.analysis.found.borrow_mut() = scan(g, &ids);
     }
-    let ids = cache.1.clone();
-    drop(cache);
-    ids.into_iter()
-        .filter_map(|id| {
-            let substs = found(id);
-            (!substs.is_empty()).then_some(SearchMatches { eclass: id, substs, ast: None })
-        })
-        .collect()
+    drop((dirty, new_homes));
+    std::mem::take(&mut g.analysis.found.borrow_mut()[slot])
 }
+
+/// The variables of the rules' substitutions.
+struct Vars {
+    c: Var,
+    x: Var,
+    y: Var,
+    t: Var,
+}
+
+fn vars() -> Vars {
+    Vars { c: var("?c"), x: var("?x"), y: var("?y"), t: var("?t") }
+}
+
+/// The matches of every rule (in [`rules`] order) among classes `ids`.
+fn scan(g: &ShardGraph, ids: &[Id]) -> Vec<Vec<SearchMatches<'static, ShardLang>>> {
+    let v = vars();
+    let class_rules = [ClassCond::UnexpandedCompute, ClassCond::UnexpandedInput, ClassCond::UngatheredHome];
+    let pair_rules = [PairCond::AllReduceSlice, PairCond::GatherSlice, PairCond::ChainCollapse];
+    let mut out: Vec<Vec<SearchMatches<'static, ShardLang>>> = (0..N_RULES).map(|_| Vec::new()).collect();
+    for &id in ids {
+        for (slot, &cond) in class_rules.iter().enumerate() {
+            if class_hit(g, id, cond) {
+                out[slot].push(SearchMatches { eclass: id, substs: vec![subst1(v.c, id)], ast: None });
+            }
+        }
+        for (i, &cond) in pair_rules.iter().enumerate() {
+            let substs = pair_find(g, id, cond, &v);
+            if !substs.is_empty() {
+                out[class_rules.len() + i].push(SearchMatches { eclass: id, substs, ast: None });
+            }
+        }
+    }
+    out
+}
+
+/// Number of rules in [`rules`].
+pub(crate) const N_RULES: usize = 6;
 
 fn subst1(v: Var, id: Id) -> Subst {
     let mut s = Subst::default();
@@ -90,34 +147,40 @@ enum ClassCond {
 struct ClassRule {
     cond: ClassCond,
     c: Var,
+    /// Index in [`rules`].
+    slot: usize,
 }
 
 fn is_home(n: &ShardLang) -> bool {
-    matches!(n, ShardLang::Compute(..) | ShardLang::Input(_))
+    n.is_home()
+}
+
+/// Whether class `id` matches class rule `cond`.
+fn class_hit(g: &ShardGraph, id: Id, cond: ClassCond) -> bool {
+    let a = &g.analysis;
+    let class = &g[id];
+    match cond {
+        ClassCond::UnexpandedCompute => {
+            class.nodes.iter().any(|n| matches!(n, ShardLang::Compute(k, _) if !a.expanded[k.inst as usize]))
+        }
+        ClassCond::UnexpandedInput => {
+            class.nodes.iter().any(|n| matches!(n, ShardLang::Input(k) if !a.inputs_expanded[k.param as usize]))
+        }
+        ClassCond::UngatheredHome => {
+            class.data.layout != 0
+                && class.nodes.iter().any(is_home)
+                && !a.gathered.contains(&(class.data.value, class.data.layout))
+        }
+    }
 }
 
 impl Searcher<ShardLang, LayoutAnalysis> for ClassRule {
     fn search_eclass_with_limit(&self, g: &ShardGraph, id: Id, _limit: usize) -> Option<SearchMatches<'_, ShardLang>> {
-        let a = &g.analysis;
-        let class = &g[id];
-        let hit = match self.cond {
-            ClassCond::UnexpandedCompute => {
-                class.nodes.iter().any(|n| matches!(n, ShardLang::Compute(k, _) if !a.expanded[k.inst as usize]))
-            }
-            ClassCond::UnexpandedInput => {
-                class.nodes.iter().any(|n| matches!(n, ShardLang::Input(k) if !a.inputs_expanded[k.param as usize]))
-            }
-            ClassCond::UngatheredHome => {
-                class.data.layout != 0
-                    && class.nodes.iter().any(is_home)
-                    && !a.gathered.contains(&(class.data.value, class.data.layout))
-            }
-        };
-        hit.then(|| SearchMatches { eclass: id, substs: vec![subst1(self.c, id)], ast: None })
+        class_hit(g, id, self.cond).then(|| SearchMatches { eclass: id, substs: vec![subst1(self.c, id)], ast: None })
     }
 
-    fn search_with_limit(&self, g: &ShardGraph, limit: usize) -> Vec<SearchMatches<'_, ShardLang>> {
-        matches_in(g, |id| self.search_eclass_with_limit(g, id, limit).map(|m| m.substs).unwrap_or_default())
+    fn search_with_limit(&self, g: &ShardGraph, _limit: usize) -> Vec<SearchMatches<'_, ShardLang>> {
+        matches_in(g, self.slot)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -154,7 +217,7 @@ impl Applier<ShardLang, LayoutAnalysis> for ClassRule {
                         if !g.analysis.space.elementwise[inst] {
                             for (&h, &l) in hubs.iter().zip(&req) {
                                 let v = g[h].data.value;
-                                g.analysis.required.insert((v, l));
+                                g.analysis.require(v, l);
                             }
                         }
                         let ch: Box<[Id]> = hubs.iter().zip(&req).map(|(&h, &l)| reach(g, h, l)).collect();
@@ -201,6 +264,8 @@ struct PairRule {
     y: Var,
     /// For `AllReduceSlice`: the slice's axes and dimension, the all-reduce's axes.
     tag: Var,
+    /// Index in [`rules`].
+    slot: usize,
 }
 
 fn coll(n: &ShardLang) -> Option<(&CollKey, Id)> {
@@ -210,12 +275,13 @@ fn coll(n: &ShardLang) -> Option<(&CollKey, Id)> {
     }
 }
 
-impl PairRule {
-    fn find(&self, g: &ShardGraph, id: Id) -> Vec<Subst> {
+/// The matches of pair rule `cond` at class `id`.
+fn pair_find(g: &ShardGraph, id: Id, cond: PairCond, v: &Vars) -> Vec<Subst> {
+    {
         let mut out = Vec::new();
         let xinfo = g[id].data;
         for n2 in &g[id].nodes {
-            match self.cond {
+            match cond {
                 PairCond::AllReduceSlice | PairCond::GatherSlice => {
                     let Some((k2, c)) = coll(n2) else { continue };
                     if k2.kind != CollKind::LocalSlice {
@@ -223,19 +289,18 @@ impl PairRule {
                     }
                     for n1 in &g[c].nodes {
                         let Some((k1, y)) = coll(n1) else { continue };
-                        let s2 = k2.axes.to_vec();
-                        let ok = match self.cond {
+                        let ok = match cond {
                             PairCond::AllReduceSlice => {
-                                k1.kind == CollKind::AllReduce && s2.iter().all(|a| k1.axes.to_vec().contains(a))
+                                k1.kind == CollKind::AllReduce && k2.axes.mask() & !k1.axes.mask() == 0
                             }
                             _ => k1.kind == CollKind::AllGather && k1.axes == k2.axes && k1.dim == k2.dim,
                         };
                         if ok {
-                            let mut s = subst1(self.x, id);
-                            s.insert(self.y, y);
+                            let mut s = subst1(v.x, id);
+                            s.insert(v.y, y);
                             // Remember which step 1 (its class id is not
                             // enough): encode it through its own class.
-                            s.insert(self.tag, c);
+                            s.insert(v.t, c);
                             out.push(s);
                         }
                     }
@@ -267,9 +332,9 @@ impl PairRule {
                             continue;
                         }
                         if direct < chain * (1.0 - 1e-12) {
-                            let mut s = subst1(self.x, id);
-                            s.insert(self.y, y);
-                            s.insert(self.tag, c);
+                            let mut s = subst1(v.x, id);
+                            s.insert(v.y, y);
+                            s.insert(v.t, c);
                             out.push(s);
                         }
                     }
@@ -282,12 +347,12 @@ impl PairRule {
 
 impl Searcher<ShardLang, LayoutAnalysis> for PairRule {
     fn search_eclass_with_limit(&self, g: &ShardGraph, id: Id, _limit: usize) -> Option<SearchMatches<'_, ShardLang>> {
-        let substs = self.find(g, id);
+        let substs = pair_find(g, id, self.cond, &Vars { c: var("?c"), x: self.x, y: self.y, t: self.tag });
         (!substs.is_empty()).then_some(SearchMatches { eclass: id, substs, ast: None })
     }
 
     fn search_with_limit(&self, g: &ShardGraph, _limit: usize) -> Vec<SearchMatches<'_, ShardLang>> {
-        matches_in(g, |id| self.find(g, id))
+        matches_in(g, self.slot)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -361,20 +426,22 @@ impl Applier<ShardLang, LayoutAnalysis> for PairRule {
 
 /// The rules, in the order the runner applies them.
 pub fn rules() -> Vec<Rewrite<ShardLang, LayoutAnalysis>> {
-    let c = var("?c");
-    let class =
-        |name: &str, cond| Rewrite::new(name, ClassRule { cond, c }, ClassRule { cond, c }).expect("valid rule");
-    let (x, y, t) = (var("?x"), var("?y"), var("?t"));
-    let pair = |name: &str, cond| {
-        Rewrite::new(name, PairRule { cond, x, y, tag: t }, PairRule { cond, x, y, tag: t }).expect("valid rule")
+    let Vars { c, x, y, t } = vars();
+    let class = |name: &str, cond, slot| {
+        Rewrite::new(name, ClassRule { cond, c, slot }, ClassRule { cond, c, slot }).expect("valid rule")
     };
+    let pair = |name: &str, cond, slot| {
+        Rewrite::new(name, PairRule { cond, x, y, tag: t, slot }, PairRule { cond, x, y, tag: t, slot })
+            .expect("valid rule")
+    };
+    // The order is the slot order of `scan`.
     vec![
-        class("sharded-forms", ClassCond::UnexpandedCompute),
-        class("input-layouts", ClassCond::UnexpandedInput),
-        class("gather-to-replicated", ClassCond::UngatheredHome),
-        pair("all-reduce-slice-is-reduce-scatter", PairCond::AllReduceSlice),
-        pair("all-gather-slice-is-identity", PairCond::GatherSlice),
-        pair("reshard-chain-collapse", PairCond::ChainCollapse),
+        class("sharded-forms", ClassCond::UnexpandedCompute, 0),
+        class("input-layouts", ClassCond::UnexpandedInput, 1),
+        class("gather-to-replicated", ClassCond::UngatheredHome, 2),
+        pair("all-reduce-slice-is-reduce-scatter", PairCond::AllReduceSlice, 3),
+        pair("all-gather-slice-is-identity", PairCond::GatherSlice, 4),
+        pair("reshard-chain-collapse", PairCond::ChainCollapse, 5),
     ]
 }
 

@@ -28,6 +28,17 @@ use weft_ir::{Function, Op, TensorSharding, TensorType, ValueDef, ValueId};
 #[derive(Clone, Debug, Default)]
 pub struct LayoutTable {
     per_value: Vec<Vec<MeshSharding>>,
+    /// A fingerprint of each layout, beside it: interning compares these
+    /// words and only compares layouts whose fingerprints are equal.
+    prints: Vec<Vec<u64>>,
+}
+
+/// A hash of a layout, the same on every run and machine.
+fn fingerprint(l: &MeshSharding) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    l.hash(&mut h);
+    h.finish()
 }
 
 impl LayoutTable {
@@ -36,6 +47,7 @@ impl LayoutTable {
         let mut t = LayoutTable::default();
         for (v, &r) in ranks.iter().enumerate() {
             t.per_value.push(Vec::new());
+            t.prints.push(Vec::new());
             t.intern(v as u32, MeshSharding::replicated(r));
         }
         t
@@ -43,13 +55,16 @@ impl LayoutTable {
 
     /// The index of `layout` for value `v`, adding it if new.
     pub fn intern(&mut self, v: u32, layout: MeshSharding) -> u16 {
-        // A value has a few dozen layouts at most: a scan beats hashing.
-        let list = &mut self.per_value[v as usize];
-        if let Some(i) = list.iter().position(|l| *l == layout) {
+        // A value has a few dozen layouts at most: a scan of fingerprints
+        // beats a hash map per value.
+        let print = fingerprint(&layout);
+        let (list, prints) = (&mut self.per_value[v as usize], &mut self.prints[v as usize]);
+        if let Some(i) = prints.iter().zip(list.iter()).position(|(&p, l)| p == print && *l == layout) {
             return i as u16;
         }
         let i = u16::try_from(list.len()).expect("fewer than 65536 layouts per value");
         list.push(layout);
+        prints.push(print);
         i
     }
 
@@ -90,7 +105,7 @@ pub enum ResultReq {
 }
 
 /// The search space of one function on one mesh.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Space {
     /// Interned layouts.
     pub layouts: LayoutTable,
