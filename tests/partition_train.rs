@@ -287,6 +287,12 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
                      {inputs:?}"
                 ));
             }
+            // A broadcast parameter (a layer-norm gain) sharded like its
+            // FSDP shard meets batch-sharded activations: propagation must
+            // reshard the small parameter, not all-to-all the activations.
+            "FSDP" | "ZeRO-3" | "FSDP+TP" if r.count("all_to_all") > 0 => {
+                failures.push(format!("{tag}: no activation all-to-alls under FSDP: {:?}", r.collectives));
+            }
             "ZeRO-2" if r.count("reduce_scatter") < n_params || big_all_reduces > 0 => {
                 failures.push(format!("{tag}: ZeRO-2 reduce-scatters gradients: {inputs:?}"));
             }

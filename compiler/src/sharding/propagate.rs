@@ -100,6 +100,22 @@ pub fn propagate(f: &Function, mesh: &Mesh, options: &PropagateOptions) -> Resul
     Ok(materialize(f, mesh, &g, &seeds, resolutions, stats))
 }
 
+/// Bytes the partitioner moves to reshard each value (indexed by value
+/// id): its size, except that a `broadcast_in_dim` result is resharded
+/// through its operand when that is smaller (the partitioner reshards the
+/// operand and broadcasts locally: gathering a `[C]` gain rather than
+/// all-to-all'ing its `[B,T,C]` broadcast).
+fn reshard_bytes(f: &Function) -> Vec<f64> {
+    let mut out: Vec<f64> = f.values.iter().map(|v| v.ty.size_bytes() as f64).collect();
+    for inst in &f.insts {
+        if let Op::BroadcastInDim { .. } = inst.op {
+            let r = inst.results[0].index();
+            out[r] = out[r].min(out[inst.operands[0].index()]);
+        }
+    }
+    out
+}
+
 fn run(
     f: &Function,
     mesh: &Mesh,
@@ -108,6 +124,7 @@ fn run(
 ) -> (PropagationStats, Vec<Resolution>) {
     let n = f.insts.len();
     let limit = options.max_visits_per_inst.saturating_mul(n);
+    let moves = reshard_bytes(f);
     let mut stats = PropagationStats { visits: 0, converged: true, ..Default::default() };
     let mut resolutions: BTreeMap<(u32, String, ValueId), Resolution> = BTreeMap::new();
     'phases: for phase in [Priority::User, Priority::Constraint] {
@@ -122,7 +139,7 @@ fn run(
             let values: Vec<ValueId> = inst.operands.iter().chain(&inst.results).copied().collect();
             let outcome = {
                 let facts: Vec<_> = values.iter().map(|&v| g.facts(v)).collect();
-                step(InstId(i as u32), &g.rules[i], &facts, mesh, phase)
+                step(InstId(i as u32), &g.rules[i], &facts, &moves, mesh, phase)
             };
             for (t, d, fact) in outcome.updates {
                 // A value used twice by one instruction gets one update per

@@ -66,9 +66,11 @@ fn compatible(a: &[usize], b: &[usize]) -> bool {
 
 /// Estimated bytes to reshard if factor `p.factor` takes `p.axes`: every
 /// other tensor whose axes for the factor are incompatible, or that uses
-/// one of the axes elsewhere, must be resharded; a sharded reduction factor
+/// one of the axes elsewhere, must be resharded (`moves`: bytes that moves,
+/// per value id; a broadcast is resharded through its operand); a sharded
+/// reduction factor
 /// leaves a partial result to all-reduce (twice the result's bytes).
-fn cost(p: &Proposal, rule: &OpRule, ts: &[&ValueFacts], proj: &[Projection]) -> f64 {
+fn cost(p: &Proposal, rule: &OpRule, ts: &[&ValueFacts], proj: &[Projection], moves: &[f64]) -> f64 {
     let m = mask(&p.axes);
     let mut total = 0.0;
     for (t, facts) in ts.iter().enumerate() {
@@ -79,7 +81,7 @@ fn cost(p: &Proposal, rule: &OpRule, ts: &[&ValueFacts], proj: &[Projection]) ->
         let incompatible = !own.is_empty() && !compatible(own, &p.axes);
         let elsewhere = facts.axis_mask() & !mask(own) & m != 0;
         if incompatible || elsewhere {
-            total += facts.bytes();
+            total += moves[facts.value.index()];
         }
     }
     if rule.factors[p.factor].kind == FactorKind::Reduction {
@@ -107,7 +109,14 @@ fn reason(win: &Proposal, lose: &Proposal, ts: &[&ValueFacts]) -> String {
 /// Runs one propagation step through instruction `inst` with rule `rule`
 /// over `ts` (operand facts, then the result's), using only information of
 /// priority `phase` or stronger.
-pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase: Priority) -> StepOutcome {
+pub fn step(
+    inst: InstId,
+    rule: &OpRule,
+    ts: &[&ValueFacts],
+    moves: &[f64],
+    mesh: &Mesh,
+    phase: Priority,
+) -> StepOutcome {
     let proj: Vec<Projection> = ts
         .iter()
         .enumerate()
@@ -139,7 +148,7 @@ pub fn step(inst: InstId, rule: &OpRule, ts: &[&ValueFacts], mesh: &Mesh, phase:
     if props.is_empty() {
         return StepOutcome::default();
     }
-    let costs: Vec<f64> = props.iter().map(|p| cost(p, rule, ts, &proj)).collect();
+    let costs: Vec<f64> = props.iter().map(|p| cost(p, rule, ts, &proj, moves)).collect();
     for (p, c) in props.iter_mut().zip(costs) {
         p.cost = c;
     }
