@@ -114,7 +114,8 @@ impl State<'_> {
         for inst in &g.insts {
             let ops: Vec<ValueId> = inst.operands.iter().map(|&o| get(&map, o)).collect();
             if let Op::Call { callee, remat } = &inst.op {
-                let h = self.m.function(callee).ok_or_else(|| CompilerError::UnknownFunction { name: callee.clone() })?;
+                let h =
+                    self.m.function(callee).ok_or_else(|| CompilerError::UnknownFunction { name: callee.clone() })?;
                 self.calls += 1;
                 let inner = format!("{prefix}{callee}.{}.", self.calls);
                 let start = out.insts.len();

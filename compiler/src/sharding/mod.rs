@@ -2,7 +2,7 @@
 //! e-graph, explanations and the local-computability contract.
 //!
 //! Users declare a [`Mesh`] and annotate a few values (parameters, results,
-//! `sharding_constraint`s); [`propagate`] gives every value a sharding the
+//! `sharding_constraint`s); [`propagate()`] gives every value a sharding the
 //! way GSPMD/Shardy do for JAX, inserts `reshard`s where an operand is not
 //! sharded as its user needs, and explains every choice. The pieces are
 //! split so later stages can reuse them: [`rules`] (op semantics as factor

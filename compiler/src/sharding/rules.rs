@@ -23,7 +23,7 @@
 //!   its own size-1 factor; the expanded result dimension has a factor of
 //!   its own that only the result has (any sharding of it is computed
 //!   locally, as for `iota` and `constant`).
-//! - `reshape` is factorised as in Shardy (see [`reshape_factors`]); parts
+//! - `reshape` is factorised as in Shardy (see `reshape_factors`); parts
 //!   of dimensions that cannot be matched need replication.
 //! - `call` has no rule: calls are inlined before propagation.
 

@@ -7,7 +7,7 @@
 //! (the concatenation of two `P('x','y')` tensors is `P('x','y')`, as in
 //! JAX): the instruction itself computes them unsplit and the result is
 //! resharded, which [`super::materialize`] arranges. Proposals are taken strongest first (see
-//! [`rank`]): a factor takes the first proposal's axes, later proposals that
+//! `rank`): a factor takes the first proposal's axes, later proposals that
 //! extend it add axes (the more sharded compatible choice wins, as in
 //! Shardy), and an axis already given to another factor is not given twice.
 //! Every proposal that loses is recorded as a [`Resolution`]. Then each

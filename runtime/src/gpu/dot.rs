@@ -83,7 +83,13 @@ fn cubek_matmul<R: Runtime>(
 }
 
 /// The tiled fallback kernel.
-fn tiled<R: Runtime>(be: &CubeclBackend<R>, l: &CubeBuffer<R>, r: &CubeBuffer<R>, out: &CubeBuffer<R>, p: &MatmulLayout) {
+fn tiled<R: Runtime>(
+    be: &CubeclBackend<R>,
+    l: &CubeBuffer<R>,
+    r: &CubeBuffer<R>,
+    out: &CubeBuffer<R>,
+    p: &MatmulLayout,
+) {
     let max = u16::MAX as usize;
     let count = CubeCount::Static(
         p.n.div_ceil(TILE).clamp(1, max) as u32,

@@ -256,7 +256,14 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) fn apply(&mut self, st: &State, step: usize, opt: Option<&Opt>, oi: usize, combo: usize) -> (State, Rec) {
+    pub(super) fn apply(
+        &mut self,
+        st: &State,
+        step: usize,
+        opt: Option<&Opt>,
+        oi: usize,
+        combo: usize,
+    ) -> (State, Rec) {
         let mut rec = Rec::default();
         let o = self.eval(st, step, opt, combo, Some(&mut rec)).expect("a kept candidate evaluates again");
         let mut mats = st.mats.clone();

@@ -53,7 +53,13 @@ impl Ctx<'_> {
     /// Change of the assumed future when `st` takes the step recorded in
     /// `over` (the values it touches, and those the base plan uses at this
     /// step, whose remaining uses shrink).
-    pub(super) fn future_delta(&mut self, st: &dyn View, step: usize, over: &[(u32, u64)], new_homes: &[(usize, u8)]) -> f64 {
+    pub(super) fn future_delta(
+        &mut self,
+        st: &dyn View,
+        step: usize,
+        over: &[(u32, u64)],
+        new_homes: &[(usize, u8)],
+    ) -> f64 {
         if self.base.is_none() {
             return 0.0;
         }

@@ -33,12 +33,12 @@
 //! is ordered deterministically (candidates in generation order, stable
 //! sorts, hashes from fixed seeds), so the same input gives the same plan.
 
-
 mod ctx;
 mod future;
 mod replay;
 mod state;
 
+use super::persist::PArray;
 use super::problem::{Paths, Problem};
 use super::seeds::Choice;
 use super::space::ResultReq;
@@ -46,7 +46,6 @@ use ctx::{Base, Ctx};
 use replay::replay;
 use rustc_hash::FxHashMap as HashMap;
 use state::{Flat, Outcome, Rec, State};
-use super::persist::PArray;
 
 /// What the extraction minimises.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

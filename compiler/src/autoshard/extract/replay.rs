@@ -1,12 +1,18 @@
 //! Replaying the chosen plan to record what it does.
 
+use super::super::persist::PArray;
 use super::ctx::Ctx;
 use super::state::{State, MASK};
-use super::super::persist::PArray;
-use super::{Extraction};
+use super::Extraction;
 
 /// Re-runs the chosen plan from the start to record what it does.
-pub(super) fn replay(cx: &mut Ctx<'_>, last: &State, exact: bool, max_states: usize, truncated_steps: usize) -> Extraction {
+pub(super) fn replay(
+    cx: &mut Ctx<'_>,
+    last: &State,
+    exact: bool,
+    max_states: usize,
+    truncated_steps: usize,
+) -> Extraction {
     let n = cx.s.inst_value.len();
     let mut path = Vec::new();
     let mut t = last.trace.clone();
