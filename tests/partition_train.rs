@@ -107,14 +107,7 @@ struct Gpt(gpt::GptConfig);
 
 impl Model for Mlp {
     fn params(&self) -> Vec<(String, Vec<usize>)> {
-        let c = &self.0;
-        mlp::param_names(c)
-            .into_iter()
-            .map(|n| {
-                let shape = if n.ends_with("w1") { vec![c.d, c.h] } else { vec![c.h, c.d] };
-                (n, shape)
-            })
-            .collect()
+        mlp::param_shapes(&self.0)
     }
     fn build(&self, s: &Shardings) -> Module {
         mlp::build(&self.0, s).unwrap()

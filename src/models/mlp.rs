@@ -35,6 +35,18 @@ pub fn param_names(cfg: &MlpConfig) -> Vec<String> {
     (0..cfg.layers).flat_map(|i| [format!("params.layers.{i}.w1"), format!("params.layers.{i}.w2")]).collect()
 }
 
+/// Every parameter's name and shape (`w1: [D, H]`, `w2: [H, D]`), in the
+/// order of `@loss`'s parameters.
+pub fn param_shapes(cfg: &MlpConfig) -> Vec<(String, Vec<usize>)> {
+    param_names(cfg)
+        .into_iter()
+        .map(|n| {
+            let shape = if n.ends_with(".w1") { vec![cfg.d, cfg.h] } else { vec![cfg.h, cfg.d] };
+            (n, shape)
+        })
+        .collect()
+}
+
 /// Builds the module with `@loss(params..., x: f32[B,D], y: f32[B,D]) -> f32[]`.
 pub fn build(cfg: &MlpConfig, shardings: &Shardings) -> Result<Module, IrError> {
     let f = FunctionBuilder::new("loss");

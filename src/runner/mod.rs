@@ -111,12 +111,11 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
     let mut tc = c.optimizer.train_config().map_err(usage)?;
     let slots = tc.optimizer.slots();
     let (module, params, batch) = if let Some(cfg) = c.model.mlp().map_err(usage)? {
-        let names = mlp::param_names(&cfg);
-        let ps: Vec<_> = names
-            .iter()
-            .map(|n| {
-                let shape = if n.ends_with("w1") { vec![cfg.d, cfg.h] } else { vec![cfg.h, cfg.d] };
-                (n.clone(), shape, strategy::mlp_role(n))
+        let ps: Vec<_> = mlp::param_shapes(&cfg)
+            .into_iter()
+            .map(|(n, s)| {
+                let r = strategy::mlp_role(&n);
+                (n, s, r)
             })
             .collect();
         let sh = strategy::shardings(strategy, &ps, &[("x".into(), 2), ("y".into(), 2)], slots, axes);

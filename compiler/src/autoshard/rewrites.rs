@@ -151,10 +151,6 @@ struct ClassRule {
     slot: usize,
 }
 
-fn is_home(n: &ShardLang) -> bool {
-    n.is_home()
-}
-
 /// Whether class `id` matches class rule `cond`.
 fn class_hit(g: &ShardGraph, id: Id, cond: ClassCond) -> bool {
     let a = &g.analysis;
@@ -168,7 +164,7 @@ fn class_hit(g: &ShardGraph, id: Id, cond: ClassCond) -> bool {
         }
         ClassCond::UngatheredHome => {
             class.data.layout != 0
-                && class.nodes.iter().any(is_home)
+                && class.nodes.iter().any(ShardLang::is_home)
                 && !a.gathered.contains(&(class.data.value, class.data.layout))
         }
     }
@@ -320,7 +316,7 @@ fn pair_find(g: &ShardGraph, id: Id, cond: PairCond, v: &Vars) -> Vec<Subst> {
                             _ => continue,
                         };
                         let yinfo = g[y].data;
-                        if yinfo.layout == xinfo.layout || !g[y].nodes.iter().any(is_home) {
+                        if yinfo.layout == xinfo.layout || !g[y].nodes.iter().any(ShardLang::is_home) {
                             continue;
                         }
                         if !g.analysis.collapsed.borrow_mut().insert((xinfo.value, yinfo.layout, xinfo.layout)) {

@@ -91,6 +91,19 @@ impl Collective {
         }
     }
 
+    /// The mesh axes it runs over, to extend.
+    fn axes_mut(&mut self) -> &mut Vec<usize> {
+        match self {
+            Collective::LocalSlice { axes, .. }
+            | Collective::ReduceScatter { axes, .. }
+            | Collective::AllReduce { axes }
+            | Collective::AllToAll { axes, .. }
+            | Collective::CollectivePermute { axes, .. }
+            | Collective::AllGather { axes, .. }
+            | Collective::LocalUnreduce { axes } => axes,
+        }
+    }
+
     /// Short text form with axis names, e.g. `all-gather{model} dim 1`.
     pub fn describe(&self, mesh: &Mesh) -> String {
         let names: Vec<&str> = self.axes().iter().map(|&a| mesh.name(a)).collect();
@@ -184,15 +197,7 @@ pub fn plan_reshard(ty: &TensorType, from: &MeshSharding, to: &MeshSharding, mes
             };
             if same {
                 let extra = c.axes().to_vec();
-                match s {
-                    Collective::LocalSlice { axes, .. }
-                    | Collective::ReduceScatter { axes, .. }
-                    | Collective::AllReduce { axes }
-                    | Collective::AllToAll { axes, .. }
-                    | Collective::CollectivePermute { axes, .. }
-                    | Collective::AllGather { axes, .. }
-                    | Collective::LocalUnreduce { axes } => axes.extend(extra),
-                }
+                s.axes_mut().extend(extra);
                 return;
             }
         }

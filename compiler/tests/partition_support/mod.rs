@@ -3,12 +3,15 @@
 //! -> simulate equals the unsharded interpreter).
 #![allow(dead_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
+
 use weft_compiler::partition::{partition_function, PartitionedFunction};
 use weft_compiler::sharding::{propagate, Mesh, MeshSharding, PropagateOptions};
 use weft_compiler::Site;
 use weft_ir::prng::Key;
 use weft_ir::tensor::{check_close, HostTensor};
-use weft_ir::{DType, Function, Module, TensorSharding, TensorType};
+use weft_ir::{DType, Function, Module, TensorType};
 
 /// The meshes of the equivalence suite: (1,), (2,), (2,2), (2,4), (4,2), (8,).
 pub fn meshes() -> Vec<Mesh> {
@@ -54,23 +57,7 @@ pub fn choices(mesh: &Mesh, shape: &[usize], limit: usize) -> Vec<Option<String>
 }
 
 /// Parses `[{x, y}, {}]` with an optional ` unreduced {a}` suffix.
-pub fn parse_sharding(text: &str) -> TensorSharding {
-    let (dims, unreduced) = match text.split_once(" unreduced ") {
-        Some((d, u)) => (d, u.trim().trim_start_matches('{').trim_end_matches('}')),
-        None => (text, ""),
-    };
-    let inner = dims.trim().strip_prefix('[').and_then(|x| x.strip_suffix(']')).expect("[...]");
-    let mut out = Vec::new();
-    for part in inner.split('}').map(str::trim).filter(|p| !p.is_empty()) {
-        let body = part.trim_start_matches(',').trim().trim_start_matches('{');
-        let items: Vec<&str> = body.split(',').map(str::trim).filter(|x| !x.is_empty()).collect();
-        let open = items.contains(&"?");
-        let axes: Vec<String> = items.iter().filter(|x| **x != "?").map(|x| x.to_string()).collect();
-        out.push(weft_ir::DimSharding { axes, open });
-    }
-    let unreduced = unreduced.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::to_string).collect();
-    TensorSharding { dims: out, unreduced }
-}
+pub use common::s as parse_sharding;
 
 /// Deterministic values in [-1, 1) for a tensor of type `ty` (integers:
 /// small values; bool: alternating).

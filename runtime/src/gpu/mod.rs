@@ -39,6 +39,7 @@ use cubecl::client::ComputeClient;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+pub use ops::is_transcendental;
 pub use storage::Storage;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, Op, TensorType};

@@ -73,19 +73,7 @@ pub(super) fn compute<R: Runtime>(
     for t in tys.iter().copied().chain([&out_ty]) {
         be.check_dtype(t.dtype, op.name())?;
     }
-    let transcendental = matches!(
-        op,
-        Op::Unary(
-            UnaryOp::Exp
-                | UnaryOp::Log
-                | UnaryOp::Log1p
-                | UnaryOp::Tanh
-                | UnaryOp::Cos
-                | UnaryOp::Sin
-                | UnaryOp::Logistic
-        ) | Op::Binary(BinaryOp::Pow)
-    );
-    if transcendental && out_ty.dtype == DType::F64 && !be.f64_math {
+    if is_transcendental(op) && out_ty.dtype == DType::F64 && !be.f64_math {
         return Err(be.unsupported(format!("`{}` on f64 (no 64-bit transcendentals on this device)", op.name())));
     }
     match op {
@@ -317,4 +305,22 @@ pub(super) fn convert<R: Runtime>(be: &CubeclBackend<R>, x: &CubeBuffer<R>, to: 
         (Storage::I32 | Storage::U32, DType::I32 | DType::U32) => unreachable!("same bits, handled above"),
     }
     out
+}
+
+/// Whether `op` needs transcendental math (`exp`, `log`, `tanh`, `pow`, …),
+/// which Vulkan has no 64-bit instructions for: on f64 such ops are
+/// refused by devices without `f64_math`.
+pub fn is_transcendental(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(
+            UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Log1p
+                | UnaryOp::Tanh
+                | UnaryOp::Cos
+                | UnaryOp::Sin
+                | UnaryOp::Logistic
+        ) | Op::Binary(BinaryOp::Pow)
+    )
 }

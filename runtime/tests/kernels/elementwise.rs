@@ -3,6 +3,7 @@
 use crate::common::*;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, CompareOp, DType, Op, UnaryOp};
+use weft_runtime::gpu::is_transcendental;
 use weft_runtime::Backend;
 
 const SHAPES: &[&[usize]] = &[&[], &[1], &[7], &[3, 5], &[17, 33], &[2, 3, 4, 5], &[1000]];
@@ -43,22 +44,6 @@ fn specials(d: DType) -> HostTensor {
         123.456,
     ];
     HostTensor::from_values(&ty(d, &[v.len()]), &v).unwrap()
-}
-
-/// Ops Vulkan has no 64-bit instructions for.
-fn is_transcendental(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(
-            UnaryOp::Exp
-                | UnaryOp::Log
-                | UnaryOp::Log1p
-                | UnaryOp::Tanh
-                | UnaryOp::Cos
-                | UnaryOp::Sin
-                | UnaryOp::Logistic
-        ) | Op::Binary(BinaryOp::Pow)
-    )
 }
 
 /// On wgpu, f64 transcendentals are refused with a clear error rather than
