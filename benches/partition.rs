@@ -2,7 +2,7 @@
 //!
 //! 1. Lowering time of a 32-layer GPT training step (small widths): call
 //!    inlining, sharding propagation and partitioning, each timed, on a
-//!    `data=2,model=4` mesh with Megatron annotations.
+//!    `data=2,model=4` mesh with Megatron annotations (`weft::strategy`).
 //! 2. CPU time of one MLP training step under each strategy on 8 simulated
 //!    devices (the reference simulator: every device's ops run in turn on
 //!    this machine, plus sharding the inputs and assembling the outputs),
@@ -16,56 +16,25 @@ use weft::compiler::partition::partition_function;
 use weft::compiler::sharding::{propagate, Mesh, PropagateOptions};
 use weft::compiler::train::{build_train_step, Optimizer, Schedule, TrainConfig, TrainStep};
 use weft::models::{gpt, mlp, Shardings};
+use weft::strategy::{self, Strategy, TpRole};
 use weft_ir::interp::Interpreter;
-use weft_ir::{DimSharding, TensorSharding};
 
-fn sh(dims: &[&[&str]]) -> TensorSharding {
-    TensorSharding { dims: dims.iter().map(|d| DimSharding::closed(d)).collect(), unreduced: vec![] }
-}
-
-fn megatron(name: &str, rank: usize) -> TensorSharding {
-    let col = name.ends_with("w1") || name.ends_with("wqkv") || name.ends_with("b1");
-    let row = name.ends_with("w2") || name.ends_with("wo");
-    match (rank, col, row) {
-        (2, true, _) => sh(&[&[], &["model"]]),
-        (2, _, true) => sh(&[&["model"], &[]]),
-        (1, true, _) => sh(&[&["model"]]),
-        _ => sh(&vec![&[][..]; rank]),
-    }
-}
-
-fn fsdp(_: &str, rank: usize) -> TensorSharding {
-    let mut d: Vec<&[&str]> = vec![&[]; rank];
-    d[0] = &["data"];
-    sh(&d)
-}
-
-fn replicated(_: &str, rank: usize) -> TensorSharding {
-    sh(&vec![&[][..]; rank])
-}
-
-/// FSDP over `data` on the dimension Megatron leaves unsplit.
-fn fsdp_tp(name: &str, rank: usize) -> TensorSharding {
-    let m = megatron(name, rank);
-    let mut dims: Vec<Vec<String>> = m.dims.iter().map(|d| d.axes.clone()).collect();
-    if let Some(i) = dims.iter().position(|d| d.is_empty()) {
-        dims[i] = vec!["data".into()];
-    }
-    TensorSharding { dims: dims.into_iter().map(|axes| DimSharding { axes, open: false }).collect(), unreduced: vec![] }
-}
-
-/// A parameter sharding rule: parameter name and rank to sharding.
-type Rule = fn(&str, usize) -> TensorSharding;
-
-/// Splits every batch input of @train_step over `data` on dimension 0.
-fn shard_batch(ts: &mut TrainStep) {
-    let f = ts.module.function_mut("train_step").unwrap();
-    for (name, t) in &ts.batch {
-        let p = f.params[(0..f.params.len()).position(|i| &f.param_name(i) == name).unwrap()];
-        let mut dims: Vec<&[&str]> = vec![&[]; t.rank()];
-        dims[0] = &["data"];
-        f.values[p.index()].sharding = Some(sh(&dims));
-    }
+/// The training step of `module` (its `@loss`) under the annotations of
+/// `weft::strategy` (what `weft train --strategy` uses).
+fn step_under(
+    module: &dyn Fn(&Shardings) -> weft_ir::Module,
+    params: &[(String, Vec<usize>, TpRole)],
+    batch: &[(String, usize)],
+    st: Strategy,
+    mesh: &Mesh,
+    mut tc: TrainConfig,
+) -> TrainStep {
+    let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+    let sh = strategy::shardings(st, params, batch, tc.optimizer.slots(), &axes);
+    tc.state_shardings = sh.state;
+    tc.grad_shardings = sh.grads;
+    let m = module(&sh.inputs);
+    build_train_step(&m, m.function("loss").unwrap(), &tc).unwrap()
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -75,13 +44,13 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn gpt_lowering() {
     let cfg = gpt::GptConfig { vocab: 64, seq: 16, d_model: 32, heads: 4, layers: 32, batch: 8, ..Default::default() };
-    let shardings: Shardings =
-        gpt::param_shapes(&cfg).into_iter().map(|(n, s)| (n.clone(), megatron(&n, s.len()))).collect();
-    let m = gpt::build(&cfg, &shardings).unwrap();
+    let params: Vec<_> =
+        gpt::param_shapes(&cfg).into_iter().map(|(n, s)| (n.clone(), s, strategy::gpt_role(&n))).collect();
+    let batch = [("tokens".to_string(), 2), ("targets".to_string(), 2)];
     let tc = TrainConfig { optimizer: Optimizer::adamw(), schedule: Schedule::Constant(1e-3), ..Default::default() };
-    let mut ts = build_train_step(&m, m.function("loss").unwrap(), &tc).unwrap();
-    shard_batch(&mut ts);
     let mesh = Mesh::parse("data=2,model=4").unwrap();
+    let build = |s: &Shardings| gpt::build(&cfg, s).unwrap();
+    let ts = step_under(&build, &params, &batch, Strategy::TensorParallel, &mesh, tc);
     let (mut t_inline, mut t_prop, mut t_part) = (vec![], vec![], vec![]);
     let mut summary = String::new();
     for _ in 0..3 {
@@ -116,15 +85,14 @@ fn gpt_lowering() {
 
 fn mlp_step_times() {
     let cfg = mlp::MlpConfig { layers: 4, d: 64, h: 128, batch: 256, ..Default::default() };
-    // (name, mesh, parameter rule, optimizer state over data, gradients over data)
-    let strategies: [(&str, &str, Rule, bool, bool); 7] = [
-        ("DP", "data=8", replicated, false, false),
-        ("Megatron", "data=2,model=4", megatron, false, false),
-        ("FSDP", "data=8", fsdp, false, false),
-        ("FSDP+TP", "data=2,model=4", fsdp_tp, false, false),
-        ("ZeRO-1", "data=8", replicated, true, false),
-        ("ZeRO-2", "data=8", replicated, true, true),
-        ("ZeRO-3", "data=8", fsdp, true, true),
+    let strategies = [
+        (Strategy::DataParallel, "data=8"),
+        (Strategy::TensorParallel, "data=2,model=4"),
+        (Strategy::Fsdp, "data=8"),
+        (Strategy::FsdpTp, "data=2,model=4"),
+        (Strategy::Zero1, "data=8"),
+        (Strategy::Zero2, "data=8"),
+        (Strategy::Zero3, "data=8"),
     ];
     let params = mlp::init(&cfg, 0);
     let batch = mlp::synthetic_batch(&cfg, 1);
@@ -147,22 +115,13 @@ fn mlp_step_times() {
         .collect();
     println!("MLP training step (4 layers, D=64, H=128, B=256), CPU, median of 5:");
     println!("  unsharded interpreter: {:?}", median(times));
-    for (name, mesh, rule, shard_state, shard_grads) in strategies {
-        let mut sh_map = Shardings::new();
-        let mut tc = tc0.clone();
-        for n in mlp::param_names(&cfg) {
-            sh_map.insert(n.clone(), rule(&n, 2));
-            if shard_state {
-                tc.state_shardings.insert(format!("opt.mu.{}", &n["params.".len()..]), fsdp(&n, 2));
-            }
-            if shard_grads {
-                tc.grad_shardings.insert(n.clone(), fsdp(&n, 2));
-            }
-        }
-        let m = mlp::build(&cfg, &sh_map).unwrap();
-        let mut ts = build_train_step(&m, m.function("loss").unwrap(), &tc).unwrap();
-        shard_batch(&mut ts);
+    let shapes: Vec<_> =
+        mlp::param_shapes(&cfg).into_iter().map(|(n, s)| (n.clone(), s, strategy::mlp_role(&n))).collect();
+    let inputs = [("x".to_string(), 2), ("y".to_string(), 2)];
+    let build = |s: &Shardings| mlp::build(&cfg, s).unwrap();
+    for (st, mesh) in strategies {
         let mesh = Mesh::parse(mesh).unwrap();
+        let ts = step_under(&build, &shapes, &inputs, st, &mesh, tc0.clone());
         let t = Instant::now();
         let pf =
             weft::compiler::partition::compile(&ts.module, "train_step", &mesh, &PropagateOptions::default()).unwrap();
@@ -176,7 +135,8 @@ fn mlp_step_times() {
             .collect();
         let r = pf.report();
         println!(
-            "  {name:<9} ({mesh}): step {:?} on 8 simulated devices (lowering {lower:?}); {}; peak {} B/device",
+            "  {:<9} ({mesh}): step {:?} on 8 simulated devices (lowering {lower:?}); {}; peak {} B/device",
+            st.to_string(),
             median(times),
             r.collectives.iter().map(|(k, s)| format!("{k} x{}", s.count)).collect::<Vec<_>>().join(", "),
             r.peak_live_bytes

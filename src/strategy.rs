@@ -5,6 +5,10 @@
 //! optimizer-state leaves (`state_shardings`) and gradients
 //! (`grad_shardings`) — so the compiler needs no special code path per
 //! strategy: the collectives fall out of propagation and partitioning.
+//! Every parameter and optimizer-state leaf is annotated, replicated where
+//! the strategy does not split it, so propagation never shards what a
+//! strategy keeps whole (a ZeRO-1 parameter stays replicated even though
+//! its update is computed next to sharded optimizer state).
 //! Mesh axes are called `data` (batch / FSDP / ZeRO) and `model` (tensor
 //! parallel); a strategy only uses the axes the mesh has.
 
@@ -150,17 +154,18 @@ pub fn shardings(
         if let Some(d) = data_dim {
             data_dims[d].insert(0, "data");
         }
-        let param_dims = if fsdp { &data_dims } else { &dims };
-        if param_dims.iter().any(|d| !d.is_empty()) {
-            out.inputs.insert(name.clone(), sharding(param_dims));
+        if strategy == Strategy::None {
+            continue;
         }
+        // Every parameter and optimizer-state leaf is annotated, replicated
+        // where the strategy does not split it: left open, propagation
+        // would shard a ZeRO-1/2 parameter like its optimizer state.
+        let param_dims = if fsdp { &data_dims } else { &dims };
+        out.inputs.insert(name.clone(), sharding(param_dims));
         let suffix = name.strip_prefix("params.").unwrap_or(name);
         for slot in slots {
-            let leaf = format!("{slot}.{suffix}");
             let slot_dims = if zero_state || fsdp { &data_dims } else { &dims };
-            if slot_dims.iter().any(|d| !d.is_empty()) {
-                out.state.insert(leaf, sharding(slot_dims));
-            }
+            out.state.insert(format!("{slot}.{suffix}"), sharding(slot_dims));
         }
         if zero_grads && data_dim.is_some() {
             out.grads.insert(name.clone(), sharding(&data_dims));
@@ -213,7 +218,9 @@ mod tests {
         let s = |st: Strategy| shardings(st, &params, &batch, &["opt.m"], &axes);
         let dp = s(Strategy::DataParallel);
         assert_eq!(dp.inputs["x"].to_string(), "[{data}, {}]");
-        assert!(!dp.inputs.contains_key("params.layers.0.w1") && dp.state.is_empty() && dp.grads.is_empty());
+        assert_eq!(dp.inputs["params.layers.0.w1"].to_string(), "[{}, {}]");
+        assert_eq!(dp.state["opt.m.layers.0.w1"].to_string(), "[{}, {}]");
+        assert!(dp.grads.is_empty());
         let tp = s(Strategy::TensorParallel);
         assert_eq!(tp.inputs["params.layers.0.w1"].to_string(), "[{}, {model}]");
         assert_eq!(tp.inputs["params.layers.0.w2"].to_string(), "[{model}, {}]");
@@ -222,7 +229,7 @@ mod tests {
         assert_eq!(fsdp_tp.inputs["params.layers.0.w1"].to_string(), "[{data}, {model}]");
         assert_eq!(fsdp_tp.inputs["params.layers.0.w2"].to_string(), "[{model}, {data}]");
         let z1 = s(Strategy::Zero1);
-        assert!(!z1.inputs.contains_key("params.layers.0.w1"));
+        assert_eq!(z1.inputs["params.layers.0.w1"].to_string(), "[{}, {}]");
         assert_eq!(z1.state["opt.m.layers.0.w1"].to_string(), "[{data}, {}]");
         assert!(z1.grads.is_empty());
         let z2 = s(Strategy::Zero2);
@@ -230,6 +237,8 @@ mod tests {
         let z3 = s(Strategy::Zero3);
         assert_eq!(z3.inputs["params.layers.0.w1"].to_string(), "[{data}, {}]");
         assert_eq!("zero2".parse::<Strategy>().unwrap(), Strategy::Zero2);
+        let none = s(Strategy::None);
+        assert!(none.inputs.is_empty() && none.state.is_empty() && none.grads.is_empty());
         assert!("zero4".parse::<Strategy>().unwrap_err().contains("fsdp_tp"));
     }
 }

@@ -1,6 +1,7 @@
 //! Issue "SPMD partitioner": the residual MLP and GPT training steps under
 //! data parallelism, Megatron tensor parallelism, FSDP, FSDP+TP and
-//! ZeRO-1/2/3 on 8 simulated devices. Every strategy is annotations only
+//! ZeRO-1/2/3 on 8 simulated devices, annotated by `weft::strategy` (what
+//! `weft train --strategy` uses). Every strategy is annotations only
 //! (parameter and batch shardings, `TrainConfig::state_shardings` and
 //! `grad_shardings`); five training steps must match the unsharded
 //! interpreter to 1e-5 relative, the collectives must be the strategy's
@@ -13,90 +14,43 @@ use weft::compiler::partition::{compile, PartitionedFunction};
 use weft::compiler::sharding::{Mesh, PropagateOptions};
 use weft::compiler::train::{build_train_step, Optimizer, Schedule, TrainConfig, TrainStep, Tree};
 use weft::models::{gpt, mlp, Shardings};
+use weft::strategy::{self, Strategy, TpRole};
 use weft_ir::device::{Collective, Step};
 use weft_ir::interp::Interpreter;
 use weft_ir::tensor::check_close;
-use weft_ir::{DimSharding, Module, TensorSharding};
+use weft_ir::Module;
 
-/// `[{a}, {}]`-style shardings from per-dimension axis lists.
-fn sh(dims: &[&[&str]]) -> TensorSharding {
-    TensorSharding { dims: dims.iter().map(|d| DimSharding::closed(d)).collect(), unreduced: vec![] }
-}
-
-/// One strategy: a mesh, parameter shardings by name, the batch sharding
-/// and the ZeRO options.
-struct Strategy {
-    name: &'static str,
+/// One strategy of `weft::strategy` (the annotations `weft train
+/// --strategy` uses) on its mesh, with the shards each device must hold.
+struct Case {
+    strategy: Strategy,
     mesh: &'static str,
-    params: fn(&str, usize) -> TensorSharding,
-    /// Optimizer state over `data` (ZeRO-1).
-    shard_state: bool,
-    /// Gradients over `data` (ZeRO-2).
-    shard_grads: bool,
-    /// Expected shards of the parameters and of the optimizer state.
+    /// Expected shards of the parameters and of the optimizer state (0:
+    /// mixed, each leaf by its own number of blocks).
     param_shards: usize,
     state_shards: usize,
 }
 
-fn replicated(_: &str, rank: usize) -> TensorSharding {
-    sh(&vec![&[][..]; rank])
-}
-
-/// Dimension 0 over `data` (FSDP / ZeRO-3).
-fn fsdp(_: &str, rank: usize) -> TensorSharding {
-    let mut d: Vec<&[&str]> = vec![&[]; rank];
-    d[0] = &["data"];
-    sh(&d)
-}
-
-/// Megatron: column-parallel first layers, row-parallel second layers.
-fn megatron(name: &str, rank: usize) -> TensorSharding {
-    let col = name.ends_with("w1") || name.ends_with("wqkv") || name.ends_with("b1");
-    let row = name.ends_with("w2") || name.ends_with("wo");
-    match (rank, col, row) {
-        (2, true, _) => sh(&[&[], &["model"]]),
-        (2, _, true) => sh(&[&["model"], &[]]),
-        (1, true, _) => sh(&[&["model"]]),
-        _ => replicated(name, rank),
-    }
-}
-
-/// FSDP over `data` on the dimension Megatron leaves alone.
-fn fsdp_tp(name: &str, rank: usize) -> TensorSharding {
-    let m = megatron(name, rank);
-    let mut dims: Vec<Vec<String>> = m.dims.iter().map(|d| d.axes.clone()).collect();
-    if let Some(free) = dims.iter().position(|d| d.is_empty()) {
-        dims[free] = vec!["data".into()];
-    }
-    let refs: Vec<Vec<&str>> = dims.iter().map(|d| d.iter().map(String::as_str).collect()).collect();
-    let r: Vec<&[&str]> = refs.iter().map(|d| d.as_slice()).collect();
-    sh(&r)
-}
-
-fn strategies() -> Vec<Strategy> {
-    let s = |name, mesh, params, shard_state, shard_grads, param_shards, state_shards| Strategy {
-        name,
-        mesh,
-        params,
-        shard_state,
-        shard_grads,
-        param_shards,
-        state_shards,
-    };
+fn cases() -> Vec<Case> {
+    let c = |strategy, mesh, param_shards, state_shards| Case { strategy, mesh, param_shards, state_shards };
     vec![
-        s("DP", "data=8", replicated, false, false, 1, 1),
-        s("Megatron", "data=2,model=4", megatron, false, false, 0, 0),
-        s("FSDP", "data=8", fsdp, false, false, 8, 8),
-        s("FSDP+TP", "data=2,model=4", fsdp_tp, false, false, 0, 0),
-        s("ZeRO-1", "data=8", replicated, true, false, 1, 8),
-        s("ZeRO-2", "data=8", replicated, true, true, 1, 8),
-        s("ZeRO-3", "data=8", fsdp, true, true, 8, 8),
+        c(Strategy::DataParallel, "data=8", 1, 1),
+        c(Strategy::TensorParallel, "data=2,model=4", 0, 0),
+        c(Strategy::Fsdp, "data=8", 8, 8),
+        c(Strategy::FsdpTp, "data=2,model=4", 0, 0),
+        c(Strategy::Zero1, "data=8", 1, 8),
+        c(Strategy::Zero2, "data=8", 1, 8),
+        c(Strategy::Zero3, "data=8", 8, 8),
     ]
 }
 
 /// The model's parameters with their shapes.
 trait Model {
     fn params(&self) -> Vec<(String, Vec<usize>)>;
+    /// A parameter's tensor-parallel role.
+    fn role(&self, name: &str) -> TpRole;
+    /// The batch inputs (name, rank).
+    fn batch_inputs(&self) -> Vec<(String, usize)>;
     fn build(&self, s: &Shardings) -> Module;
     fn init(&self) -> Tree;
     fn batch(&self) -> Tree;
@@ -108,6 +62,12 @@ struct Gpt(gpt::GptConfig);
 impl Model for Mlp {
     fn params(&self) -> Vec<(String, Vec<usize>)> {
         mlp::param_shapes(&self.0)
+    }
+    fn role(&self, name: &str) -> TpRole {
+        strategy::mlp_role(name)
+    }
+    fn batch_inputs(&self) -> Vec<(String, usize)> {
+        vec![("x".into(), 2), ("y".into(), 2)]
     }
     fn build(&self, s: &Shardings) -> Module {
         mlp::build(&self.0, s).unwrap()
@@ -124,6 +84,12 @@ impl Model for Gpt {
     fn params(&self) -> Vec<(String, Vec<usize>)> {
         gpt::param_shapes(&self.0)
     }
+    fn role(&self, name: &str) -> TpRole {
+        strategy::gpt_role(name)
+    }
+    fn batch_inputs(&self) -> Vec<(String, usize)> {
+        vec![("tokens".into(), 2), ("targets".into(), 2)]
+    }
     fn build(&self, s: &Shardings) -> Module {
         gpt::build(&self.0, s).unwrap()
     }
@@ -135,37 +101,20 @@ impl Model for Gpt {
     }
 }
 
-/// Builds the training step of `model` under strategy `st`.
-fn train_step(model: &dyn Model, st: &Strategy) -> TrainStep {
-    let mut shardings = Shardings::new();
+/// Builds the training step of `model` under strategy `st` on a mesh with
+/// axes `axes`, annotated by `weft::strategy::shardings`.
+fn train_step(model: &dyn Model, st: Strategy, axes: &[&str]) -> TrainStep {
     let mut cfg = TrainConfig {
         optimizer: Optimizer::Sgd { momentum: 0.9, nesterov: false },
         schedule: Schedule::Constant(0.05),
         ..Default::default()
     };
-    for (name, shape) in model.params() {
-        let s = (st.params)(&name, shape.len());
-        shardings.insert(name.clone(), s);
-        let suffix = &name["params.".len()..];
-        if st.shard_state {
-            cfg.state_shardings.insert(format!("opt.mu.{suffix}"), fsdp(&name, shape.len()));
-        }
-        if st.shard_grads {
-            cfg.grad_shardings.insert(name.clone(), fsdp(&name, shape.len()));
-        }
-    }
-    let m = model.build(&shardings);
-    let mut ts = build_train_step(&m, m.function("loss").unwrap(), &cfg).unwrap();
-    // The batch is split over `data` (build_train_step does not carry the
-    // loss function's batch annotations to @train_step's parameters).
-    let f = ts.module.function_mut("train_step").unwrap();
-    for (name, t) in &ts.batch {
-        let p = f.params[(0..f.params.len()).position(|i| &f.param_name(i) == name).unwrap()];
-        let mut dims: Vec<&[&str]> = vec![&[]; t.rank()];
-        dims[0] = &["data"];
-        f.values[p.index()].sharding = Some(sh(&dims));
-    }
-    ts
+    let params: Vec<_> = model.params().into_iter().map(|(n, s)| (n.clone(), s, model.role(&n))).collect();
+    let sh = strategy::shardings(st, &params, &model.batch_inputs(), cfg.optimizer.slots(), axes);
+    cfg.state_shardings = sh.state;
+    cfg.grad_shardings = sh.grads;
+    let m = model.build(&sh.inputs);
+    build_train_step(&m, m.function("loss").unwrap(), &cfg).unwrap()
 }
 
 fn run_steps(ts: &TrainStep, pf: Option<&PartitionedFunction>, params: &Tree, batch: &Tree) -> Vec<(Tree, f64)> {
@@ -218,16 +167,17 @@ fn collective_inputs(pf: &PartitionedFunction) -> BTreeMap<&'static str, Vec<usi
 fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
     let params = model.init();
     let batch = model.batch();
-    let base = train_step(model, &strategies()[0]);
+    let base = train_step(model, Strategy::None, &[]);
     let want = run_steps(&base, None, &params, &batch);
     let n_params = model.params().len();
     let mut failures = Vec::new();
-    for st in strategies() {
-        let ts = train_step(model, &st);
+    for st in cases() {
         let mesh = Mesh::parse(st.mesh).unwrap();
+        let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+        let ts = train_step(model, st.strategy, &axes);
         let pf = compile(&ts.module, "train_step", &mesh, &PropagateOptions::default()).unwrap();
         let got = run_steps(&ts, Some(&pf), &params, &batch);
-        let tag = format!("{label} {}", st.name);
+        let tag = format!("{label} {}", st.strategy);
         for (k, ((gs, gl), (ws, wl))) in got.iter().zip(&want).enumerate() {
             if (gl - wl).abs() > 1e-5 * wl.abs() {
                 failures.push(format!("{tag}: step {k} loss {gl} vs {wl}"));
@@ -263,8 +213,8 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
         }
         // Gradients are tensors; the loss, norms and metrics are scalars.
         let big_all_reduces = inputs.get("all_reduce").map_or(0, |v| v.iter().filter(|&&n| n > 1).count());
-        match st.name {
-            "DP" => {
+        match st.strategy {
+            Strategy::DataParallel => {
                 if r.count("all_gather") + r.count("reduce_scatter") + r.count("all_to_all") > 0 {
                     failures.push(format!("{tag}: DP should only all-reduce: {:?}", r.collectives));
                 }
@@ -272,7 +222,7 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
                     failures.push(format!("{tag}: DP all-reduces every gradient: {:?}", inputs));
                 }
             }
-            "FSDP" | "ZeRO-3"
+            Strategy::Fsdp | Strategy::Zero3
                 if r.count("all_gather") < n_params || r.count("reduce_scatter") < n_params || big_all_reduces > 0 =>
             {
                 failures.push(format!(
@@ -283,10 +233,10 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
             // A broadcast parameter (a layer-norm gain) sharded like its
             // FSDP shard meets batch-sharded activations: propagation must
             // reshard the small parameter, not all-to-all the activations.
-            "FSDP" | "ZeRO-3" | "FSDP+TP" if r.count("all_to_all") > 0 => {
+            Strategy::Fsdp | Strategy::Zero3 | Strategy::FsdpTp if r.count("all_to_all") > 0 => {
                 failures.push(format!("{tag}: no activation all-to-alls under FSDP: {:?}", r.collectives));
             }
-            "ZeRO-2" if r.count("reduce_scatter") < n_params || big_all_reduces > 0 => {
+            Strategy::Zero2 if r.count("reduce_scatter") < n_params || big_all_reduces > 0 => {
                 failures.push(format!("{tag}: ZeRO-2 reduce-scatters gradients: {inputs:?}"));
             }
             _ => {}
