@@ -30,10 +30,13 @@ impl Rng {
     }
 }
 
+/// Emits a case's function body from its parameters.
+type Body = Box<dyn Fn(&mut Emitter<'_>, &[ValueId]) -> ValueId>;
+
 struct Case {
     name: &'static str,
     inputs: Vec<(Vec<usize>, f64, f64)>,
-    body: Box<dyn Fn(&mut Emitter<'_>, &[ValueId]) -> ValueId>,
+    body: Body,
 }
 
 fn case(

@@ -66,7 +66,7 @@ impl AutoShardPlan {
         }
         let home_layout = |v: ValueId| -> u16 {
             let s = &self.shardings[v.index()];
-            let ms = sp.layouts.of(v.0).iter().position(|l| l.to_ir(&self.mesh) == *s).expect("home layout interned");
+            let ms = sp.layouts.of(v.0).position(|l| l.to_ir(&self.mesh) == *s).expect("home layout interned");
             ms as u16
         };
         for &pv in &f.params {

@@ -117,8 +117,8 @@ pub fn schedule(f: &Function, space: &Space, p: &Problem) -> Sched {
             let pv = f.params[*pi].0;
             for &c in &home_choices[*pi] {
                 let layout = space.layouts.get(pv, p.classes[pv as usize][c as usize].layout);
-                let rl = space.layouts.of(r.0).iter().position(|l| l == layout);
-                if let Some(rc) = rl.and_then(|l| p.class_of_layout(r.0, l as u16)) {
+                let rl = space.layouts.find(r.0, layout);
+                if let Some(rc) = rl.and_then(|l| p.class_of_layout(r.0, l)) {
                     map.insert(c, rc);
                 }
             }

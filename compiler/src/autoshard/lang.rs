@@ -187,8 +187,13 @@ pub struct ClassInfo {
     pub layout: u16,
 }
 
-/// (value, from layout, to layout) -> (cost, communicating collectives).
-pub type DirectCosts = HashMap<(u32, u16, u16), (f64, usize)>;
+/// (type number, from layout, to layout) -> (cost, communicating
+/// collectives), layouts by their table-wide numbers
+/// ([`super::space::LayoutTable::number`]).
+pub type DirectCosts = HashMap<(u32, u32, u32), (f64, usize)>;
+
+/// (type number, layout's table-wide number, step) -> cost of the step.
+pub type StepCosts = HashMap<(u32, u32, CollKey), f64>;
 
 /// The e-class analysis: the search space (whose layout table grows as
 /// collectives create layouts), the class of each (value, layout), and the
@@ -198,6 +203,9 @@ pub struct LayoutAnalysis {
     pub space: Space,
     /// Types of all values.
     pub types: Vec<TensorType>,
+    /// A number per distinct type, for each value: costs are memoised by
+    /// type, not by value.
+    pub type_numbers: Vec<u32>,
     /// The value of each parameter position.
     pub param_values: Vec<u32>,
     /// The result value of each instruction.
@@ -217,10 +225,17 @@ pub struct LayoutAnalysis {
     /// Cost and number of communicating collectives of the direct reshard
     /// of a value between two layouts.
     pub direct: RefCell<DirectCosts>,
+    /// Cost of one collective step on a value in a layout.
+    pub steps: RefCell<StepCosts>,
     /// Chains already built by [`reach`]: (value, from, to) -> class.
     pub reached: HashMap<(u32, u16, u16), Id>,
-    /// Layouts produced by a collective step: (value, layout, step) -> layout.
-    pub stepped: HashMap<(u32, u16, CollKey), u16>,
+    /// Layouts produced by a collective step, by table-wide layout numbers
+    /// (a step's effect does not depend on the value): (layout, step) ->
+    /// layout.
+    pub stepped: HashMap<(u32, CollKey), u32>,
+    /// The plain chains of [`reach`] between two layouts, by table-wide
+    /// numbers.
+    pub chains: HashMap<(u32, u32), Vec<CollKey>>,
     /// (value, from, to) reshard shortcuts already considered.
     pub collapsed: RefCell<HashSet<(u32, u16, u16)>>,
     /// Classes created or changed since the rules last searched (see
@@ -256,13 +271,31 @@ impl LayoutAnalysis {
 
     /// Cost and number of communicating collectives of the direct reshard.
     pub fn direct_plan(&self, v: u32, from: u16, to: u16) -> (f64, usize) {
-        if let Some(&c) = self.direct.borrow().get(&(v, from, to)) {
+        let layouts = &self.space.layouts;
+        let key = (self.type_numbers[v as usize], layouts.number(v, from), layouts.number(v, to));
+        if let Some(&c) = self.direct.borrow().get(&key) {
             return c;
         }
         let ty = &self.types[v as usize];
-        let steps = self.cost.reshard(ty, self.space.layouts.get(v, from), self.space.layouts.get(v, to));
+        let steps = self.cost.reshard(ty, layouts.get(v, from), layouts.get(v, to));
         let c = (steps.iter().map(|s| s.cost).sum(), steps.iter().filter(|s| s.kind.communicates()).count());
-        self.direct.borrow_mut().insert((v, from, to), c);
+        self.direct.borrow_mut().insert(key, c);
+        c
+    }
+
+    /// Cost of collective step `k` on value `v` in layout `l`, memoised.
+    pub fn step_cost(&self, v: u32, l: u16, k: &CollKey) -> f64 {
+        let key = (self.type_numbers[v as usize], self.space.layouts.number(v, l), *k);
+        if let Some(&c) = self.steps.borrow().get(&key) {
+            return c;
+        }
+        let ty = &self.types[v as usize];
+        let mut bytes = self.cost.local_bytes(ty, self.space.layouts.get(v, l));
+        if k.kind == CollKind::AllGather {
+            bytes *= self.cost.mesh().product(&k.axes.to_vec()) as f64;
+        }
+        let c = self.cost.collective(k.kind, &k.axes.to_vec(), bytes);
+        self.steps.borrow_mut().insert(key, c);
         c
     }
 }
@@ -318,16 +351,20 @@ impl Analysis<ShardLang> for LayoutAnalysis {
             ShardLang::Collective(k, ch) => {
                 let c = egraph[ch[0]].data;
                 let a = &mut egraph.analysis;
-                if let Some(&layout) = a.stepped.get(&(c.value, c.layout, *k)) {
-                    return ClassInfo { value: c.value, layout };
-                }
-                let from = a.space.layouts.get(c.value, c.layout);
-                let to = apply_step(from, k).unwrap_or_else(|| {
-                    panic!("collective {k} does not apply to layout {from:?} of value %{}", c.value)
-                });
-                let layout = a.space.layouts.intern(c.value, to);
-                a.stepped.insert((c.value, c.layout, *k), layout);
-                ClassInfo { value: c.value, layout }
+                let from = a.space.layouts.number(c.value, c.layout);
+                let to = match a.stepped.get(&(from, *k)) {
+                    Some(&to) => to,
+                    None => {
+                        let l = a.space.layouts.get(c.value, c.layout);
+                        let to = apply_step(l, k).unwrap_or_else(|| {
+                            panic!("collective {k} does not apply to layout {l:?} of value %{}", c.value)
+                        });
+                        let to = a.space.layouts.number_of(to);
+                        a.stepped.insert((from, *k), to);
+                        to
+                    }
+                };
+                ClassInfo { value: c.value, layout: a.space.layouts.intern_number(c.value, to) }
             }
         }
     }
@@ -389,12 +426,31 @@ pub fn reach(g: &mut ShardGraph, from: Id, to: u16) -> Id {
 
 fn build_chain(g: &mut ShardGraph, from: Id, to: u16) -> Id {
     let info = g[from].data;
-    let f = g.analysis.space.layouts.get(info.value, info.layout).clone();
-    let t = g.analysis.space.layouts.get(info.value, to).clone();
+    let layouts = &g.analysis.space.layouts;
+    let key = (layouts.number(info.value, info.layout), layouts.number(info.value, to));
+    let keys = match g.analysis.chains.get(&key) {
+        Some(keys) => keys.clone(),
+        None => {
+            let keys = chain_steps(layouts.numbered(key.0), layouts.numbered(key.1));
+            g.analysis.chains.insert(key, keys.clone());
+            keys
+        }
+    };
     let mut cur = g.find(from);
+    for k in keys {
+        cur = add_step(g, cur, k);
+    }
+    let got = g[cur].data;
+    debug_assert_eq!((got.value, got.layout), (info.value, to), "reshard chain missed its target");
+    g.find(cur)
+}
+
+/// The steps of the plain chain from layout `f` to `t` (see [`reach`]).
+fn chain_steps(f: &crate::sharding::MeshSharding, t: &crate::sharding::MeshSharding) -> Vec<CollKey> {
+    let mut out = Vec::new();
     let drop: Vec<usize> = f.unreduced.iter().copied().filter(|a| !t.unreduced.contains(a)).collect();
     if !drop.is_empty() {
-        cur = add_step(g, cur, CollKey { kind: CollKind::AllReduce, axes: AxisList::new(&drop), dim: 0, dim2: 0 });
+        out.push(CollKey { kind: CollKind::AllReduce, axes: AxisList::new(&drop), dim: 0, dim2: 0 });
     }
     let prefix: Vec<usize> = f
         .dims
@@ -405,22 +461,20 @@ fn build_chain(g: &mut ShardGraph, from: Id, to: u16) -> Id {
     for (d, p) in prefix.iter().enumerate() {
         if f.dims[d].axes.len() > *p {
             let axes = AxisList::new(&f.dims[d].axes[*p..]);
-            cur = add_step(g, cur, CollKey { kind: CollKind::AllGather, axes, dim: d as u8, dim2: 0 });
+            out.push(CollKey { kind: CollKind::AllGather, axes, dim: d as u8, dim2: 0 });
         }
     }
     for (d, p) in prefix.iter().enumerate() {
         if t.dims[d].axes.len() > *p {
             let axes = AxisList::new(&t.dims[d].axes[*p..]);
-            cur = add_step(g, cur, CollKey { kind: CollKind::LocalSlice, axes, dim: d as u8, dim2: 0 });
+            out.push(CollKey { kind: CollKind::LocalSlice, axes, dim: d as u8, dim2: 0 });
         }
     }
     let add: Vec<usize> = t.unreduced.iter().copied().filter(|a| !f.unreduced.contains(a)).collect();
     if !add.is_empty() {
-        cur = add_step(g, cur, CollKey { kind: CollKind::LocalUnreduce, axes: AxisList::new(&add), dim: 0, dim2: 0 });
+        out.push(CollKey { kind: CollKind::LocalUnreduce, axes: AxisList::new(&add), dim: 0, dim2: 0 });
     }
-    let got = g[cur].data;
-    debug_assert_eq!((got.value, got.layout), (info.value, to), "reshard chain missed its target");
-    g.find(cur)
+    out
 }
 
 /// Cost of one e-node that moves data within a value (collective or fused
@@ -430,13 +484,7 @@ pub fn move_cost(g: &ShardGraph, node: &ShardLang) -> Option<f64> {
     match node {
         ShardLang::Collective(k, ch) => {
             let c = g[ch[0]].data;
-            let ty = &a.types[c.value as usize];
-            let l = a.space.layouts.get(c.value, c.layout);
-            let mut bytes = a.cost.local_bytes(ty, l);
-            if k.kind == CollKind::AllGather {
-                bytes *= a.cost.mesh().product(&k.axes.to_vec()) as f64;
-            }
-            Some(a.cost.collective(k.kind, &k.axes.to_vec(), bytes))
+            Some(a.step_cost(c.value, c.layout, k))
         }
         ShardLang::Reshard(k, ch) => {
             let c = g[ch[0]].data;

@@ -79,6 +79,16 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
     let analysis = LayoutAnalysis {
         space,
         types: f.values.iter().map(|v| v.ty.clone()).collect(),
+        type_numbers: {
+            let mut numbers: HashMap<&weft_ir::TensorType, u32> = HashMap::default();
+            f.values
+                .iter()
+                .map(|v| {
+                    let next = numbers.len() as u32;
+                    *numbers.entry(&v.ty).or_insert(next)
+                })
+                .collect()
+        },
         param_values: f.params.iter().map(|p| p.0).collect(),
         inst_values: f.insts.iter().map(|i| i.results[0].0).collect(),
         cost: CostModel::new(mesh, opts),
@@ -88,8 +98,10 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         gathered: HashSet::default(),
         required: HashSet::default(),
         direct: Default::default(),
+        steps: Default::default(),
         reached: HashMap::default(),
         stepped: HashMap::default(),
+        chains: HashMap::default(),
         collapsed: Default::default(),
         dirty: Default::default(),
         homes: HashSet::default(),

@@ -25,12 +25,21 @@ use weft_ir::{Function, Op, TensorSharding, TensorType, ValueDef, ValueId};
 
 /// Interned layouts (closed [`MeshSharding`]s) per value; index 0 of every
 /// value is the replicated, reduced layout.
+///
+/// Every distinct layout has one table-wide number, and a value's layouts
+/// are a list of numbers: equal layouts of different values share their
+/// number, so what depends only on the type and the layouts (reshard
+/// costs, the layout a collective step leads to, the sharded forms of an
+/// instruction) is computed once for every value of that type — the 32
+/// layers of a GPT share it.
 #[derive(Clone, Debug, Default)]
 pub struct LayoutTable {
-    per_value: Vec<Vec<MeshSharding>>,
-    /// A fingerprint of each layout, beside it: interning compares these
-    /// words and only compares layouts whose fingerprints are equal.
-    prints: Vec<Vec<u64>>,
+    /// The layout numbers of each value, by index.
+    per_value: Vec<Vec<u32>>,
+    /// The numbers of the distinct layouts by fingerprint.
+    numbers: rustc_hash::FxHashMap<u64, Vec<u32>>,
+    /// The layout of each number.
+    numbered: Vec<MeshSharding>,
 }
 
 /// A hash of a layout, the same on every run and machine.
@@ -47,35 +56,68 @@ impl LayoutTable {
         let mut t = LayoutTable::default();
         for (v, &r) in ranks.iter().enumerate() {
             t.per_value.push(Vec::new());
-            t.prints.push(Vec::new());
             t.intern(v as u32, MeshSharding::replicated(r));
         }
         t
     }
 
+    /// The table-wide number of `layout`, adding it if new.
+    pub fn number_of(&mut self, layout: MeshSharding) -> u32 {
+        let same = self.numbers.entry(fingerprint(&layout)).or_default();
+        match same.iter().find(|&&n| self.numbered[n as usize] == layout) {
+            Some(&n) => n,
+            None => {
+                let n = u32::try_from(self.numbered.len()).expect("fewer than 2^32 layouts");
+                same.push(n);
+                self.numbered.push(layout);
+                n
+            }
+        }
+    }
+
     /// The index of `layout` for value `v`, adding it if new.
     pub fn intern(&mut self, v: u32, layout: MeshSharding) -> u16 {
-        // A value has a few dozen layouts at most: a scan of fingerprints
-        // beats a hash map per value.
-        let print = fingerprint(&layout);
-        let (list, prints) = (&mut self.per_value[v as usize], &mut self.prints[v as usize]);
-        if let Some(i) = prints.iter().zip(list.iter()).position(|(&p, l)| p == print && *l == layout) {
-            return i as u16;
+        let n = self.number_of(layout);
+        self.intern_number(v, n)
+    }
+
+    /// The index for value `v` of the layout numbered `n`, adding it if
+    /// new. A value has a few dozen layouts at most: a scan beats a map.
+    pub fn intern_number(&mut self, v: u32, n: u32) -> u16 {
+        let list = &mut self.per_value[v as usize];
+        match list.iter().position(|&m| m == n) {
+            Some(i) => i as u16,
+            None => {
+                let i = u16::try_from(list.len()).expect("fewer than 65536 layouts per value");
+                list.push(n);
+                i
+            }
         }
-        let i = u16::try_from(list.len()).expect("fewer than 65536 layouts per value");
-        list.push(layout);
-        prints.push(print);
-        i
+    }
+
+    /// The layout numbered `n`.
+    pub fn numbered(&self, n: u32) -> &MeshSharding {
+        &self.numbered[n as usize]
+    }
+
+    /// The table-wide number of layout `i` of value `v`.
+    pub fn number(&self, v: u32, i: u16) -> u32 {
+        self.per_value[v as usize][i as usize]
     }
 
     /// Layout `i` of value `v`.
     pub fn get(&self, v: u32, i: u16) -> &MeshSharding {
-        &self.per_value[v as usize][i as usize]
+        &self.numbered[self.number(v, i) as usize]
     }
 
-    /// All layouts of value `v`.
-    pub fn of(&self, v: u32) -> &[MeshSharding] {
-        &self.per_value[v as usize]
+    /// All layouts of value `v`, by index.
+    pub fn of(&self, v: u32) -> impl Iterator<Item = &MeshSharding> + '_ {
+        self.per_value[v as usize].iter().map(|&n| &self.numbered[n as usize])
+    }
+
+    /// The index of `layout` for value `v`, if it has it.
+    pub fn find(&self, v: u32, layout: &MeshSharding) -> Option<u16> {
+        self.per_value[v as usize].iter().position(|&n| self.numbered[n as usize] == *layout).map(|i| i as u16)
     }
 }
 
@@ -275,6 +317,9 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
     };
     let mut deferred = vec![false; f.values.len()];
     let (mut rules, mut strategies, mut flops) = (Vec::new(), Vec::new(), Vec::new());
+    // (factor axes, operand layout numbers, result layout number)
+    type Form = (Vec<Vec<usize>>, Vec<u32>, u32);
+    let mut forms_memo: rustc_hash::FxHashMap<(OpRule, bool, bool), Vec<Form>> = Default::default();
     let elementwise: Vec<bool> = f
         .insts
         .iter()
@@ -303,22 +348,34 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
         let mut list = Vec::new();
         {
             let every = opts.shard_every_dot && matches!(inst.op, Op::DotGeneral(_)) && !deferred[r.index()];
-            let forms = if deferred[r.index()] {
-                vec![vec![Vec::new(); rule.factors.len()]]
-            } else {
-                enumerate_strategies(&rule, mesh, every)
-            };
-            for m in forms {
-                let Some((op_l, res_l)) = tensor_layouts(&rule, &m, mesh) else { continue };
-                if ann[r.index()].as_ref().is_some_and(|a| !matches(&res_l, a)) {
+            // Instructions of the same rule (every layer of a model) have
+            // the same sharded forms: they are enumerated once.
+            let key = (rule.clone(), deferred[r.index()], every);
+            let sharded = forms_memo.entry(key).or_insert_with(|| {
+                let forms = if deferred[r.index()] {
+                    vec![vec![Vec::new(); rule.factors.len()]]
+                } else {
+                    enumerate_strategies(&rule, mesh, every)
+                };
+                let mut out = Vec::new();
+                for m in forms {
+                    // Rank-0 operands are always replicated; others per factors.
+                    let Some((op_l, res_l)) = tensor_layouts(&rule, &m, mesh) else { continue };
+                    let ops = op_l.into_iter().map(|l| layouts.number_of(l)).collect();
+                    out.push((m, ops, layouts.number_of(res_l)));
+                }
+                out
+            });
+            for (m, op_n, res_n) in sharded.iter() {
+                if ann[r.index()].as_ref().is_some_and(|a| !matches(layouts.numbered(*res_n), a)) {
                     continue;
                 }
-                // Rank-0 operands are always replicated; others per factors.
-                let operands = inst.operands.iter().zip(op_l).map(|(&o, l)| layouts.intern(o.0, l)).collect::<Vec<_>>();
+                let operands =
+                    inst.operands.iter().zip(op_n).map(|(&o, &n)| layouts.intern_number(o.0, n)).collect::<Vec<_>>();
                 let used = m.iter().flatten().fold(0u64, |acc, &a| acc | (1 << a));
                 let split = (0..mesh.axes().len()).filter(|a| used & (1 << a) != 0).map(|a| mesh.size(a)).product();
-                let result = layouts.intern(r.0, res_l);
-                list.push(Strategy { factor_axes: m, result, operands, split });
+                let result = layouts.intern_number(r.0, *res_n);
+                list.push(Strategy { factor_axes: m.clone(), result, operands, split });
             }
             if list.is_empty() {
                 let site = Site::new(&f.name, value_subject(f, r), inst.loc);

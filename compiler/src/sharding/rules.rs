@@ -69,7 +69,7 @@ pub enum RuleKind {
 }
 
 /// The sharding rule of one instruction.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OpRule {
     /// All factors, numbered by position.
     pub factors: Vec<Factor>,

@@ -11,7 +11,7 @@ impl Ctx<'_> {
     /// its return, when the layout it is returned in is known) from the
     /// classes in `mask`: the future the ranking assumes.
     pub(super) fn future(&mut self, u: u32, mask: u64, step: usize, homes: &dyn Fn(usize) -> Option<u8>) -> f64 {
-        let Some(base) = &self.base else { return 0.0 };
+        let Some(base) = self.base.as_ref() else { return 0.0 };
         if mask == 0 {
             return 0.0;
         }
@@ -31,7 +31,7 @@ impl Ctx<'_> {
         }
         let mut have = mask;
         let mut total = 0.0;
-        let targets: Vec<u8> = list[start..].iter().map(|&(_, t)| t).chain(root).collect();
+        let targets = list[start..].iter().map(|&(_, t)| t).chain(root);
         for t in targets {
             match self.paths.get(self.p, u, have, t) {
                 Some((c, add)) => {

@@ -174,6 +174,25 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
     init.fut = 0.0;
     let mut states = vec![init];
     let (mut exact, mut max_states, mut truncated_steps) = (true, 1, 0);
+    // Buffers reused across steps: the candidates, whether each is
+    // dominated, and the candidates of each live-class hash as chains
+    // (`first[hash]` then `next[j]`) rather than one vector per hash.
+    let mut cands: Vec<Cand> = Vec::new();
+    let mut dead: Vec<bool> = Vec::new();
+    let mut next: Vec<u32> = Vec::new();
+    let mut first: HashMap<u64, u32> = HashMap::default();
+    // Partial plans with the same live classes have the same future.
+    // Without a budget the cheaper one dominates; with one, a plan
+    // dominates only if it is no worse in both time and peak memory
+    // (the other may leave room for a larger layout later).
+    let pareto = cfg.budget.is_some() && cfg.obj == Objective::Time;
+    let dominated = |a: &Cand, b_key: (f64, f64), b: &Outcome| {
+        if pareto {
+            a.4.cost <= b.cost && a.4.peak <= b.peak
+        } else {
+            a.0 <= b_key
+        }
+    };
     for step in 0..=n {
         let is_return = step == n;
         if !is_return && s.deferred[s.inst_value[step] as usize] && s.first_used_at[step].is_empty() {
@@ -191,56 +210,72 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
             _ => (0..cx.combos(step)).collect(),
         };
         let opt_of = |oi: usize| if is_return { None } else { Some(&p.options[step][oi]) };
-        // (key, state index, option index, combo, outcome)
-        let mut cands: Vec<Cand> = Vec::new();
-        // Partial plans with the same live classes have the same future.
-        // Without a budget the cheaper one dominates; with one, a plan
-        // dominates only if it is no worse in both time and peak memory
-        // (the other may leave room for a larger layout later).
-        let pareto = cfg.budget.is_some() && cfg.obj == Objective::Time;
-        let mut same: HashMap<u64, Vec<usize>> = HashMap::default();
-        let mut dead: Vec<bool> = Vec::new();
+        cands.clear();
+        dead.clear();
+        next.clear();
+        first.clear();
         for (si, st) in states.iter().enumerate() {
             for &oi in &option_ids {
                 for &combo in &combo_ids {
                     let Some(o) = cx.eval(st, step, opt_of(oi), combo, None) else { continue };
                     let key = cx.key(&o, step);
-                    let group = same.entry(o.hash).or_default();
-                    let dominated = |a: &Outcome, ka: (f64, f64), b: &Outcome, kb: (f64, f64)| {
-                        if pareto {
-                            a.cost <= b.cost && a.peak <= b.peak
-                        } else {
-                            ka <= kb
+                    const END: u32 = u32::MAX;
+                    let head = first.get(&o.hash).copied().unwrap_or(END);
+                    let mut j = head;
+                    let mut beaten = false;
+                    while j != END {
+                        if !dead[j as usize] && dominated(&cands[j as usize], key, &o) {
+                            beaten = true;
+                            break;
                         }
-                    };
-                    if group.iter().any(|&j| dominated(&cands[j].4, cands[j].0, &o, key)) {
+                        j = next[j as usize];
+                    }
+                    if beaten {
                         continue;
                     }
-                    for &j in group.iter() {
-                        if dominated(&o, key, &cands[j].4, cands[j].0) {
-                            dead[j] = true;
+                    let mut j = head;
+                    while j != END {
+                        let c = &cands[j as usize];
+                        if !dead[j as usize] && dominated(&(key, 0, 0, 0, o), c.0, &c.4) {
+                            dead[j as usize] = true;
                         }
+                        j = next[j as usize];
                     }
-                    group.retain(|&j| !dead[j]);
-                    group.push(cands.len());
+                    first.insert(o.hash, cands.len() as u32);
+                    next.push(head);
                     cands.push((key, si, oi, combo, o));
                     dead.push(false);
                 }
             }
         }
-        let mut cands: Vec<_> = cands.into_iter().zip(dead).filter(|(_, d)| !d).map(|(c, _)| c).collect();
-        if cands.is_empty() {
+        let mut kept: Vec<Cand> = cands.drain(..).zip(&dead).filter(|(_, d)| !**d).map(|(c, _)| c).collect();
+        if kept.is_empty() {
             return None;
         }
-        max_states = max_states.max(cands.len());
-        cands.sort_by(|a, b| a.0 .0.total_cmp(&b.0 .0).then(a.0 .1.total_cmp(&b.0 .1)));
-        if cands.len() > cfg.beam {
-            cands.truncate(cfg.beam);
+        max_states = max_states.max(kept.len());
+        // The best `beam` in (key, generation order): what a stable sort
+        // then truncation keeps, without sorting the rest.
+        let order = |a: &Cand, b: &Cand| a.0 .0.total_cmp(&b.0 .0).then(a.0 .1.total_cmp(&b.0 .1));
+        if kept.len() > cfg.beam {
+            let mut idx: Vec<(usize, &Cand)> = kept.iter().enumerate().collect();
+            idx.select_nth_unstable_by(cfg.beam - 1, |a, b| order(a.1, b.1).then(a.0.cmp(&b.0)));
+            let mut top: Vec<usize> = idx[..cfg.beam].iter().map(|e| e.0).collect();
+            top.sort_unstable();
+            let mut keep = vec![false; kept.len()];
+            for i in top {
+                keep[i] = true;
+            }
+            let mut i = 0;
+            kept.retain(|_| {
+                i += 1;
+                keep[i - 1]
+            });
             exact = false;
             truncated_steps += 1;
         }
+        kept.sort_by(order);
         states =
-            cands.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opt_of(oi), oi, combo).0).collect();
+            kept.iter().map(|&(_, si, oi, combo, _)| cx.apply(&states[si], step, opt_of(oi), oi, combo).0).collect();
     }
     // The states left are complete plans, best first.
     let best = states.into_iter().next()?;
