@@ -24,16 +24,14 @@ use weft_ir::interp::Interpreter;
 fn step_under(
     module: &dyn Fn(&Shardings) -> weft_ir::Module,
     params: &[(String, Vec<usize>, TpRole)],
-    batch: &[(String, usize)],
+    batch: &[(&str, usize)],
     st: Strategy,
     mesh: &Mesh,
     mut tc: TrainConfig,
 ) -> TrainStep {
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
     let sh = strategy::shardings(st, params, batch, tc.optimizer.slots(), &axes);
-    tc.state_shardings = sh.state;
-    tc.grad_shardings = sh.grads;
-    let m = module(&sh.inputs);
+    let m = module(&sh.configure(&mut tc));
     build_train_step(&m, m.function("loss").unwrap(), &tc).unwrap()
 }
 
@@ -44,13 +42,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn gpt_lowering() {
     let cfg = gpt::GptConfig { vocab: 64, seq: 16, d_model: 32, heads: 4, layers: 32, batch: 8, ..Default::default() };
-    let params: Vec<_> =
-        gpt::param_shapes(&cfg).into_iter().map(|(n, s)| (n.clone(), s, strategy::gpt_role(&n))).collect();
-    let batch = [("tokens".to_string(), 2), ("targets".to_string(), 2)];
     let tc = TrainConfig { optimizer: Optimizer::adamw(), schedule: Schedule::Constant(1e-3), ..Default::default() };
     let mesh = Mesh::parse("data=2,model=4").unwrap();
     let build = |s: &Shardings| gpt::build(&cfg, s).unwrap();
-    let ts = step_under(&build, &params, &batch, Strategy::TensorParallel, &mesh, tc);
+    let ts = step_under(&build, &strategy::gpt_params(&cfg), &strategy::GPT_BATCH, Strategy::TensorParallel, &mesh, tc);
     let (mut t_inline, mut t_prop, mut t_part) = (vec![], vec![], vec![]);
     let mut summary = String::new();
     for _ in 0..3 {
@@ -115,13 +110,11 @@ fn mlp_step_times() {
         .collect();
     println!("MLP training step (4 layers, D=64, H=128, B=256), CPU, median of 5:");
     println!("  unsharded interpreter: {:?}", median(times));
-    let shapes: Vec<_> =
-        mlp::param_shapes(&cfg).into_iter().map(|(n, s)| (n.clone(), s, strategy::mlp_role(&n))).collect();
-    let inputs = [("x".to_string(), 2), ("y".to_string(), 2)];
+    let shapes = strategy::mlp_params(&cfg);
     let build = |s: &Shardings| mlp::build(&cfg, s).unwrap();
     for (st, mesh) in strategies {
         let mesh = Mesh::parse(mesh).unwrap();
-        let ts = step_under(&build, &shapes, &inputs, st, &mesh, tc0.clone());
+        let ts = step_under(&build, &shapes, &strategy::MLP_BATCH, st, &mesh, tc0.clone());
         let t = Instant::now();
         let pf =
             weft::compiler::partition::compile(&ts.module, "train_step", &mesh, &PropagateOptions::default()).unwrap();

@@ -12,10 +12,11 @@
 //! Mesh axes are called `data` (batch / FSDP / ZeRO) and `model` (tensor
 //! parallel); a strategy only uses the axes the mesh has.
 
-use crate::models::Shardings;
+use crate::models::{gpt, mlp, Shardings};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use weft_compiler::train::TrainConfig;
 use weft_ir::TensorSharding;
 
 /// A parallelism strategy.
@@ -109,6 +110,32 @@ pub struct StrategyShardings {
     pub grads: BTreeMap<String, TensorSharding>,
 }
 
+impl StrategyShardings {
+    /// Puts the optimizer-state and gradient annotations into `tc` and
+    /// returns the parameter and batch annotations, for the model builder.
+    pub fn configure(self, tc: &mut TrainConfig) -> Shardings {
+        tc.state_shardings = self.state;
+        tc.grad_shardings = self.grads;
+        self.inputs
+    }
+}
+
+/// The batch inputs of the residual MLP (name, rank).
+pub const MLP_BATCH: [(&str, usize); 2] = [("x", 2), ("y", 2)];
+
+/// The batch inputs of the GPT (name, rank).
+pub const GPT_BATCH: [(&str, usize); 2] = [("tokens", 2), ("targets", 2)];
+
+/// The residual MLP's parameters (name, shape, tensor-parallel role).
+pub fn mlp_params(cfg: &mlp::MlpConfig) -> Vec<(String, Vec<usize>, TpRole)> {
+    mlp::param_shapes(cfg).into_iter().map(|(n, s)| (n.clone(), s, mlp_role(&n))).collect()
+}
+
+/// The GPT's parameters (name, shape, tensor-parallel role).
+pub fn gpt_params(cfg: &gpt::GptConfig) -> Vec<(String, Vec<usize>, TpRole)> {
+    gpt::param_shapes(cfg).into_iter().map(|(n, s)| (n.clone(), s, gpt_role(&n))).collect()
+}
+
 /// The annotations of `strategy` for parameters `params` (name, shape,
 /// tensor-parallel role), batch inputs `batch` (name, rank; dimension 0 is
 /// the batch), optimizer slot prefixes `slots` (e.g. `opt.m`), on a mesh
@@ -116,20 +143,22 @@ pub struct StrategyShardings {
 pub fn shardings(
     strategy: Strategy,
     params: &[(String, Vec<usize>, TpRole)],
-    batch: &[(String, usize)],
+    batch: &[(&str, usize)],
     slots: &[&str],
     axes: &[&str],
 ) -> StrategyShardings {
-    let has = |a: &str| axes.contains(&a);
     let mut out = StrategyShardings::default();
-    let dp = has("data") && strategy != Strategy::None;
-    if dp {
-        for (name, rank) in batch {
-            let mut dims: Vec<Vec<&str>> = vec![vec![]; *rank];
-            if *rank > 0 {
+    if strategy == Strategy::None {
+        return out;
+    }
+    let has = |a: &str| axes.contains(&a);
+    if has("data") {
+        for &(name, rank) in batch {
+            let mut dims: Vec<Vec<&str>> = vec![vec![]; rank];
+            if rank > 0 {
                 dims[0] = vec!["data"];
             }
-            out.inputs.insert(name.clone(), sharding(&dims));
+            out.inputs.insert(name.to_string(), sharding(&dims));
         }
     }
     let tp = has("model") && matches!(strategy, Strategy::TensorParallel | Strategy::FsdpTp);
@@ -153,9 +182,6 @@ pub fn shardings(
         let mut data_dims = dims.clone();
         if let Some(d) = data_dim {
             data_dims[d].insert(0, "data");
-        }
-        if strategy == Strategy::None {
-            continue;
         }
         // Every parameter and optimizer-state leaf is annotated, replicated
         // where the strategy does not split it: left open, propagation
@@ -213,7 +239,7 @@ mod tests {
             ("params.layers.0.w1".to_string(), vec![8, 16], TpRole::Column),
             ("params.layers.0.w2".to_string(), vec![16, 8], TpRole::Row),
         ];
-        let batch = vec![("x".to_string(), 2)];
+        let batch = [("x", 2)];
         let axes = ["data", "model"];
         let s = |st: Strategy| shardings(st, &params, &batch, &["opt.m"], &axes);
         let dp = s(Strategy::DataParallel);

@@ -44,13 +44,12 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// The model's parameters with their shapes.
+/// A model: its parameters, batch inputs, builder, initial values and batch.
 trait Model {
-    fn params(&self) -> Vec<(String, Vec<usize>)>;
-    /// A parameter's tensor-parallel role.
-    fn role(&self, name: &str) -> TpRole;
+    /// The parameters (name, shape, tensor-parallel role).
+    fn params(&self) -> Vec<(String, Vec<usize>, TpRole)>;
     /// The batch inputs (name, rank).
-    fn batch_inputs(&self) -> Vec<(String, usize)>;
+    fn batch_inputs(&self) -> &'static [(&'static str, usize)];
     fn build(&self, s: &Shardings) -> Module;
     fn init(&self) -> Tree;
     fn batch(&self) -> Tree;
@@ -60,14 +59,11 @@ struct Mlp(mlp::MlpConfig);
 struct Gpt(gpt::GptConfig);
 
 impl Model for Mlp {
-    fn params(&self) -> Vec<(String, Vec<usize>)> {
-        mlp::param_shapes(&self.0)
+    fn params(&self) -> Vec<(String, Vec<usize>, TpRole)> {
+        strategy::mlp_params(&self.0)
     }
-    fn role(&self, name: &str) -> TpRole {
-        strategy::mlp_role(name)
-    }
-    fn batch_inputs(&self) -> Vec<(String, usize)> {
-        vec![("x".into(), 2), ("y".into(), 2)]
+    fn batch_inputs(&self) -> &'static [(&'static str, usize)] {
+        &strategy::MLP_BATCH
     }
     fn build(&self, s: &Shardings) -> Module {
         mlp::build(&self.0, s).unwrap()
@@ -81,14 +77,11 @@ impl Model for Mlp {
 }
 
 impl Model for Gpt {
-    fn params(&self) -> Vec<(String, Vec<usize>)> {
-        gpt::param_shapes(&self.0)
+    fn params(&self) -> Vec<(String, Vec<usize>, TpRole)> {
+        strategy::gpt_params(&self.0)
     }
-    fn role(&self, name: &str) -> TpRole {
-        strategy::gpt_role(name)
-    }
-    fn batch_inputs(&self) -> Vec<(String, usize)> {
-        vec![("tokens".into(), 2), ("targets".into(), 2)]
+    fn batch_inputs(&self) -> &'static [(&'static str, usize)] {
+        &strategy::GPT_BATCH
     }
     fn build(&self, s: &Shardings) -> Module {
         gpt::build(&self.0, s).unwrap()
@@ -109,11 +102,8 @@ fn train_step(model: &dyn Model, st: Strategy, axes: &[&str]) -> TrainStep {
         schedule: Schedule::Constant(0.05),
         ..Default::default()
     };
-    let params: Vec<_> = model.params().into_iter().map(|(n, s)| (n.clone(), s, model.role(&n))).collect();
-    let sh = strategy::shardings(st, &params, &model.batch_inputs(), cfg.optimizer.slots(), axes);
-    cfg.state_shardings = sh.state;
-    cfg.grad_shardings = sh.grads;
-    let m = model.build(&sh.inputs);
+    let sh = strategy::shardings(st, &model.params(), model.batch_inputs(), cfg.optimizer.slots(), axes);
+    let m = model.build(&sh.configure(&mut cfg));
     build_train_step(&m, m.function("loss").unwrap(), &cfg).unwrap()
 }
 

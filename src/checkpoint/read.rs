@@ -277,7 +277,7 @@ fn check_tensors(
                 message: msg,
             };
             let view = st.tensor(&shard.tensor).map_err(|e| bad(format!("tensor `{}`: {e}", shard.tensor)))?;
-            let want = super::write::to_safetensors(leaf.dtype());
+            let want = weft_ir::tensor::safetensors_dtype(leaf.dtype());
             if view.dtype() != want || view.shape() != shard.shape.as_slice() {
                 return Err(bad(format!(
                     "tensor `{}` is {:?}{:?}, the manifest says {:?}{:?}",

@@ -17,15 +17,15 @@ use super::manifest::{hex, FileEntry, LeafEntry, Manifest, ShardEntry, FORMAT, V
 use super::mesh::BlockLayout;
 use super::par::run_jobs;
 use super::state::{CheckpointState, LeafData};
-use safetensors::tensor::{Dtype, Metadata, TensorInfo};
+use safetensors::tensor::{Metadata, TensorInfo};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use weft_ir::tensor::HostTensor;
-use weft_ir::{DType, TensorType};
+use weft_ir::tensor::{safetensors_dtype, HostTensor};
+use weft_ir::TensorType;
 
 /// One safetensors file to write: tensor name to data.
 pub(crate) struct FilePlan<'a> {
@@ -193,7 +193,7 @@ fn write_file(dir: &Path, plan: &FilePlan<'_>, step: u64) -> Result<FileEntry> {
     for (name, t) in &order {
         let len = t.len() * t.dtype().size_bytes();
         let info = TensorInfo {
-            dtype: to_safetensors(t.dtype()),
+            dtype: safetensors_dtype(t.dtype()),
             shape: t.shape().to_vec(),
             data_offsets: (offset, offset + len),
         };
@@ -225,17 +225,4 @@ fn write_file(dir: &Path, plan: &FilePlan<'_>, step: u64) -> Result<FileEntry> {
     }
     file.sync_all().map_err(io("fsync", &path))?;
     Ok(FileEntry { name: plan.name.clone(), bytes, sha256: hex(&sha.finalize()) })
-}
-
-/// The safetensors dtype of a weft dtype.
-pub(crate) fn to_safetensors(d: DType) -> Dtype {
-    match d {
-        DType::F32 => Dtype::F32,
-        DType::F64 => Dtype::F64,
-        DType::BF16 => Dtype::BF16,
-        DType::F16 => Dtype::F16,
-        DType::I32 => Dtype::I32,
-        DType::U32 => Dtype::U32,
-        DType::Bool => Dtype::BOOL,
-    }
 }

@@ -111,29 +111,13 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
     let mut tc = c.optimizer.train_config().map_err(usage)?;
     let slots = tc.optimizer.slots();
     let (module, params, batch) = if let Some(cfg) = c.model.mlp().map_err(usage)? {
-        let ps: Vec<_> = mlp::param_shapes(&cfg)
-            .into_iter()
-            .map(|(n, s)| {
-                let r = strategy::mlp_role(&n);
-                (n, s, r)
-            })
-            .collect();
-        let sh = strategy::shardings(strategy, &ps, &[("x".into(), 2), ("y".into(), 2)], slots, axes);
-        tc.state_shardings = sh.state;
-        tc.grad_shardings = sh.grads;
-        (mlp::build(&cfg, &sh.inputs)?, mlp::init(&cfg, c.seed), mlp::synthetic_batch(&cfg, c.seed))
+        let sh = strategy::shardings(strategy, &strategy::mlp_params(&cfg), &strategy::MLP_BATCH, slots, axes);
+        let inputs = sh.configure(&mut tc);
+        (mlp::build(&cfg, &inputs)?, mlp::init(&cfg, c.seed), mlp::synthetic_batch(&cfg, c.seed))
     } else if let Some(cfg) = c.model.gpt().map_err(usage)? {
-        let ps: Vec<_> = gpt::param_shapes(&cfg)
-            .into_iter()
-            .map(|(n, s)| {
-                let r = strategy::gpt_role(&n);
-                (n, s, r)
-            })
-            .collect();
-        let sh = strategy::shardings(strategy, &ps, &[("tokens".into(), 2), ("targets".into(), 2)], slots, axes);
-        tc.state_shardings = sh.state;
-        tc.grad_shardings = sh.grads;
-        (gpt::build(&cfg, &sh.inputs)?, gpt::init(&cfg, c.seed), gpt::synthetic_batch(&cfg, c.seed))
+        let sh = strategy::shardings(strategy, &strategy::gpt_params(&cfg), &strategy::GPT_BATCH, slots, axes);
+        let inputs = sh.configure(&mut tc);
+        (gpt::build(&cfg, &inputs)?, gpt::init(&cfg, c.seed), gpt::synthetic_batch(&cfg, c.seed))
     } else {
         unreachable!("ModelConfig has two kinds")
     };

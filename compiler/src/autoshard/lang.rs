@@ -20,6 +20,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use weft_ir::TensorType;
 
 /// Up to 16 mesh axis indices (each below 15), in order, packed in a `u64`.
@@ -235,7 +236,7 @@ pub struct LayoutAnalysis {
     pub stepped: HashMap<(u32, CollKey), u32>,
     /// The plain chains of [`reach`] between two layouts, by table-wide
     /// numbers.
-    pub chains: HashMap<(u32, u32), Vec<CollKey>>,
+    pub chains: HashMap<(u32, u32), Arc<[CollKey]>>,
     /// (value, from, to) reshard shortcuts already considered.
     pub collapsed: RefCell<HashSet<(u32, u16, u16)>>,
     /// Classes created or changed since the rules last searched (see
@@ -290,11 +291,12 @@ impl LayoutAnalysis {
             return c;
         }
         let ty = &self.types[v as usize];
+        let axes = k.axes.to_vec();
         let mut bytes = self.cost.local_bytes(ty, self.space.layouts.get(v, l));
         if k.kind == CollKind::AllGather {
-            bytes *= self.cost.mesh().product(&k.axes.to_vec()) as f64;
+            bytes *= self.cost.mesh().product(&axes) as f64;
         }
-        let c = self.cost.collective(k.kind, &k.axes.to_vec(), bytes);
+        let c = self.cost.collective(k.kind, &axes, bytes);
         self.steps.borrow_mut().insert(key, c);
         c
     }
@@ -431,13 +433,13 @@ fn build_chain(g: &mut ShardGraph, from: Id, to: u16) -> Id {
     let keys = match g.analysis.chains.get(&key) {
         Some(keys) => keys.clone(),
         None => {
-            let keys = chain_steps(layouts.numbered(key.0), layouts.numbered(key.1));
+            let keys: Arc<[CollKey]> = chain_steps(layouts.numbered(key.0), layouts.numbered(key.1)).into();
             g.analysis.chains.insert(key, keys.clone());
             keys
         }
     };
     let mut cur = g.find(from);
-    for k in keys {
+    for &k in keys.iter() {
         cur = add_step(g, cur, k);
     }
     let got = g[cur].data;

@@ -117,7 +117,7 @@ impl LayoutTable {
 
     /// The index of `layout` for value `v`, if it has it.
     pub fn find(&self, v: u32, layout: &MeshSharding) -> Option<u16> {
-        self.per_value[v as usize].iter().position(|&n| self.numbered[n as usize] == *layout).map(|i| i as u16)
+        self.of(v).position(|l| l == layout).map(|i| i as u16)
     }
 }
 

@@ -21,7 +21,9 @@ mod safetensors_io;
 
 pub use compare::{assert_close, check_close, epsilon};
 pub use element::Element;
-pub use safetensors_io::{from_safetensors_bytes, read_safetensors, to_safetensors_bytes, write_safetensors};
+pub use safetensors_io::{
+    from_safetensors_bytes, read_safetensors, safetensors_dtype, to_safetensors_bytes, write_safetensors,
+};
 
 use crate::{DType, IrError, Shape, TensorType};
 use half::{bf16, f16};

@@ -32,7 +32,8 @@ fn to_weft(d: Dtype) -> Option<DType> {
     })
 }
 
-fn to_safetensors(d: DType) -> Dtype {
+/// The safetensors dtype of a weft dtype.
+pub fn safetensors_dtype(d: DType) -> Dtype {
     match d {
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
@@ -63,7 +64,7 @@ fn encode(path: &str, tensors: &BTreeMap<String, HostTensor>) -> Result<Vec<u8>,
         tensors.iter().map(|(n, t)| (n, t.dtype(), t.shape(), t.to_bytes_le())).collect();
     let mut views = Vec::with_capacity(buffers.len());
     for (name, dtype, shape, bytes) in &buffers {
-        let view = TensorView::new(to_safetensors(*dtype), shape.to_vec(), bytes)
+        let view = TensorView::new(safetensors_dtype(*dtype), shape.to_vec(), bytes)
             .map_err(|e| file_error(path, format!("tensor `{name}`: {e}")))?;
         views.push((name.as_str(), view));
     }

@@ -186,11 +186,11 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
     // dominates only if it is no worse in both time and peak memory
     // (the other may leave room for a larger layout later).
     let pareto = cfg.budget.is_some() && cfg.obj == Objective::Time;
-    let dominated = |a: &Cand, b_key: (f64, f64), b: &Outcome| {
+    let dominates = |ka: (f64, f64), a: &Outcome, kb: (f64, f64), b: &Outcome| {
         if pareto {
-            a.4.cost <= b.cost && a.4.peak <= b.peak
+            a.cost <= b.cost && a.peak <= b.peak
         } else {
-            a.0 <= b_key
+            ka <= kb
         }
     };
     for step in 0..=n {
@@ -224,7 +224,8 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
                     let mut j = head;
                     let mut beaten = false;
                     while j != END {
-                        if !dead[j as usize] && dominated(&cands[j as usize], key, &o) {
+                        let c = &cands[j as usize];
+                        if !dead[j as usize] && dominates(c.0, &c.4, key, &o) {
                             beaten = true;
                             break;
                         }
@@ -236,7 +237,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
                     let mut j = head;
                     while j != END {
                         let c = &cands[j as usize];
-                        if !dead[j as usize] && dominated(&(key, 0, 0, 0, o), c.0, &c.4) {
+                        if !dead[j as usize] && dominates(key, &o, c.0, &c.4) {
                             dead[j as usize] = true;
                         }
                         j = next[j as usize];
@@ -257,19 +258,11 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
         // then truncation keeps, without sorting the rest.
         let order = |a: &Cand, b: &Cand| a.0 .0.total_cmp(&b.0 .0).then(a.0 .1.total_cmp(&b.0 .1));
         if kept.len() > cfg.beam {
-            let mut idx: Vec<(usize, &Cand)> = kept.iter().enumerate().collect();
-            idx.select_nth_unstable_by(cfg.beam - 1, |a, b| order(a.1, b.1).then(a.0.cmp(&b.0)));
-            let mut top: Vec<usize> = idx[..cfg.beam].iter().map(|e| e.0).collect();
+            let mut top: Vec<usize> = (0..kept.len()).collect();
+            top.select_nth_unstable_by(cfg.beam - 1, |&a, &b| order(&kept[a], &kept[b]).then(a.cmp(&b)));
+            top.truncate(cfg.beam);
             top.sort_unstable();
-            let mut keep = vec![false; kept.len()];
-            for i in top {
-                keep[i] = true;
-            }
-            let mut i = 0;
-            kept.retain(|_| {
-                i += 1;
-                keep[i - 1]
-            });
+            kept = top.into_iter().map(|i| kept[i]).collect();
             exact = false;
             truncated_steps += 1;
         }
