@@ -15,6 +15,11 @@
 //! state counts and the plan's step time and memory. Results go in
 //! BENCHMARKS.md.
 
+/// The allocator the `weft` CLI uses (src/main.rs), so the times are what
+/// `weft shard --auto` spends.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::{Duration, Instant};
 use weft::compiler::autoshard::{auto_shard, fmt_bytes, AutoShardOptions, AutoShardPlan};
 use weft::compiler::sharding::Mesh;

@@ -380,22 +380,23 @@ impl Analysis<ShardLang> for LayoutAnalysis {
     /// has one is unioned with it.
     fn modify(egraph: &mut ShardGraph, id: Id) {
         egraph.analysis.dirty.get_mut().push(id);
-        let info = egraph[id].data;
+        let class = &egraph[id];
+        let (info, home) = (class.data, class.nodes.iter().any(ShardLang::is_home));
         let key = (info.value, info.layout);
-        if !egraph.analysis.homes.contains(&key) && egraph[id].nodes.iter().any(ShardLang::is_home) {
-            egraph.analysis.homes.insert(key);
-            egraph.analysis.new_homes.get_mut().push(id);
+        let a = &mut egraph.analysis;
+        if home && a.homes.insert(key) {
+            a.new_homes.get_mut().push(id);
         }
-        match egraph.analysis.class_of.get(&key).copied() {
-            Some(other) => {
-                let (a, b) = (egraph.find(other), egraph.find(id));
-                if a != b {
-                    egraph.union(a, b);
-                }
+        let other = match a.class_of.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => *o.get(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(id);
+                return;
             }
-            None => {
-                egraph.analysis.class_of.insert(key, id);
-            }
+        };
+        let (a, b) = (egraph.find(other), egraph.find(id));
+        if a != b {
+            egraph.union(a, b);
         }
     }
 }

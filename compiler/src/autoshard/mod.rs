@@ -108,9 +108,9 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         new_homes: Default::default(),
         found: RefCell::new((0..rewrites::N_RULES).map(|_| Vec::new()).collect()),
     };
-    let mut runner = egg::Runner::new(analysis);
-    build::load(&mut runner.egraph, f);
-    let (mut g, egraph) = rewrites::saturate(runner, &opts.limits);
+    let mut g = egg::EGraph::new(analysis);
+    build::load(&mut g, f);
+    let (mut g, egraph) = rewrites::saturate(g, &opts.limits);
     clock.lap("e-graph");
     let problem = problem::build_problem(&g, f.values.len(), f.insts.len());
     let sched = build::schedule(f, &g.analysis.space, &problem);
@@ -211,25 +211,27 @@ fn choose(
     rounds: usize,
     work: usize,
 ) -> Result<Extraction, Extraction> {
-    let eval = |c: &Choice| {
-        let cfg = Config { obj: Objective::Time, budget: None, beam: 1, base: Some(c), fixed: true };
-        search(problem, sched, &cfg)
-    };
+    // Routes inside a value depend on the problem only: one memo serves
+    // every evaluation and search below.
+    let mut paths = problem::Paths::default();
     let max_seeds = (work / f.insts.len().max(1)).clamp(9, 64);
     let seeds: Vec<(Choice, (f64, f64))> = seeds::candidates(f, space, problem, mesh, max_seeds)
         .into_iter()
-        .filter_map(|c| extract::evaluate(problem, sched, &c).map(|x| (c, x)))
+        .filter_map(|c| extract::evaluate(problem, sched, &c, &mut paths).map(|x| (c, x)))
         .collect();
     let fits_peak = |peak: f64| budget.is_none_or(|b| peak <= b * (1.0 + 1e-12));
     let fits = |x: &Extraction| fits_peak(x.peak);
     let by_cost = |a: &&(Choice, (f64, f64)), b: &&(Choice, (f64, f64))| a.1 .0.total_cmp(&b.1 .0);
-    let mut base: Option<Choice> = seeds.iter().filter(|s| fits_peak(s.1 .1)).min_by(by_cost).map(|s| s.0.clone());
+    let best_seed = seeds.iter().filter(|s| fits_peak(s.1 .1)).min_by(by_cost);
+    // The base's cost, while it is a seed (already evaluated).
+    let mut base_cost = best_seed.map(|s| s.1 .0);
+    let mut base: Option<Choice> = best_seed.map(|s| s.0.clone());
     if base.is_none() {
         // The smallest-memory plan: a memory-first search from the leanest
         // seed. If it fits, it is the base; otherwise nothing fits.
         let lean = seeds.iter().min_by(|a, b| a.1 .1.total_cmp(&b.1 .1)).map(|s| s.0.clone());
         let cfg = Config { obj: Objective::Memory, budget: None, beam, base: lean.as_ref(), fixed: false };
-        let min_memory = search(problem, sched, &cfg).expect("without a budget every program has a plan");
+        let min_memory = search(problem, sched, &cfg, &mut paths).expect("without a budget every program has a plan");
         if !fits(&min_memory) {
             return Err(min_memory);
         }
@@ -240,18 +242,23 @@ fn choose(
     // and may find plans far from every seed.
     if beam >= 1024 {
         let cfg = Config { obj: Objective::Time, budget, beam, base: None, fixed: false };
-        if let Some(x) = search(problem, sched, &cfg) {
-            if extract::evaluate(problem, sched, &base).is_none_or(|b| x.cost < b.0) {
+        if let Some(x) = search(problem, sched, &cfg, &mut paths) {
+            let current = base_cost.or_else(|| extract::evaluate(problem, sched, &base, &mut paths).map(|b| b.0));
+            if current.is_none_or(|b| x.cost < b) {
                 base = x.choice();
+                base_cost = None;
             }
         }
     }
     let mut best: Option<Extraction> = None;
-    let mut best_cost = extract::evaluate(problem, sched, &base).map_or(f64::INFINITY, |x| x.0);
+    let mut best_cost = match base_cost {
+        Some(c) => c,
+        None => extract::evaluate(problem, sched, &base, &mut paths).map_or(f64::INFINITY, |x| x.0),
+    };
     let mut exact = false;
     for _ in 0..rounds.max(1) {
         let cfg = Config { obj: Objective::Time, budget, beam, base: Some(&base), fixed: false };
-        let Some(x) = search(problem, sched, &cfg) else { break };
+        let Some(x) = search(problem, sched, &cfg, &mut paths) else { break };
         exact |= x.exact;
         let better = x.cost < best_cost * (1.0 - 1e-12);
         if better || best.is_none() {
@@ -264,7 +271,8 @@ fn choose(
         }
     }
     if best.is_none() {
-        best = eval(&base);
+        let cfg = Config { obj: Objective::Time, budget: None, beam: 1, base: Some(&base), fixed: true };
+        best = search(problem, sched, &cfg, &mut paths);
     }
     let mut best = best.expect("the base plan fits the budget");
     best.exact = exact;

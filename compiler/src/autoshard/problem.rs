@@ -87,7 +87,9 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
         dropped_classes: 0,
         free_from: vec![Vec::new(); nv],
     };
-    let mut index: HashMap<Id, (u32, u8)> = HashMap::default();
+    // (value, class index) of each class, by id (ids are dense).
+    let max_id = g.classes().map(|c| usize::from(c.id)).max().map_or(0, |m| m + 1);
+    let mut index: Vec<Option<(u32, u8)>> = vec![None; max_id];
     for (v, list) in per.iter_mut().enumerate() {
         list.sort_unstable();
         if list.len() > MAX_CLASSES {
@@ -103,7 +105,7 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
                 input: false,
                 reduced: l.unreduced.is_empty(),
             });
-            index.insert(id, (v as u32, i as u8));
+            index[usize::from(id)] = Some((v as u32, i as u8));
         }
         p.out[v] = vec![Vec::new(); list.len()];
     }
@@ -115,7 +117,7 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
                     ShardLang::Input(_) => p.classes[v][ci].input = true,
                     ShardLang::Compute(k, ch) => {
                         let children: Option<Vec<(u32, u8)>> =
-                            ch.iter().map(|c| index.get(&g.find(*c)).copied()).collect();
+                            ch.iter().map(|c| index[usize::from(g.find(*c))]).collect();
                         let Some(children) = children else { continue };
                         let s = &a.space.strategies[k.inst as usize][k.strategy as usize];
                         let compute = a.cost.compute(a.space.flops[k.inst as usize], s.split);
@@ -127,7 +129,7 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
                         });
                     }
                     ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => {
-                        let Some(&(_, from)) = index.get(&g.find(ch[0])) else { continue };
+                        let Some((_, from)) = index[usize::from(g.find(ch[0]))] else { continue };
                         if from as usize == ci {
                             continue;
                         }
@@ -202,17 +204,20 @@ pub type Route = (f64, u64, Vec<(u8, usize)>);
 pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<Route> {
     let n = p.classes[v as usize].len();
     let out = &p.out[v as usize];
-    let mut dist = vec![f64::INFINITY; n];
-    let mut prev: Vec<Option<(u8, usize)>> = vec![None; n];
-    let mut done = vec![false; n];
-    for (i, d) in dist.iter_mut().enumerate() {
+    // At most 64 classes per value (MAX_CLASSES): fixed arrays, no
+    // allocation per call.
+    let mut dist = [f64::INFINITY; 64];
+    let mut prev: [(u8, usize); 64] = [(u8::MAX, 0); 64];
+    let mut done = 0u64;
+    for (i, d) in dist.iter_mut().enumerate().take(n) {
         if have & (1 << i) != 0 {
             *d = 0.0;
         }
     }
-    while let Some(u) = (0..n).filter(|&i| !done[i] && dist[i].is_finite()).min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
+    while let Some(u) =
+        (0..n).filter(|&i| done & (1 << i) == 0 && dist[i].is_finite()).min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
     {
-        done[u] = true;
+        done |= 1 << u;
         if u == t as usize {
             break;
         }
@@ -220,7 +225,7 @@ pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<Route> {
             let nd = dist[u] + e.cost;
             if nd < dist[e.to as usize] {
                 dist[e.to as usize] = nd;
-                prev[e.to as usize] = Some((u as u8, ei));
+                prev[e.to as usize] = (u as u8, ei);
             }
         }
     }
@@ -232,7 +237,8 @@ pub fn route(p: &Problem, v: u32, have: u64, t: u8) -> Option<Route> {
     let mut cur = t as usize;
     while have & (1 << cur) == 0 {
         mask |= 1 << cur;
-        let (from, ei) = prev[cur].expect("a reached class has a predecessor");
+        let (from, ei) = prev[cur];
+        assert!(from != u8::MAX, "a reached class of %{v} has no predecessor");
         steps.push((from, ei));
         cur = from as usize;
     }

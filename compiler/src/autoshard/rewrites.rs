@@ -41,12 +41,8 @@ use super::lang::{
     add_step, move_cost, reach, AxisList, CollKey, ComputeKey, InputKey, ReshardKey, ShardGraph, ShardLang,
 };
 use super::options::SearchLimits;
-use egg::{
-    Applier, Id, PatternAst, Rewrite, Runner, SearchMatches, Searcher, SimpleScheduler, StopReason, Subst, Symbol, Var,
-};
-use rustc_hash::FxHashSet;
+use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 fn var(name: &str) -> Var {
     name.parse().expect("valid variable name")
@@ -73,23 +69,64 @@ fn matches_in(g: &ShardGraph, slot: usize) -> Vec<SearchMatches<'static, ShardLa
     let mut dirty = g.analysis.dirty.borrow_mut();
     let mut new_homes = g.analysis.new_homes.borrow_mut();
     if !dirty.is_empty() || !new_homes.is_empty() {
-        let mut set: FxHashSet<Id> = dirty.drain(..).map(|id| g.find(id)).collect();
-        let homes: Vec<Id> = new_homes.drain(..).map(|id| g.find(id)).collect();
-        set.extend(homes.iter().copied());
-        let parents = |ids: &mut dyn Iterator<Item = Id>| -> Vec<Id> {
-            ids.flat_map(|c| g[c].parents().map(|p| g.find(p)).collect::<Vec<_>>()).collect()
-        };
-        let level1 = parents(&mut set.iter().copied());
-        let home_parents = parents(&mut homes.iter().copied());
-        let level2 = parents(&mut home_parents.into_iter());
-        set.extend(level1);
-        set.extend(level2);
-        let mut ids: Vec<Id> = set.into_iter().collect();
-        ids.sort_unstable();
+        // A bit per class id: the set is dense (most classes are dirty
+        // after an iteration that added many nodes), and scanning it in id
+        // order gives the deterministic order the matches need.
+        let mut base = IdSet::default();
+        for &id in dirty.iter().chain(new_homes.iter()) {
+            base.insert(g.find(id));
+        }
+        let mut set = base.clone();
+        for c in base.ids() {
+            for p in g[c].parents() {
+                set.insert(g.find(p));
+            }
+        }
+        for &h in new_homes.iter() {
+            for p in g[h].parents() {
+                for pp in g[p].parents() {
+                    set.insert(g.find(pp));
+                }
+            }
+        }
+        dirty.clear();
+        new_homes.clear();
+        let ids = set.ids();
         *g.analysis.found.borrow_mut() = scan(g, &ids);
     }
     drop((dirty, new_homes));
     std::mem::take(&mut g.analysis.found.borrow_mut()[slot])
+}
+
+/// A set of class ids, as bits.
+#[derive(Clone, Default)]
+struct IdSet(Vec<u64>);
+
+impl IdSet {
+    /// Adds `id`; whether it was new.
+    fn insert(&mut self, id: Id) -> bool {
+        let i = usize::from(id);
+        let (w, b) = (i / 64, 1u64 << (i % 64));
+        if w >= self.0.len() {
+            self.0.resize(w + 1, 0);
+        }
+        let new = self.0[w] & b == 0;
+        self.0[w] |= b;
+        new
+    }
+
+    /// The ids, in increasing order.
+    fn ids(&self) -> Vec<Id> {
+        let mut out = Vec::new();
+        for (w, &bits) in self.0.iter().enumerate() {
+            let mut x = bits;
+            while x != 0 {
+                out.push(Id::from(w * 64 + x.trailing_zeros() as usize));
+                x &= x - 1;
+            }
+        }
+        out
+    }
 }
 
 /// The variables of the rules' substitutions.
@@ -111,13 +148,15 @@ fn scan(g: &ShardGraph, ids: &[Id]) -> Vec<Vec<SearchMatches<'static, ShardLang>
     let pair_rules = [PairCond::AllReduceSlice, PairCond::GatherSlice, PairCond::ChainCollapse];
     let mut out: Vec<Vec<SearchMatches<'static, ShardLang>>> = (0..N_RULES).map(|_| Vec::new()).collect();
     for &id in ids {
+        // One class lookup serves every rule.
+        let class = &g[id];
         for (slot, &cond) in class_rules.iter().enumerate() {
-            if class_hit(g, id, cond) {
+            if class_hit(g, class, cond) {
                 out[slot].push(SearchMatches { eclass: id, substs: vec![subst1(v.c, id)], ast: None });
             }
         }
         for (i, &cond) in pair_rules.iter().enumerate() {
-            let substs = pair_find(g, id, cond, &v);
+            let substs = pair_find(g, class, cond, &v);
             if !substs.is_empty() {
                 out[class_rules.len() + i].push(SearchMatches { eclass: id, substs, ast: None });
             }
@@ -125,6 +164,9 @@ fn scan(g: &ShardGraph, ids: &[Id]) -> Vec<Vec<SearchMatches<'static, ShardLang>
     }
     out
 }
+
+/// An e-class of the e-graph.
+type Class = egg::EClass<ShardLang, super::lang::ClassInfo>;
 
 /// Number of rules in [`rules`].
 pub(crate) const N_RULES: usize = 6;
@@ -152,9 +194,8 @@ struct ClassRule {
 }
 
 /// Whether class `id` matches class rule `cond`.
-fn class_hit(g: &ShardGraph, id: Id, cond: ClassCond) -> bool {
+fn class_hit(g: &ShardGraph, class: &Class, cond: ClassCond) -> bool {
     let a = &g.analysis;
-    let class = &g[id];
     match cond {
         ClassCond::UnexpandedCompute => {
             class.nodes.iter().any(|n| matches!(n, ShardLang::Compute(k, _) if !a.expanded[k.inst as usize]))
@@ -172,7 +213,11 @@ fn class_hit(g: &ShardGraph, id: Id, cond: ClassCond) -> bool {
 
 impl Searcher<ShardLang, LayoutAnalysis> for ClassRule {
     fn search_eclass_with_limit(&self, g: &ShardGraph, id: Id, _limit: usize) -> Option<SearchMatches<'_, ShardLang>> {
-        class_hit(g, id, self.cond).then(|| SearchMatches { eclass: id, substs: vec![subst1(self.c, id)], ast: None })
+        class_hit(g, &g[id], self.cond).then(|| SearchMatches {
+            eclass: id,
+            substs: vec![subst1(self.c, id)],
+            ast: None,
+        })
     }
 
     fn search_with_limit(&self, g: &ShardGraph, _limit: usize) -> Vec<SearchMatches<'_, ShardLang>> {
@@ -271,79 +316,98 @@ fn coll(n: &ShardLang) -> Option<(&CollKey, Id)> {
     }
 }
 
-/// The matches of pair rule `cond` at class `id`.
-fn pair_find(g: &ShardGraph, id: Id, cond: PairCond, v: &Vars) -> Vec<Subst> {
+/// The matches of `reshard-chain-collapse` at class `id`: for each home
+/// layout of the value that reaches `id` in two steps and was not
+/// considered before, the direct reshard when it is cheaper than the
+/// cheapest such chain.
+///
+/// Only shortcuts from where a value is produced to where it is needed
+/// matter to the extraction; each (value, from, to) is considered once, so
+/// the rule saturates. Comparing with the cheapest chain found, not the
+/// first, makes the outcome independent of the order of a class's e-nodes.
+fn collapse_find(g: &ShardGraph, class: &Class, v: &Vars) -> Vec<Subst> {
+    let (id, x) = (class.id, class.data);
+    let a = &g.analysis;
+    if !a.required.contains(&(x.value, x.layout)) {
+        return Vec::new();
+    }
+    // (home layout, home class, middle class, cheapest chain cost)
+    let mut best: Vec<(u16, Id, Id, f64)> = Vec::new();
     {
-        let mut out = Vec::new();
-        let xinfo = g[id].data;
-        for n2 in &g[id].nodes {
-            match cond {
-                PairCond::AllReduceSlice | PairCond::GatherSlice => {
-                    let Some((k2, c)) = coll(n2) else { continue };
-                    if k2.kind != CollKind::LocalSlice {
-                        continue;
-                    }
-                    for n1 in &g[c].nodes {
-                        let Some((k1, y)) = coll(n1) else { continue };
-                        let ok = match cond {
-                            PairCond::AllReduceSlice => {
-                                k1.kind == CollKind::AllReduce && k2.axes.mask() & !k1.axes.mask() == 0
-                            }
-                            _ => k1.kind == CollKind::AllGather && k1.axes == k2.axes && k1.dim == k2.dim,
-                        };
-                        if ok {
-                            let mut s = subst1(v.x, id);
-                            s.insert(v.y, y);
-                            // Remember which step 1 (its class id is not
-                            // enough): encode it through its own class.
-                            s.insert(v.t, c);
-                            out.push(s);
-                        }
-                    }
+        let collapsed = a.collapsed.borrow();
+        for n2 in &class.nodes {
+            let Some((_, c)) = coll(n2) else { continue };
+            let second = move_cost(g, n2).unwrap_or(0.0);
+            for n1 in &g[c].nodes {
+                let y = match n1 {
+                    ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => ch[0],
+                    _ => continue,
+                };
+                let yc = &g[y];
+                let yl = yc.data.layout;
+                if yl == x.layout
+                    || collapsed.contains(&(x.value, yl, x.layout))
+                    || !yc.nodes.iter().any(ShardLang::is_home)
+                {
+                    continue;
                 }
-                PairCond::ChainCollapse => {
-                    // Only shortcuts from where a value is produced to
-                    // where it is needed matter to the extraction; each
-                    // (value, from, to) is considered once, so the rule
-                    // saturates.
-                    if !g.analysis.required.contains(&(xinfo.value, xinfo.layout)) {
-                        break;
-                    }
-                    let Some((_, c)) = coll(n2) else { continue };
-                    for n1 in &g[c].nodes {
-                        let y = match n1 {
-                            ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => ch[0],
-                            _ => continue,
-                        };
-                        let yinfo = g[y].data;
-                        if yinfo.layout == xinfo.layout || !g[y].nodes.iter().any(ShardLang::is_home) {
-                            continue;
-                        }
-                        if !g.analysis.collapsed.borrow_mut().insert((xinfo.value, yinfo.layout, xinfo.layout)) {
-                            continue;
-                        }
-                        let chain = move_cost(g, n2).unwrap_or(0.0) + move_cost(g, n1).unwrap_or(0.0);
-                        let (direct, steps) = g.analysis.direct_plan(xinfo.value, yinfo.layout, xinfo.layout);
-                        if steps > 2 {
-                            continue;
-                        }
-                        if direct < chain * (1.0 - 1e-12) {
-                            let mut s = subst1(v.x, id);
-                            s.insert(v.y, y);
-                            s.insert(v.t, c);
-                            out.push(s);
-                        }
-                    }
+                let chain = second + move_cost(g, n1).unwrap_or(0.0);
+                match best.iter_mut().find(|b| b.0 == yl) {
+                    Some(b) if chain < b.3 => *b = (yl, y, c, chain),
+                    Some(_) => {}
+                    None => best.push((yl, y, c, chain)),
                 }
             }
         }
-        out
     }
+    let mut out = Vec::new();
+    for (yl, y, c, chain) in best {
+        a.collapsed.borrow_mut().insert((x.value, yl, x.layout));
+        let (direct, steps) = a.direct_plan(x.value, yl, x.layout);
+        if steps <= 2 && direct < chain * (1.0 - 1e-12) {
+            let mut s = subst1(v.x, id);
+            s.insert(v.y, y);
+            s.insert(v.t, c);
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The matches of pair rule `cond` at class `id`.
+fn pair_find(g: &ShardGraph, class: &Class, cond: PairCond, v: &Vars) -> Vec<Subst> {
+    if cond == PairCond::ChainCollapse {
+        return collapse_find(g, class, v);
+    }
+    let id = class.id;
+    let mut out = Vec::new();
+    for n2 in &class.nodes {
+        let Some((k2, c)) = coll(n2) else { continue };
+        if k2.kind != CollKind::LocalSlice {
+            continue;
+        }
+        for n1 in &g[c].nodes {
+            let Some((k1, y)) = coll(n1) else { continue };
+            let ok = match cond {
+                PairCond::AllReduceSlice => k1.kind == CollKind::AllReduce && k2.axes.mask() & !k1.axes.mask() == 0,
+                _ => k1.kind == CollKind::AllGather && k1.axes == k2.axes && k1.dim == k2.dim,
+            };
+            if ok {
+                let mut s = subst1(v.x, id);
+                s.insert(v.y, y);
+                // Remember which step 1 (its class id is not enough):
+                // encode it through its own class.
+                s.insert(v.t, c);
+                out.push(s);
+            }
+        }
+    }
+    out
 }
 
 impl Searcher<ShardLang, LayoutAnalysis> for PairRule {
     fn search_eclass_with_limit(&self, g: &ShardGraph, id: Id, _limit: usize) -> Option<SearchMatches<'_, ShardLang>> {
-        let substs = pair_find(g, id, self.cond, &Vars { c: var("?c"), x: self.x, y: self.y, t: self.tag });
+        let substs = pair_find(g, &g[id], self.cond, &Vars { c: var("?c"), x: self.x, y: self.y, t: self.tag });
         (!substs.is_empty()).then_some(SearchMatches { eclass: id, substs, ast: None })
     }
 
@@ -460,29 +524,48 @@ pub struct EGraphReport {
     pub unexpanded: usize,
 }
 
-/// Runs the rules on `runner`'s e-graph under `limits`.
-pub fn saturate(runner: Runner<ShardLang, LayoutAnalysis>, limits: &SearchLimits) -> (ShardGraph, EGraphReport) {
+/// Runs the rules on `g` (rebuilt) under `limits`, then rebuilds it.
+///
+/// The loop is egg's `Runner` with `SimpleScheduler` (every iteration
+/// searches every rule, then applies every rule in order; saturated when an
+/// iteration changes nothing; the node limit is checked after each rule)
+/// with one difference: it does not rebuild between iterations. The rules'
+/// searches read classes through `find` and do not rely on congruence
+/// (the analysis unions two classes of one (value, layout) the moment the
+/// second appears, which is every congruence this language has), so only
+/// the final e-graph needs rebuilding; each rebuild walks every e-node,
+/// and on a large training step the per-iteration rebuilds were a fifth of
+/// the e-graph time.
+pub fn saturate(mut g: ShardGraph, limits: &SearchLimits) -> (ShardGraph, EGraphReport) {
     let rules = rules();
-    let runner = runner
-        .with_iter_limit(limits.iterations)
-        .with_node_limit(limits.nodes)
-        .with_time_limit(Duration::MAX)
-        .with_scheduler(SimpleScheduler)
-        .run(&rules);
-    let mut applied = BTreeMap::new();
-    for it in &runner.iterations {
-        for (name, n) in &it.applied {
-            *applied.entry(name.to_string()).or_insert(0) += n;
+    let mut applied: BTreeMap<String, usize> = BTreeMap::new();
+    let mut iterations = 0;
+    let over = |g: &ShardGraph| g.total_size() > limits.nodes;
+    let (stop, cut) = 'run: loop {
+        if over(&g) {
+            break (format!("node limit ({}) reached", limits.nodes), true);
         }
-    }
-    let (stop, cut) = match &runner.stop_reason {
-        Some(StopReason::Saturated) => ("saturated".to_string(), false),
-        Some(StopReason::IterationLimit(n)) => (format!("iteration limit ({n}) reached"), true),
-        Some(StopReason::NodeLimit(n)) => (format!("node limit ({n}) reached"), true),
-        Some(other) => (format!("{other:?}"), true),
-        None => ("not run".into(), true),
+        if iterations >= limits.iterations {
+            break (format!("iteration limit ({}) reached", limits.iterations), true);
+        }
+        iterations += 1;
+        let (nodes, classes) = (g.total_size(), g.number_of_classes());
+        let matches: Vec<_> = rules.iter().map(|r| r.search(&g)).collect();
+        let mut any = false;
+        for (r, ms) in rules.iter().zip(&matches) {
+            let n = r.apply(&mut g, ms).len();
+            if n > 0 {
+                any = true;
+                *applied.entry(r.name.to_string()).or_insert(0) += n;
+            }
+            if over(&g) {
+                break 'run (format!("node limit ({}) reached", limits.nodes), true);
+            }
+        }
+        if !any && g.total_size() == nodes && g.number_of_classes() == classes {
+            break ("saturated".to_string(), false);
+        }
     };
-    let mut g = runner.egraph;
     g.rebuild();
     let unexpanded = g
         .analysis
@@ -492,7 +575,7 @@ pub fn saturate(runner: Runner<ShardLang, LayoutAnalysis>, limits: &SearchLimits
         .filter(|&(i, &e)| !e && g.analysis.space.strategies[i].len() > 1)
         .count();
     let report = EGraphReport {
-        iterations: runner.iterations.len(),
+        iterations,
         stop,
         cut,
         nodes: g.total_size(),

@@ -142,6 +142,41 @@ fn groups(f: &Function, space: &Space, limit: usize) -> Groups {
     Groups { offset, slot_class, factor_class, groups: list.into_iter().map(|g| g.1).collect() }
 }
 
+/// The group of every dimension class an instruction factor or a
+/// parameter dimension belongs to (`None`: in no group), looked up once for
+/// all the starting plans.
+struct GroupOf {
+    /// Per instruction and factor.
+    factor: Vec<Vec<Option<usize>>>,
+    /// Per parameter (by position) and dimension.
+    param: Vec<Vec<Option<usize>>>,
+    /// Per instruction and strategy, [`axes_key`] of its factor axes: most
+    /// strategies are told apart without comparing nested vectors.
+    strategy_key: Vec<Vec<u64>>,
+}
+
+/// A hash of factor axes lists.
+fn axes_key(m: &[Vec<usize>]) -> u64 {
+    m.iter().fold(0, |h, axes| mix(h ^ axes.iter().fold(axes.len() as u64, |a, &x| mix(a ^ x as u64))))
+}
+
+impl GroupOf {
+    fn new(f: &Function, space: &Space, g: &Groups) -> GroupOf {
+        let group_of_class: HashMap<usize, usize> =
+            g.groups.iter().enumerate().flat_map(|(gi, cs)| cs.iter().map(move |&c| (c, gi))).collect();
+        let of = |c: Option<usize>| c.and_then(|c| group_of_class.get(&c).copied());
+        let factor = g.factor_class.iter().map(|per| per.iter().map(|&c| of(c)).collect()).collect();
+        let param = f
+            .params
+            .iter()
+            .map(|pv| (0..f.ty(*pv).rank()).map(|d| of(Some(g.slot_class[g.offset[pv.index()] + d]))).collect())
+            .collect();
+        let strategy_key =
+            space.strategies.iter().map(|ss| ss.iter().map(|s| axes_key(&s.factor_axes)).collect()).collect();
+        GroupOf { factor, param, strategy_key }
+    }
+}
+
 /// The choice where mesh axis `i` is split over group `assign[i]` (or
 /// nowhere): every instruction takes the strategy that gives each axis to
 /// its factor in that group (when its e-graph holds it; otherwise its
@@ -151,43 +186,45 @@ fn induced(
     space: &Space,
     p: &Problem,
     mesh: &Mesh,
-    g: &Groups,
+    g: &GroupOf,
     axes: &[usize],
     assign: &[Option<usize>],
 ) -> Choice {
-    let group_of_class: HashMap<usize, usize> =
-        g.groups.iter().enumerate().flat_map(|(gi, cs)| cs.iter().map(move |&c| (c, gi))).collect();
     let mut options = Vec::with_capacity(f.insts.len());
-    for (k, _) in f.insts.iter().enumerate() {
-        if space.deferred[f.insts[k].results[0].index()] {
+    // Axes per factor (reused across instructions).
+    let mut m: Vec<Vec<usize>> = Vec::new();
+    for (k, inst) in f.insts.iter().enumerate() {
+        if space.deferred[inst.results[0].index()] {
             options.push(None);
             continue;
         }
         let rule = &space.rules[k];
-        let mut m: Vec<Vec<usize>> = vec![Vec::new(); rule.factors.len()];
+        m.iter_mut().for_each(Vec::clear);
+        m.resize_with(rule.factors.len(), Vec::new);
+        m.truncate(rule.factors.len());
         for (i, &a) in axes.iter().enumerate() {
             let Some(gi) = assign[i] else { continue };
-            let fi = (0..rule.factors.len())
-                .find(|&fi| g.factor_class[k][fi].and_then(|c| group_of_class.get(&c)) == Some(&gi));
-            if let Some(fi) = fi {
+            if let Some(fi) = g.factor[k].iter().position(|&x| x == Some(gi)) {
                 if rule.factors[fi].size % (mesh.product(&m[fi]) * mesh.size(a)) == 0 {
                     m[fi].push(a);
                 }
             }
         }
         let opts = &p.options[k];
-        let want = opts.iter().position(|o| space.strategies[k][o.strategy as usize].factor_axes == m);
+        let key = axes_key(&m);
+        let want = opts.iter().position(|o| {
+            g.strategy_key[k][o.strategy as usize] == key && space.strategies[k][o.strategy as usize].factor_axes == m
+        });
         let repl = || opts.iter().position(|o| space.strategies[k][o.strategy as usize].split == 1);
         options.push(want.or_else(repl).or(if opts.is_empty() { None } else { Some(0) }));
     }
     let mut homes = Vec::with_capacity(f.params.len());
-    for &pv in &f.params {
+    for (pi, &pv) in f.params.iter().enumerate() {
         let rank = f.ty(pv).rank();
         let mut dims: Vec<Vec<usize>> = vec![Vec::new(); rank];
         for (i, &a) in axes.iter().enumerate() {
             let Some(gi) = assign[i] else { continue };
-            let d = (0..rank).find(|&d| group_of_class.get(&g.slot_class[g.offset[pv.index()] + d]) == Some(&gi));
-            if let Some(d) = d {
+            if let Some(d) = g.param[pi].iter().position(|&x| x == Some(gi)) {
                 if f.ty(pv).shape[d] % (mesh.product(&dims[d]) * mesh.size(a)) == 0 {
                     dims[d].push(a);
                 }
@@ -213,6 +250,7 @@ pub fn candidates(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, max: us
     }
     let g = groups(f, space, per_axis);
     let choices = g.groups.len() + 1;
+    let group_of = GroupOf::new(f, space, &g);
     let total = choices.pow(axes.len() as u32).min(4096);
     let mut out = Vec::new();
     for code in 0..total {
@@ -225,7 +263,7 @@ pub fn candidates(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, max: us
                 (x > 0).then(|| x - 1)
             })
             .collect();
-        let ch = induced(f, space, p, mesh, &g, &axes, &assign);
+        let ch = induced(f, space, p, mesh, &group_of, &axes, &assign);
         if !out.contains(&ch) {
             out.push(ch);
         }

@@ -16,7 +16,9 @@ pub(super) struct Ctx<'a> {
     pub(super) s: &'a Sched,
     pub(super) obj: Objective,
     pub(super) budget: Option<f64>,
-    pub(super) paths: Paths,
+    /// Shared by every search and evaluation of one extraction (routes
+    /// depend on the problem only).
+    pub(super) paths: &'a mut Paths,
     pub(super) base: Option<Base>,
     pub(super) fut_memo: HashMap<(u32, u64, u32, u16), f64>,
 }

@@ -155,12 +155,11 @@ pub struct Config<'a> {
 /// the partial plan that follows the base has the base's cost at every
 /// step and the result is never worse than the base (when the base fits
 /// the budget).
-pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
+pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>, paths: &mut Paths) -> Option<Extraction> {
     let n = s.inst_value.len();
     let nv = p.classes.len();
     let base = cfg.base.map(|c| Base::new(p, s, c));
-    let mut cx =
-        Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths: Paths::default(), base, fut_memo: HashMap::default() };
+    let mut cx = Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths, base, fut_memo: HashMap::default() };
     let mut init = State {
         cost: 0.0,
         fut: 0.0,
@@ -277,17 +276,9 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>) -> Option<Extraction> {
 
 /// Follows plan `c` along the schedule: its step time and the peak memory
 /// the search tracks for it (`None` if it is not a plan of `p`).
-pub fn evaluate(p: &Problem, s: &Sched, c: &Choice) -> Option<(f64, f64)> {
+pub fn evaluate(p: &Problem, s: &Sched, c: &Choice, paths: &mut Paths) -> Option<(f64, f64)> {
     let n = s.inst_value.len();
-    let mut cx = Ctx {
-        p,
-        s,
-        obj: Objective::Time,
-        budget: None,
-        paths: Paths::default(),
-        base: None,
-        fut_memo: HashMap::default(),
-    };
+    let mut cx = Ctx { p, s, obj: Objective::Time, budget: None, paths, base: None, fut_memo: HashMap::default() };
     let mut st =
         Flat { head: (0.0, 0.0, 0.0, 0.0, 0), mats: vec![0; p.classes.len()], homes: vec![0; s.param_value.len()] };
     for step in 0..=n {
