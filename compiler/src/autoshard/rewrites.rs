@@ -42,6 +42,7 @@ use super::lang::{
 };
 use super::options::SearchLimits;
 use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
+use fixedbitset::FixedBitSet;
 use std::collections::BTreeMap;
 
 fn var(name: &str) -> Var {
@@ -72,61 +73,30 @@ fn matches_in(g: &ShardGraph, slot: usize) -> Vec<SearchMatches<'static, ShardLa
         // A bit per class id: the set is dense (most classes are dirty
         // after an iteration that added many nodes), and scanning it in id
         // order gives the deterministic order the matches need.
-        let mut base = IdSet::default();
+        let mut base = FixedBitSet::new();
         for &id in dirty.iter().chain(new_homes.iter()) {
-            base.insert(g.find(id));
+            base.grow_and_insert(usize::from(g.find(id)));
         }
         let mut set = base.clone();
-        for c in base.ids() {
-            for p in g[c].parents() {
-                set.insert(g.find(p));
+        for c in base.ones() {
+            for p in g[Id::from(c)].parents() {
+                set.grow_and_insert(usize::from(g.find(p)));
             }
         }
         for &h in new_homes.iter() {
             for p in g[h].parents() {
                 for pp in g[p].parents() {
-                    set.insert(g.find(pp));
+                    set.grow_and_insert(usize::from(g.find(pp)));
                 }
             }
         }
         dirty.clear();
         new_homes.clear();
-        let ids = set.ids();
+        let ids: Vec<Id> = set.ones().map(Id::from).collect();
         *g.analysis.found.borrow_mut() = scan(g, &ids);
     }
     drop((dirty, new_homes));
     std::mem::take(&mut g.analysis.found.borrow_mut()[slot])
-}
-
-/// A set of class ids, as bits.
-#[derive(Clone, Default)]
-struct IdSet(Vec<u64>);
-
-impl IdSet {
-    /// Adds `id`; whether it was new.
-    fn insert(&mut self, id: Id) -> bool {
-        let i = usize::from(id);
-        let (w, b) = (i / 64, 1u64 << (i % 64));
-        if w >= self.0.len() {
-            self.0.resize(w + 1, 0);
-        }
-        let new = self.0[w] & b == 0;
-        self.0[w] |= b;
-        new
-    }
-
-    /// The ids, in increasing order.
-    fn ids(&self) -> Vec<Id> {
-        let mut out = Vec::new();
-        for (w, &bits) in self.0.iter().enumerate() {
-            let mut x = bits;
-            while x != 0 {
-                out.push(Id::from(w * 64 + x.trailing_zeros() as usize));
-                x &= x - 1;
-            }
-        }
-        out
-    }
 }
 
 /// The variables of the rules' substitutions.

@@ -201,7 +201,6 @@ fn induced(
         let rule = &space.rules[k];
         m.iter_mut().for_each(Vec::clear);
         m.resize_with(rule.factors.len(), Vec::new);
-        m.truncate(rule.factors.len());
         for (i, &a) in axes.iter().enumerate() {
             let Some(gi) = assign[i] else { continue };
             if let Some(fi) = g.factor[k].iter().position(|&x| x == Some(gi)) {
