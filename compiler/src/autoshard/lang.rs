@@ -215,6 +215,11 @@ pub struct LayoutAnalysis {
     pub cost: CostModel,
     /// The e-class of each (value, layout) seen so far.
     pub class_of: HashMap<(u32, u16), Id>,
+    /// The (value, layout) of every e-class id ever made, by id. A union
+    /// only ever joins classes of one pair ([`Self::merge`] checks it), so
+    /// this is also the pair of the class any id now belongs to: read it
+    /// instead of looking the class up ([`info`]).
+    pub info: Vec<ClassInfo>,
     /// Instructions whose sharded forms were added.
     pub expanded: Vec<bool>,
     /// Parameters whose layouts were added.
@@ -242,6 +247,7 @@ pub struct LayoutAnalysis {
     /// Classes created or changed since the rules last searched (see
     /// [`super::rewrites`]: searches are incremental).
     pub dirty: RefCell<Vec<Id>>,
+
     /// (value, layout) pairs that have a `Compute` or `Input` node (a place
     /// the value can be produced in).
     pub homes: HashSet<(u32, u16)>,
@@ -305,6 +311,11 @@ impl LayoutAnalysis {
 /// The e-graph type.
 pub type ShardGraph = EGraph<ShardLang, LayoutAnalysis>;
 
+/// The (value, layout) of the class of `id` (see [`LayoutAnalysis::info`]).
+pub fn info(g: &ShardGraph, id: Id) -> ClassInfo {
+    g.analysis.info[usize::from(id)]
+}
+
 /// Applies one collective step to a layout; `None` if it does not apply.
 pub fn apply_step(l: &crate::sharding::MeshSharding, k: &CollKey) -> Option<crate::sharding::MeshSharding> {
     let axes = k.axes.to_vec();
@@ -341,7 +352,52 @@ pub fn apply_step(l: &crate::sharding::MeshSharding, k: &CollKey) -> Option<crat
 impl Analysis<ShardLang> for LayoutAnalysis {
     type Data = ClassInfo;
 
-    fn make(egraph: &mut ShardGraph, enode: &ShardLang, _id: Id) -> ClassInfo {
+    fn make(egraph: &mut ShardGraph, enode: &ShardLang, id: Id) -> ClassInfo {
+        let info = Self::info_of(egraph, enode);
+        let a = &mut egraph.analysis;
+        assert_eq!(usize::from(id), a.info.len(), "e-class ids are not dense");
+        a.info.push(info);
+        // A class gains home nodes only when it is made (unions join
+        // classes of one pair, whose home status is already recorded).
+        if enode.is_home() && a.homes.insert((info.value, info.layout)) {
+            a.new_homes.get_mut().push(id);
+        }
+        info
+    }
+
+    /// During a rebuild: the pair of an existing class, recorded nothing.
+    fn remake(egraph: &mut ShardGraph, enode: &ShardLang, _id: Id) -> ClassInfo {
+        Self::info_of(egraph, enode)
+    }
+
+    fn merge(&mut self, a: &mut ClassInfo, b: ClassInfo) -> DidMerge {
+        assert_eq!(*a, b, "e-classes of different values or layouts were merged");
+        DidMerge(false, false)
+    }
+
+    /// Keeps one e-class per (value, layout): a class whose pair already
+    /// has one is unioned with it.
+    fn modify(egraph: &mut ShardGraph, id: Id) {
+        let a = &mut egraph.analysis;
+        a.dirty.get_mut().push(id);
+        let info = a.info[usize::from(id)];
+        let other = match a.class_of.entry((info.value, info.layout)) {
+            std::collections::hash_map::Entry::Occupied(o) => *o.get(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(id);
+                return;
+            }
+        };
+        let (a, b) = (egraph.find(other), egraph.find(id));
+        if a != b {
+            egraph.union(a, b);
+        }
+    }
+}
+
+impl LayoutAnalysis {
+    /// The (value, layout) a new e-node produces.
+    fn info_of(egraph: &mut ShardGraph, enode: &ShardLang) -> ClassInfo {
         let a = &egraph.analysis;
         match enode {
             ShardLang::Input(k) => ClassInfo { value: a.param_values[k.param as usize], layout: k.layout },
@@ -349,9 +405,9 @@ impl Analysis<ShardLang> for LayoutAnalysis {
                 let s = &a.space.strategies[k.inst as usize][k.strategy as usize];
                 ClassInfo { value: a.inst_values[k.inst as usize], layout: s.result }
             }
-            ShardLang::Reshard(k, ch) => ClassInfo { value: egraph[ch[0]].data.value, layout: k.to },
+            ShardLang::Reshard(k, ch) => ClassInfo { value: a.info[usize::from(ch[0])].value, layout: k.to },
             ShardLang::Collective(k, ch) => {
-                let c = egraph[ch[0]].data;
+                let c = a.info[usize::from(ch[0])];
                 let a = &mut egraph.analysis;
                 let from = a.space.layouts.number(c.value, c.layout);
                 let to = match a.stepped.get(&(from, *k)) {
@@ -370,35 +426,6 @@ impl Analysis<ShardLang> for LayoutAnalysis {
             }
         }
     }
-
-    fn merge(&mut self, a: &mut ClassInfo, b: ClassInfo) -> DidMerge {
-        assert_eq!(*a, b, "e-classes of different values or layouts were merged");
-        DidMerge(false, false)
-    }
-
-    /// Keeps one e-class per (value, layout): a class whose pair already
-    /// has one is unioned with it.
-    fn modify(egraph: &mut ShardGraph, id: Id) {
-        egraph.analysis.dirty.get_mut().push(id);
-        let class = &egraph[id];
-        let (info, home) = (class.data, class.nodes.iter().any(ShardLang::is_home));
-        let key = (info.value, info.layout);
-        let a = &mut egraph.analysis;
-        if home && a.homes.insert(key) {
-            a.new_homes.get_mut().push(id);
-        }
-        let other = match a.class_of.entry(key) {
-            std::collections::hash_map::Entry::Occupied(o) => *o.get(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(id);
-                return;
-            }
-        };
-        let (a, b) = (egraph.find(other), egraph.find(id));
-        if a != b {
-            egraph.union(a, b);
-        }
-    }
 }
 
 /// Adds one collective step on `from`, returning the class it produces.
@@ -415,7 +442,7 @@ pub fn add_step(g: &mut ShardGraph, from: Id, key: CollKey) -> Id {
 /// `from`'s dimensions, then of `to`'s). Cheaper direct forms are added by
 /// the collective rewrites.
 pub fn reach(g: &mut ShardGraph, from: Id, to: u16) -> Id {
-    let info = g[from].data;
+    let info = info(g, from);
     if info.layout == to {
         return g.find(from);
     }
@@ -427,8 +454,14 @@ pub fn reach(g: &mut ShardGraph, from: Id, to: u16) -> Id {
     out
 }
 
-fn build_chain(g: &mut ShardGraph, from: Id, to: u16) -> Id {
-    let info = g[from].data;
+/// [`reach`] without its memo, for a caller that asks for each (value,
+/// from, to) once (`gather-to-replicated`: one chain back per produced
+/// layout; memoising those would only fill the table).
+pub fn build_chain(g: &mut ShardGraph, from: Id, to: u16) -> Id {
+    let info = info(g, from);
+    if info.layout == to {
+        return g.find(from);
+    }
     let layouts = &g.analysis.space.layouts;
     let key = (layouts.number(info.value, info.layout), layouts.number(info.value, to));
     let keys = match g.analysis.chains.get(&key) {
@@ -443,7 +476,7 @@ fn build_chain(g: &mut ShardGraph, from: Id, to: u16) -> Id {
     for &k in keys.iter() {
         cur = add_step(g, cur, k);
     }
-    let got = g[cur].data;
+    let got = self::info(g, cur);
     debug_assert_eq!((got.value, got.layout), (info.value, to), "reshard chain missed its target");
     g.find(cur)
 }
@@ -486,11 +519,11 @@ pub fn move_cost(g: &ShardGraph, node: &ShardLang) -> Option<f64> {
     let a = &g.analysis;
     match node {
         ShardLang::Collective(k, ch) => {
-            let c = g[ch[0]].data;
+            let c = info(g, ch[0]);
             Some(a.step_cost(c.value, c.layout, k))
         }
         ShardLang::Reshard(k, ch) => {
-            let c = g[ch[0]].data;
+            let c = info(g, ch[0]);
             Some(a.direct_cost(c.value, c.layout, k.to))
         }
         _ => None,

@@ -93,6 +93,7 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         inst_values: f.insts.iter().map(|i| i.results[0].0).collect(),
         cost: CostModel::new(mesh, opts),
         class_of: HashMap::default(),
+        info: Vec::new(),
         expanded: vec![false; f.insts.len()],
         inputs_expanded: vec![false; f.params.len()],
         gathered: HashSet::default(),
@@ -124,7 +125,8 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
     // `work` partial plans in all.
     let beam = opts.limits.beam_width.max(1).min((opts.limits.work / f.insts.len().max(1)).max(4));
     let budget = opts.memory_budget.map(|b| b as f64);
-    let chosen = choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds, opts.limits.work);
+    let chosen =
+        choose(f, mesh, &space, &problem, &sched, budget, beam, opts.limits.rounds, opts.limits.work, &mut clock);
     clock.lap("extraction");
     let make = move |x: extract::Extraction, problem: problem::Problem, mut clock: Clock| {
         let search = SearchReport {
@@ -210,6 +212,7 @@ fn choose(
     beam: usize,
     rounds: usize,
     work: usize,
+    clock: &mut Clock,
 ) -> Result<Extraction, Extraction> {
     // Routes inside a value depend on the problem only: one memo serves
     // every evaluation and search below.
@@ -219,6 +222,7 @@ fn choose(
         .into_iter()
         .filter_map(|c| extract::evaluate(problem, sched, &c, &mut paths).map(|x| (c, x)))
         .collect();
+    clock.lap("seeds");
     let fits_peak = |peak: f64| budget.is_none_or(|b| peak <= b * (1.0 + 1e-12));
     let fits = |x: &Extraction| fits_peak(x.peak);
     let by_cost = |a: &&(Choice, (f64, f64)), b: &&(Choice, (f64, f64))| a.1 .0.total_cmp(&b.1 .0);

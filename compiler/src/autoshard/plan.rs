@@ -130,7 +130,8 @@ pub struct SearchReport {
     /// Layouts left out of the extraction (more than 64 for a value).
     pub dropped_classes: usize,
     /// Wall time of each phase, in order (`space`, `e-graph`, `problem`,
-    /// `extraction`, `plan`). Informative only: everything else in the plan is
+    /// `seeds` (building and evaluating the starting plans), `extraction`
+    /// (the searches), `plan`). Informative only: everything else in the plan is
     /// deterministic, these are not.
     pub phases: Vec<(&'static str, std::time::Duration)>,
 }

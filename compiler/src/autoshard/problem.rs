@@ -63,6 +63,11 @@ pub struct Problem {
     /// Per value and class: the classes reachable from it through free
     /// moves only (local slices and unreduces), as a bit set.
     pub free_from: Vec<Vec<u64>>,
+    /// Per value: the number of its reshard graph (its edges' targets and
+    /// costs, class by class). Values with the same number have the same
+    /// routes — the layers of a deep model repeat their values' graphs —
+    /// so [`Paths`] memoises routes by this number, not by value.
+    pub graph_of: Vec<u32>,
 }
 
 impl Problem {
@@ -86,6 +91,7 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
         options: vec![Vec::new(); ninst],
         dropped_classes: 0,
         free_from: vec![Vec::new(); nv],
+        graph_of: Vec::new(),
     };
     // (value, class index) of each class, by id (ids are dense).
     let max_id = g.classes().map(|c| usize::from(c.id)).max().map_or(0, |m| m + 1);
@@ -149,6 +155,7 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
             edges.sort_by(|a, b| (a.to, a.cost).partial_cmp(&(b.to, b.cost)).expect("finite costs"));
         }
     }
+    p.graph_of = number_graphs(&p.out);
     for v in 0..nv {
         let n = p.classes[v].len();
         p.free_from[v] = (0..n)
@@ -169,12 +176,42 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
     p
 }
 
+/// Numbers the values' reshard graphs: equal numbers for equal graphs
+/// (same class count, same edges in the same order with the same costs).
+fn number_graphs(out: &[Vec<Vec<Edge>>]) -> Vec<u32> {
+    let mut seen: HashMap<Vec<u64>, u32> = HashMap::default();
+    let mut sig = Vec::new();
+    out.iter()
+        .map(|classes| {
+            sig.clear();
+            sig.push(classes.len() as u64);
+            for edges in classes {
+                sig.push(edges.len() as u64);
+                for e in edges {
+                    sig.push(e.to as u64);
+                    sig.push(e.cost.to_bits());
+                }
+            }
+            let next = seen.len() as u32;
+            match seen.get(&sig) {
+                Some(&n) => n,
+                None => {
+                    seen.insert(sig.clone(), next);
+                    next
+                }
+            }
+        })
+        .collect()
+}
+
 /// Shortest reshard paths inside one value, from a set of materialised
-/// classes, memoised. Paths are found by Dijkstra over the value's (at most
+/// classes, memoised by the value's graph number
+/// ([`Problem::graph_of`]). Paths are found by Dijkstra over the value's (at most
 /// 64) classes; ties go to the lower class index, so results are
 /// deterministic.
 #[derive(Default)]
 pub struct Paths {
+    /// (graph number, available classes, target) -> (cost, classes added).
     memo: HashMap<(u32, u64, u8), (f64, u64)>,
 }
 
@@ -186,11 +223,12 @@ impl Paths {
         if have & (1 << t) != 0 {
             return Some((0.0, 0));
         }
-        if let Some(&r) = self.memo.get(&(v, have, t)) {
+        let key = (p.graph_of[v as usize], have, t);
+        if let Some(&r) = self.memo.get(&key) {
             return r.0.is_finite().then_some(r);
         }
         let r = route(p, v, have, t).map(|(c, m, _)| (c, m)).unwrap_or((f64::INFINITY, 0));
-        self.memo.insert((v, have, t), r);
+        self.memo.insert(key, r);
         r.0.is_finite().then_some(r)
     }
 }

@@ -38,7 +38,8 @@
 use super::cost::CollKind;
 use super::lang::LayoutAnalysis;
 use super::lang::{
-    add_step, move_cost, reach, AxisList, CollKey, ComputeKey, InputKey, ReshardKey, ShardGraph, ShardLang,
+    add_step, build_chain, info, move_cost, reach, AxisList, CollKey, ComputeKey, InputKey, ReshardKey, ShardGraph,
+    ShardLang,
 };
 use super::options::SearchLimits;
 use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
@@ -227,7 +228,7 @@ impl Applier<ShardLang, LayoutAnalysis> for ClassRule {
                         let req = g.analysis.space.strategies[inst][s].operands.clone();
                         if !g.analysis.space.elementwise[inst] {
                             for (&h, &l) in hubs.iter().zip(&req) {
-                                let v = g[h].data.value;
+                                let v = info(g, h).value;
                                 g.analysis.require(v, l);
                             }
                         }
@@ -250,9 +251,9 @@ impl Applier<ShardLang, LayoutAnalysis> for ClassRule {
                 }
             }
             ClassCond::UngatheredHome => {
-                let info = g[id].data;
+                let info = info(g, id);
                 g.analysis.gathered.insert((info.value, info.layout));
-                out.push(reach(g, id, 0));
+                out.push(build_chain(g, id, 0));
             }
         }
         out
@@ -307,20 +308,19 @@ fn collapse_find(g: &ShardGraph, class: &Class, v: &Vars) -> Vec<Subst> {
         let collapsed = a.collapsed.borrow();
         for n2 in &class.nodes {
             let Some((_, c)) = coll(n2) else { continue };
-            let second = move_cost(g, n2).unwrap_or(0.0);
+            let mut second = None;
             for n1 in &g[c].nodes {
                 let y = match n1 {
                     ShardLang::Collective(_, ch) | ShardLang::Reshard(_, ch) => ch[0],
                     _ => continue,
                 };
-                let yc = &g[y];
-                let yl = yc.data.layout;
-                if yl == x.layout
-                    || collapsed.contains(&(x.value, yl, x.layout))
-                    || !yc.nodes.iter().any(ShardLang::is_home)
-                {
+                // Cheapest tests first; `homes` holds the pairs whose class
+                // has a home node (the class itself need not be looked up).
+                let yl = info(g, y).layout;
+                if yl == x.layout || collapsed.contains(&(x.value, yl, x.layout)) || !a.homes.contains(&(x.value, yl)) {
                     continue;
                 }
+                let second = *second.get_or_insert_with(|| move_cost(g, n2).unwrap_or(0.0));
                 let chain = second + move_cost(g, n1).unwrap_or(0.0);
                 match best.iter_mut().find(|b| b.0 == yl) {
                     Some(b) if chain < b.3 => *b = (yl, y, c, chain),
@@ -409,7 +409,7 @@ impl Applier<ShardLang, LayoutAnalysis> for PairRule {
                 }
             }
             PairCond::ChainCollapse => {
-                let to = g[x].data.layout;
+                let to = info(g, x).layout;
                 let before = g.total_size();
                 let n = g.add(ShardLang::Reshard(ReshardKey { to }, [y]));
                 if g.total_size() > before {

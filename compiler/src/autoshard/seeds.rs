@@ -177,10 +177,15 @@ impl GroupOf {
     }
 }
 
-/// The choice where mesh axis `i` is split over group `assign[i]` (or
-/// nowhere): every instruction takes the strategy that gives each axis to
-/// its factor in that group (when its e-graph holds it; otherwise its
-/// replicated one), every parameter the matching layout.
+/// The choices where, for each assignment, mesh axis `i` is split over
+/// group `assign[i]` (or nowhere): every instruction takes the strategy
+/// that gives each axis to its factor in that group (when its e-graph
+/// holds it; otherwise its replicated one), every parameter the matching
+/// layout.
+///
+/// One pass over the program serves every assignment: each instruction's
+/// rule, groups and options are read once for all of them (on a large
+/// program the per-instruction tables do not fit in cache).
 fn induced(
     f: &Function,
     space: &Space,
@@ -188,53 +193,62 @@ fn induced(
     mesh: &Mesh,
     g: &GroupOf,
     axes: &[usize],
-    assign: &[Option<usize>],
-) -> Choice {
-    let mut options = Vec::with_capacity(f.insts.len());
+    assigns: &[Vec<Option<usize>>],
+) -> Vec<Choice> {
+    let mut out: Vec<Choice> = assigns
+        .iter()
+        .map(|_| Choice { options: Vec::with_capacity(f.insts.len()), homes: Vec::with_capacity(f.params.len()) })
+        .collect();
     // Axes per factor (reused across instructions).
     let mut m: Vec<Vec<usize>> = Vec::new();
     for (k, inst) in f.insts.iter().enumerate() {
         if space.deferred[inst.results[0].index()] {
-            options.push(None);
+            out.iter_mut().for_each(|c| c.options.push(None));
             continue;
         }
         let rule = &space.rules[k];
-        m.iter_mut().for_each(Vec::clear);
-        m.resize_with(rule.factors.len(), Vec::new);
-        for (i, &a) in axes.iter().enumerate() {
-            let Some(gi) = assign[i] else { continue };
-            if let Some(fi) = g.factor[k].iter().position(|&x| x == Some(gi)) {
-                if rule.factors[fi].size % (mesh.product(&m[fi]) * mesh.size(a)) == 0 {
-                    m[fi].push(a);
+        let opts = &p.options[k];
+        let repl = opts.iter().position(|o| space.strategies[k][o.strategy as usize].split == 1);
+        let fallback = repl.or(if opts.is_empty() { None } else { Some(0) });
+        for (assign, choice) in assigns.iter().zip(&mut out) {
+            m.iter_mut().for_each(Vec::clear);
+            m.resize_with(rule.factors.len(), Vec::new);
+            for (i, &a) in axes.iter().enumerate() {
+                let Some(gi) = assign[i] else { continue };
+                if let Some(fi) = g.factor[k].iter().position(|&x| x == Some(gi)) {
+                    if rule.factors[fi].size % (mesh.product(&m[fi]) * mesh.size(a)) == 0 {
+                        m[fi].push(a);
+                    }
                 }
             }
+            let key = axes_key(&m);
+            let want = opts.iter().position(|o| {
+                g.strategy_key[k][o.strategy as usize] == key
+                    && space.strategies[k][o.strategy as usize].factor_axes == m
+            });
+            choice.options.push(want.or(fallback));
         }
-        let opts = &p.options[k];
-        let key = axes_key(&m);
-        let want = opts.iter().position(|o| {
-            g.strategy_key[k][o.strategy as usize] == key && space.strategies[k][o.strategy as usize].factor_axes == m
-        });
-        let repl = || opts.iter().position(|o| space.strategies[k][o.strategy as usize].split == 1);
-        options.push(want.or_else(repl).or(if opts.is_empty() { None } else { Some(0) }));
     }
-    let mut homes = Vec::with_capacity(f.params.len());
     for (pi, &pv) in f.params.iter().enumerate() {
         let rank = f.ty(pv).rank();
-        let mut dims: Vec<Vec<usize>> = vec![Vec::new(); rank];
-        for (i, &a) in axes.iter().enumerate() {
-            let Some(gi) = assign[i] else { continue };
-            if let Some(d) = g.param[pi].iter().position(|&x| x == Some(gi)) {
-                if f.ty(pv).shape[d] % (mesh.product(&dims[d]) * mesh.size(a)) == 0 {
-                    dims[d].push(a);
+        let cs = &p.classes[pv.index()];
+        let any_input = cs.iter().position(|c| c.input);
+        for (assign, choice) in assigns.iter().zip(&mut out) {
+            let mut dims: Vec<Vec<usize>> = vec![Vec::new(); rank];
+            for (i, &a) in axes.iter().enumerate() {
+                let Some(gi) = assign[i] else { continue };
+                if let Some(d) = g.param[pi].iter().position(|&x| x == Some(gi)) {
+                    if f.ty(pv).shape[d] % (mesh.product(&dims[d]) * mesh.size(a)) == 0 {
+                        dims[d].push(a);
+                    }
                 }
             }
+            let want = crate::sharding::MeshSharding::from_axes(dims, vec![]);
+            let home = cs.iter().position(|c| c.input && space.layouts.get(pv.0, c.layout) == &want);
+            choice.homes.push(home.or(any_input).map(|c| c as u8));
         }
-        let want = crate::sharding::MeshSharding::from_axes(dims, vec![]);
-        let cs = &p.classes[pv.index()];
-        let home = cs.iter().position(|c| c.input && space.layouts.get(pv.0, c.layout) == &want);
-        homes.push(home.or_else(|| cs.iter().position(|c| c.input)).map(|c| c as u8));
     }
-    Choice { options, homes }
+    out
 }
 
 /// Starting plans: each mesh axis (of size > 1) over one of the largest
@@ -251,18 +265,20 @@ pub fn candidates(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, max: us
     let choices = g.groups.len() + 1;
     let group_of = GroupOf::new(f, space, &g);
     let total = choices.pow(axes.len() as u32).min(4096);
-    let mut out = Vec::new();
-    for code in 0..total {
-        let mut c = code;
-        let assign: Vec<Option<usize>> = axes
-            .iter()
-            .map(|_| {
-                let x = c % choices;
-                c /= choices;
-                (x > 0).then(|| x - 1)
-            })
-            .collect();
-        let ch = induced(f, space, p, mesh, &group_of, &axes, &assign);
+    let assigns: Vec<Vec<Option<usize>>> = (0..total)
+        .map(|code| {
+            let mut c = code;
+            axes.iter()
+                .map(|_| {
+                    let x = c % choices;
+                    c /= choices;
+                    (x > 0).then(|| x - 1)
+                })
+                .collect()
+        })
+        .collect();
+    let mut out: Vec<Choice> = Vec::new();
+    for ch in induced(f, space, p, mesh, &group_of, &axes, &assigns) {
         if !out.contains(&ch) {
             out.push(ch);
         }

@@ -20,7 +20,9 @@ pub(super) struct Ctx<'a> {
     /// depend on the problem only).
     pub(super) paths: &'a mut Paths,
     pub(super) base: Option<Base>,
-    pub(super) fut_memo: HashMap<(u32, u64, u32, u16), f64>,
+    /// (remaining targets' number, available classes, return target + 1)
+    /// -> future (see [`Base::suffix`]).
+    pub(super) fut_memo: HashMap<(u32, u64, u16), f64>,
 }
 
 /// How a result's return layout is known for the assumed future.
@@ -35,6 +37,12 @@ pub(super) enum RootTarget {
 /// classes its uses need, by step.
 pub(super) struct Base {
     pub(super) targets: Vec<Vec<(usize, u8)>>,
+    /// Per value, for each position in `targets`: a number for the value's
+    /// route graph ([`super::super::problem::Problem::graph_of`]) and the
+    /// targets from that position on. Equal numbers have equal futures, so
+    /// the future is memoised by this number: the values of repeated layers
+    /// share entries, which keeps the memo small enough to stay in cache.
+    pub(super) suffix: Vec<Vec<u32>>,
     pub(super) used_at: Vec<Vec<u32>>,
     pub(super) root: Vec<Option<RootTarget>>,
 }
@@ -54,6 +62,26 @@ impl Base {
                 }
             }
         }
+        // Suffixes as cons cells: (target, next suffix), the empty suffix
+        // of graph `g` being (g, END).
+        const END: u32 = u32::MAX;
+        let mut cells: HashMap<(u32, u32), u32> = HashMap::default();
+        let mut intern = |key: (u32, u32)| {
+            let next = cells.len() as u32;
+            *cells.entry(key).or_insert(next)
+        };
+        let suffix = targets
+            .iter()
+            .enumerate()
+            .map(|(u, list): (usize, &Vec<(usize, u8)>)| {
+                let mut ids = vec![0; list.len() + 1];
+                ids[list.len()] = intern((p.graph_of[u], END));
+                for k in (0..list.len()).rev() {
+                    ids[k] = intern((ids[k + 1], list[k].1 as u32));
+                }
+                ids
+            })
+            .collect();
         let mut root = vec![None; p.classes.len()];
         for (i, (r, req)) in s.results.iter().enumerate() {
             root[*r as usize] = match req {
@@ -62,7 +90,7 @@ impl Base {
                 ResultReq::Reduced => None,
             };
         }
-        Base { targets, used_at, root }
+        Base { targets, suffix, used_at, root }
     }
 }
 

@@ -25,7 +25,7 @@ impl Ctx<'_> {
         if start == list.len() && root.is_none() {
             return 0.0;
         }
-        let key = (u, mask, start as u32, root.map_or(0, |t| t as u16 + 1));
+        let key = (base.suffix[u as usize][start], mask, root.map_or(0, |t| t as u16 + 1));
         if let Some(&c) = self.fut_memo.get(&key) {
             return c;
         }
