@@ -247,6 +247,9 @@ pub struct LayoutAnalysis {
     /// Classes created or changed since the rules last searched (see
     /// [`super::rewrites`]: searches are incremental).
     pub dirty: RefCell<Vec<Id>>,
+    /// Whether a rule unioned two classes that both existed before, so the
+    /// e-graph needs a rebuild (see [`super::rewrites::saturate`]).
+    pub needs_rebuild: bool,
 
     /// (value, layout) pairs that have a `Compute` or `Input` node (a place
     /// the value can be produced in).
@@ -391,6 +394,8 @@ impl Analysis<ShardLang> for LayoutAnalysis {
         let (a, b) = (egraph.find(other), egraph.find(id));
         if a != b {
             egraph.union(a, b);
+            // What lets the runner skip rebuilding (see `saturate`).
+            assert_eq!(egraph.find(b), a, "e-class {a} of %{} lost its root to the new class {b}", info.value);
         }
     }
 }

@@ -76,42 +76,7 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
     let mut clock = Clock::start();
     let space = space::build_space(f, mesh, opts)?;
     clock.lap("space");
-    let analysis = LayoutAnalysis {
-        space,
-        types: f.values.iter().map(|v| v.ty.clone()).collect(),
-        type_numbers: {
-            let mut numbers: HashMap<&weft_ir::TensorType, u32> = HashMap::default();
-            f.values
-                .iter()
-                .map(|v| {
-                    let next = numbers.len() as u32;
-                    *numbers.entry(&v.ty).or_insert(next)
-                })
-                .collect()
-        },
-        param_values: f.params.iter().map(|p| p.0).collect(),
-        inst_values: f.insts.iter().map(|i| i.results[0].0).collect(),
-        cost: CostModel::new(mesh, opts),
-        class_of: HashMap::default(),
-        info: Vec::new(),
-        expanded: vec![false; f.insts.len()],
-        inputs_expanded: vec![false; f.params.len()],
-        gathered: HashSet::default(),
-        required: HashSet::default(),
-        direct: Default::default(),
-        steps: Default::default(),
-        reached: HashMap::default(),
-        stepped: HashMap::default(),
-        chains: HashMap::default(),
-        collapsed: Default::default(),
-        dirty: Default::default(),
-        homes: HashSet::default(),
-        new_homes: Default::default(),
-        found: RefCell::new((0..rewrites::N_RULES).map(|_| Vec::new()).collect()),
-    };
-    let mut g = egg::EGraph::new(analysis);
-    build::load(&mut g, f);
-    let (mut g, egraph) = rewrites::saturate(g, &opts.limits);
+    let (mut g, egraph) = saturated(f, mesh, opts, space);
     clock.lap("e-graph");
     let problem = problem::build_problem(&g, f.values.len(), f.insts.len());
     let sched = build::schedule(f, &g.analysis.space, &problem);
@@ -176,6 +141,52 @@ pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<
         proven: exact,
         dominant,
     })
+}
+
+/// The saturated e-graph of `f` over `space`, and what the runner did.
+fn saturated(
+    f: &Function,
+    mesh: &Mesh,
+    opts: &AutoShardOptions,
+    space: space::Space,
+) -> (lang::ShardGraph, rewrites::EGraphReport) {
+    let analysis = LayoutAnalysis {
+        space,
+        types: f.values.iter().map(|v| v.ty.clone()).collect(),
+        type_numbers: {
+            let mut numbers: HashMap<&weft_ir::TensorType, u32> = HashMap::default();
+            f.values
+                .iter()
+                .map(|v| {
+                    let next = numbers.len() as u32;
+                    *numbers.entry(&v.ty).or_insert(next)
+                })
+                .collect()
+        },
+        param_values: f.params.iter().map(|p| p.0).collect(),
+        inst_values: f.insts.iter().map(|i| i.results[0].0).collect(),
+        cost: CostModel::new(mesh, opts),
+        class_of: HashMap::default(),
+        info: Vec::new(),
+        expanded: vec![false; f.insts.len()],
+        inputs_expanded: vec![false; f.params.len()],
+        gathered: HashSet::default(),
+        required: HashSet::default(),
+        direct: Default::default(),
+        steps: Default::default(),
+        reached: HashMap::default(),
+        stepped: HashMap::default(),
+        chains: HashMap::default(),
+        collapsed: Default::default(),
+        dirty: Default::default(),
+        needs_rebuild: false,
+        homes: HashSet::default(),
+        new_homes: Default::default(),
+        found: RefCell::new((0..rewrites::N_RULES).map(|_| Vec::new()).collect()),
+    };
+    let mut g = egg::EGraph::new(analysis);
+    build::load(&mut g, f);
+    rewrites::saturate(g, &opts.limits)
 }
 
 /// Wall time per phase of [`auto_shard`] (see [`SearchReport::phases`]).
@@ -281,4 +292,67 @@ fn choose(
     let mut best = best.expect("the base plan fits the budget");
     best.exact = exact;
     Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::{build_train_step, Optimizer, TrainConfig};
+    use egg::Language;
+    use weft_ir::builder::FunctionBuilder;
+    use weft_ir::DType;
+
+    /// A two-layer residual MLP training step (AdamW).
+    fn train_step() -> Function {
+        let f = FunctionBuilder::new("loss");
+        let x = f.param("x", DType::F32, &[64, 32]);
+        let y = f.param("y", DType::F32, &[64, 32]);
+        let mut h = x;
+        for i in 0..2 {
+            let w1 = f.param(&format!("params.w1.{i}"), DType::F32, &[32, 128]);
+            let w2 = f.param(&format!("params.w2.{i}"), DType::F32, &[128, 32]);
+            h = f.add(h, f.matmul(f.relu(f.matmul(h, w1)), w2));
+        }
+        let d = f.sub(h, y);
+        f.set_results(&[f.mean_all(f.mul(d, d))]);
+        let m = Module { functions: vec![f.finish().unwrap()] };
+        let cfg = TrainConfig { optimizer: Optimizer::adamw(), ..TrainConfig::default() };
+        build_train_step(&m, m.function("loss").unwrap(), &cfg).unwrap().function().clone()
+    }
+
+    /// The runner never rebuilds (see `rewrites::saturate`): the saturated
+    /// e-graph must already be what a rebuild would make of it — the same
+    /// classes, and in each the same e-nodes, with canonical children.
+    #[test]
+    fn saturated_egraph_needs_no_rebuild() {
+        let f = train_step();
+        let mesh = Mesh::parse("data=2,model=4").unwrap();
+        let opts = AutoShardOptions::default();
+        let space = space::build_space(&f, &mesh, &opts).unwrap();
+        let (mut g, report) = saturated(&f, &mesh, &opts, space);
+        assert_eq!(report.stop, "saturated");
+        assert!(report.applied.get("reshard-chain-collapse").is_some_and(|&n| n > 0), "{:?}", report.applied);
+        let snapshot = |g: &lang::ShardGraph| {
+            let mut classes: Vec<(egg::Id, Vec<lang::ShardLang>)> = g
+                .classes()
+                .map(|c| {
+                    let mut nodes = c.nodes.clone();
+                    nodes.sort();
+                    (c.id, nodes)
+                })
+                .collect();
+            classes.sort();
+            (g.total_size(), classes)
+        };
+        let before = snapshot(&g);
+        for (_, nodes) in &before.1 {
+            for n in nodes {
+                for &c in n.children() {
+                    assert_eq!(g.find(c), c, "child {c} of {n:?} is not canonical");
+                }
+            }
+        }
+        g.rebuild();
+        assert!(before == snapshot(&g), "a rebuild changed the saturated e-graph");
+    }
 }

@@ -3,7 +3,7 @@
 //! `Compute` e-nodes ("options") with costs.
 
 use super::lang::{move_cost, ShardGraph, ShardLang};
-use egg::Id;
+use egg::{Id, Language};
 use rustc_hash::FxHashMap as HashMap;
 
 /// Most layouts one value may have in the extraction (a bit set per value;
@@ -77,7 +77,7 @@ impl Problem {
     }
 }
 
-/// Flattens `g` (rebuilt) for a function with `nv` values and `ninst`
+/// Flattens `g` (saturated) for a function with `nv` values and `ninst`
 /// instructions.
 pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
     let a = &g.analysis;
@@ -140,7 +140,8 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
                             continue;
                         }
                         let cost = move_cost(g, node).expect("a move node has a cost");
-                        p.out[v][from as usize].push(Edge { to: ci as u8, cost, node: node.clone() });
+                        let node = node.clone().map_children(|c| g.find(c));
+                        p.out[v][from as usize].push(Edge { to: ci as u8, cost, node });
                     }
                 }
             }
@@ -152,7 +153,9 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
     }
     for v in &mut p.out {
         for edges in v.iter_mut() {
-            edges.sort_by(|a, b| (a.to, a.cost).partial_cmp(&(b.to, b.cost)).expect("finite costs"));
+            // A total order: the e-graph's node order within a class is
+            // not canonical (it is not rebuilt).
+            edges.sort_by(|a, b| a.to.cmp(&b.to).then(a.cost.total_cmp(&b.cost)).then_with(|| a.node.cmp(&b.node)));
         }
     }
     p.graph_of = number_graphs(&p.out);
