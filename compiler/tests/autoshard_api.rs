@@ -164,6 +164,19 @@ fn errors() {
     assert!(err.to_string().contains("12 parsecs"), "{err}");
 }
 
+/// A mesh whose axes all have size 1 leaves nothing to split: one plan,
+/// everything replicated, no communication (this used to loop forever
+/// choosing how many dimension groups each axis may take).
+#[test]
+fn a_mesh_of_one_device_gives_the_replicated_plan() {
+    let mesh = Mesh::parse("x=1").unwrap();
+    let p = auto_shard(&mlp(64, 32, None), &mesh, &AutoShardOptions::default()).unwrap();
+    for name in ["x", "w1", "w2", "h", "o"] {
+        assert_eq!(fmt_sharding(p.sharding_of(name).unwrap()), "[{}, {}]", "{name}");
+    }
+    assert_eq!(p.cost.communication, 0.0);
+}
+
 #[test]
 fn limits_cut_the_search_and_say_so() {
     let f = mlp(1024, 32, None);

@@ -505,8 +505,10 @@ pub struct EGraphReport {
 /// restore: the analysis unions a class with the class of its (value,
 /// layout) the moment it is made ([`LayoutAnalysis::modify`]), when it has
 /// no parents yet, so no two e-nodes ever become congruent, and the older
-/// class stays the root (egg keeps the class with more parents; `modify`
-/// asserts it), so every id in an e-node stays canonical. Measured: a
+/// class stays the root (egg's union keeps its first argument's class
+/// unless the second has more parents; `modify` passes the older class
+/// first, the new one has none, and `modify` asserts the outcome), so
+/// every id in an e-node stays canonical. Measured: a
 /// rebuild of the saturated 32-layer GPT e-graph changed no count and took
 /// 150 ms, a seventh of the e-graph time. The one union of two existing
 /// classes a rule could make (`all-gather-slice-is-identity`, which the

@@ -257,8 +257,9 @@ fn induced(
 pub fn candidates(f: &Function, space: &Space, p: &Problem, mesh: &Mesh, max: usize) -> Vec<Choice> {
     let axes = super::space::usable_axes(mesh);
     // The most groups per axis such that all combinations fit in `max`.
+    // (With no axis to split there is one plan, the replicated one.)
     let mut per_axis = 1;
-    while (per_axis + 2usize).pow(axes.len() as u32) <= max {
+    while !axes.is_empty() && (per_axis + 2usize).pow(axes.len() as u32) <= max {
         per_axis += 1;
     }
     let g = groups(f, space, per_axis);
