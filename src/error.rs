@@ -9,9 +9,11 @@ pub enum Error {
     /// An error from the IR crate (parse, verify, interpret, tensor files).
     #[error(transparent)]
     Ir(#[from] weft_ir::IrError),
-    /// An error from the compiler (sharding, autodiff, partitioning).
+    /// An error from the compiler (sharding, autodiff, partitioning). Boxed:
+    /// it is the largest of these (its sites carry names and text), and every
+    /// `Result` of the facade would otherwise be that large.
     #[error(transparent)]
-    Compiler(#[from] weft_compiler::CompilerError),
+    Compiler(Box<weft_compiler::CompilerError>),
     /// A checkpoint could not be saved or restored.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
@@ -29,6 +31,12 @@ pub enum Error {
     /// The command line asked for something that does not exist or fit.
     #[error("{0}")]
     Usage(String),
+}
+
+impl From<weft_compiler::CompilerError> for Error {
+    fn from(e: weft_compiler::CompilerError) -> Error {
+        Error::Compiler(Box::new(e))
+    }
 }
 
 /// Result with [`Error`].

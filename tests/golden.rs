@@ -48,7 +48,7 @@ fn shard_stage(text: &str) -> String {
         Err(e) => return error_lines(e),
     };
     let entry = m.functions.last().map(|f| f.name.clone()).unwrap_or_default();
-    let run = || -> Result<String, weft_compiler::CompilerError> {
+    let run = || -> weft::Result<String> {
         let f = weft_compiler::inline_calls(&m, &entry)?;
         let sf = propagate(&f, &mesh, &PropagateOptions::default())?;
         sf.check()?;
