@@ -10,7 +10,9 @@
 //! Devices are numbered row-major over the mesh axes in order.
 //!
 //! This module is self-contained (its own [`MeshSpec`]) so the checkpoint
-//! format does not depend on the compiler's mesh type.
+//! format does not depend on the compiler's mesh type; a test checks that
+//! its blocks are the partitioner's (`weft_compiler::sharding::shard_offset`)
+//! device by device.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -237,6 +239,37 @@ mod tests {
         assert_eq!(l.owners(), vec![0, 2]);
         assert_eq!(l.block_offset(1), vec![0, 2]);
         assert!(layout(&[&[], &[]], &[8, 4]).is_replicated());
+    }
+
+    /// The checkpoint's block math is its own (the format does not depend
+    /// on the compiler's mesh type) but must be the partitioner's: every
+    /// device's block offset and shape agree with the compiler's
+    /// `shard_offset` / `local_shape` on several meshes and shardings.
+    #[test]
+    fn blocks_agree_with_the_partitioner() {
+        let meshes: [&[(&str, usize)]; 3] =
+            [&[("x", 2), ("y", 2)], &[("data", 2), ("model", 4)], &[("a", 2), ("b", 3), ("c", 2)]];
+        for axes in meshes {
+            let spec = MeshSpec::new(axes);
+            let text: Vec<String> = axes.iter().map(|(n, s)| format!("{n}={s}")).collect();
+            let mesh = weft_compiler::sharding::Mesh::parse(&text.join(",")).unwrap();
+            let names: Vec<&str> = axes.iter().map(|(n, _)| *n).collect();
+            let (a, b) = (names[0], names[1]);
+            let last = names[names.len() - 1];
+            let shardings: [&[&[&str]]; 6] =
+                [&[&[], &[]], &[&[a], &[]], &[&[a], &[b]], &[&[a, b], &[]], &[&[], &[b, a]], &[&[last], &[a]]];
+            let shape = [48, 24];
+            for dims in shardings {
+                let sharding = TensorSharding::new(dims);
+                let l = BlockLayout::new(&spec, &sharding, &shape).unwrap();
+                let local = weft_compiler::sharding::local_shape(&shape, &sharding, &mesh).unwrap();
+                assert_eq!(l.block_shape(), local, "{sharding} on {spec}");
+                for dev in 0..spec.num_devices() {
+                    let offset = weft_compiler::sharding::shard_offset(&shape, &sharding, &mesh, dev).unwrap();
+                    assert_eq!(l.block_offset(l.block_of(dev)), offset, "device {dev}, {sharding} on {spec}");
+                }
+            }
+        }
     }
 
     #[test]
