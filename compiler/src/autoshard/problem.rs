@@ -93,9 +93,9 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
         free_from: vec![Vec::new(); nv],
         graph_of: Vec::new(),
     };
-    // (value, class index) of each class, by id (ids are dense).
-    let max_id = g.classes().map(|c| usize::from(c.id)).max().map_or(0, |m| m + 1);
-    let mut index: Vec<Option<(u32, u8)>> = vec![None; max_id];
+    // (value, class index) of each class, by id (ids are dense: one per
+    // class ever made, `LayoutAnalysis::info`).
+    let mut index: Vec<Option<(u32, u8)>> = vec![None; a.info.len()];
     for (v, list) in per.iter_mut().enumerate() {
         list.sort_unstable();
         if list.len() > MAX_CLASSES {

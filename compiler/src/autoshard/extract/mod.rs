@@ -160,7 +160,7 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>, paths: &mut Paths) -> Op
     let nv = p.classes.len();
     let base = cfg.base.map(|c| Base::new(p, s, c));
     let mut cx = Ctx { p, s, obj: cfg.obj, budget: cfg.budget, paths, base, fut_memo: HashMap::default() };
-    let mut init = State {
+    let init = State {
         cost: 0.0,
         fut: 0.0,
         peak: 0.0,
@@ -170,7 +170,6 @@ pub fn search(p: &Problem, s: &Sched, cfg: &Config<'_>, paths: &mut Paths) -> Op
         homes: PArray::new(s.param_value.len()),
         trace: None,
     };
-    init.fut = 0.0;
     let mut states = vec![init];
     let (mut exact, mut max_states, mut truncated_steps) = (true, 1, 0);
     // Buffers reused across steps: the candidates, whether each is
