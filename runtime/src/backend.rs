@@ -38,6 +38,12 @@ pub trait Backend {
     /// Copies a host tensor to the device.
     fn upload(&self, t: &HostTensor) -> Result<Self::Buffer, RuntimeError>;
 
+    /// Moves a host tensor to the device (the CPU backend keeps it as it is;
+    /// others copy it, as [`Backend::upload`]).
+    fn upload_owned(&self, t: HostTensor) -> Result<Self::Buffer, RuntimeError> {
+        self.upload(&t)
+    }
+
     /// Copies a buffer back to the host (waits for pending work on it).
     fn download(&self, b: &Self::Buffer) -> Result<HostTensor, RuntimeError>;
 
@@ -164,6 +170,15 @@ impl Backend for AnyBackend {
             AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.upload(t)?),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.upload(t)?),
+        })
+    }
+
+    fn upload_owned(&self, t: HostTensor) -> Result<AnyBuffer, RuntimeError> {
+        Ok(match self {
+            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.upload_owned(t)?),
+            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.upload(&t)?),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.upload(&t)?),
         })
     }
 

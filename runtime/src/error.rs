@@ -92,6 +92,44 @@ pub enum RuntimeError {
         /// The error reported by the device layer.
         message: String,
     },
+    /// A device stopped in a collective because another device failed.
+    #[error("device {device} stopped at step {step} (`{collective}`): device {failed_device} failed: {reason}")]
+    Aborted {
+        /// The device that was waiting.
+        device: usize,
+        /// The step it was at.
+        step: usize,
+        /// The collective it was waiting in.
+        collective: String,
+        /// The device whose failure stopped the run.
+        failed_device: usize,
+        /// That device's error.
+        reason: String,
+    },
+    /// A member of a collective waited longer than the communicator's
+    /// timeout for the rest of its group.
+    #[error("device {device} waited {waited:?} at step {step} (`{collective}`) for devices {missing:?}, which never arrived")]
+    CollectiveTimeout {
+        /// The device that waited.
+        device: usize,
+        /// The step.
+        step: usize,
+        /// The collective.
+        collective: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// The devices of its group that never contributed.
+        missing: Vec<usize>,
+    },
+    /// The executable's resident state is not there: never loaded, or
+    /// donated to a step that failed (its buffers are gone).
+    #[error("executable `{program}` has no resident state: {why}; load the state again")]
+    NoState {
+        /// The program's name.
+        program: String,
+        /// Why.
+        why: String,
+    },
     /// An error from the IR layer (host tensor conversion, interpreter).
     #[error(transparent)]
     Ir(#[from] IrError),

@@ -11,18 +11,24 @@
 //! - [`devices`]: choosing a backend by name ([`BackendKind`],
 //!   [`select_backend`]) and mapping N logical devices onto the physical
 //!   adapters present ([`open_devices`], [`DeviceMap`]).
-//! - [`exec`]: [`run_program`] verifies a device program and runs it on
-//!   all devices, with host-staged collectives in a fixed order;
+//! - [`executable`]: [`Executable`] plans a device program once and runs
+//!   it many times, one worker thread per device, with donated state kept
+//!   resident on the devices; [`comm`]: the [`Communicator`] the workers
+//!   meet at for collectives ([`InProcessComm`] in one process);
+//! - [`exec`]: [`run_program`] runs a device program once on borrowed
+//!   devices in the calling thread;
 //!   [`fusion`] lets GPU backends run chains of elementwise steps as one
 //!   kernel.
 #![warn(missing_docs)]
 
 pub mod backend;
 pub mod collective;
+pub mod comm;
 pub mod cpu;
 pub mod devices;
 pub mod error;
 pub mod exec;
+pub mod executable;
 pub mod fusion;
 pub mod gpu;
 pub mod verify;
@@ -32,5 +38,7 @@ pub use backend::{AnyBackend, AnyBuffer, Backend};
 pub use cpu::CpuBackend;
 pub use devices::{available_backends, open_devices, select_backend, BackendKind, DeviceMap, Devices};
 pub use error::RuntimeError;
+pub use comm::{Communicator, InProcessComm};
 pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};
+pub use executable::{shard_slice_op, ExecOptions, ExecStats, Executable, TransferStats};
 pub use verify::{verify_program, ProgramInfo};

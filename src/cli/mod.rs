@@ -120,9 +120,14 @@ pub struct TrainArgs {
     /// Parallelism strategy (none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3).
     #[arg(long)]
     pub strategy: Option<String>,
-    /// Execution backend: cpu (simulated devices), interp (unsharded oracle).
+    /// Execution backend: cpu (the runtime's CPU devices, default), wgpu,
+    /// cuda, sim (the reference device-program simulator), interp (the
+    /// unsharded interpreter, one device).
     #[arg(long)]
     pub backend: Option<String>,
+    /// Worker threads for a runtime backend (default: one per device).
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Seed.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -157,6 +162,7 @@ impl TrainArgs {
             mesh: self.mesh,
             strategy: self.strategy,
             backend: self.backend,
+            threads: self.threads,
             seed: self.seed,
             checkpoint_dir: self.checkpoint_dir,
             checkpoint_every: self.checkpoint_every,

@@ -51,6 +51,9 @@ pub struct RunConfig {
     /// Execution backend.
     #[serde(default)]
     pub backend: Option<String>,
+    /// Worker threads of a runtime backend (default: one per device).
+    #[serde(default)]
+    pub threads: Option<usize>,
     /// Where to append one JSON object per step.
     #[serde(default)]
     pub metrics: Option<PathBuf>,

@@ -16,13 +16,17 @@ pub trait Executor {
     fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics>;
     /// The current state as a checkpoint: per-device shards where the state
     /// is sharded (each distinct block once), global tensors otherwise.
-    fn checkpoint_state(&self, step: &TrainStep) -> Result<CheckpointState>;
+    fn checkpoint_state(&mut self, step: &TrainStep) -> Result<CheckpointState>;
     /// How each state leaf (in `TrainStep::state` order) is laid out over
     /// the executor's mesh: the target sharding when restoring a
     /// checkpoint saved on any mesh.
     fn state_layout(&self, step: &TrainStep) -> Vec<weft_ir::TensorSharding>;
     /// The current state as global tensors.
-    fn global_state(&self, step: &TrainStep) -> Result<Tree>;
+    fn global_state(&mut self, step: &TrainStep) -> Result<Tree>;
+    /// Wall time of each compile phase of the executor's program.
+    fn compile_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        Vec::new()
+    }
     /// Where it runs: backend, mesh, the mapping of logical devices.
     fn describe(&self) -> String;
 }
@@ -55,11 +59,11 @@ impl Executor for InterpExecutor {
         Ok(m)
     }
 
-    fn checkpoint_state(&self, _step: &TrainStep) -> Result<CheckpointState> {
+    fn checkpoint_state(&mut self, _step: &TrainStep) -> Result<CheckpointState> {
         Ok(CheckpointState::from_tree(self.state.clone()))
     }
 
-    fn global_state(&self, _step: &TrainStep) -> Result<Tree> {
+    fn global_state(&mut self, _step: &TrainStep) -> Result<Tree> {
         Ok(self.state.clone())
     }
 

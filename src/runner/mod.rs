@@ -9,16 +9,18 @@
 pub mod config;
 mod exec;
 mod metrics;
+mod mesh;
 mod session;
-mod sim;
 
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use session::{default_backend, executor, mesh_spec, run_session};
-pub use sim::{human, MeshExecutor, SimulatedExecutor, MAX_SIMULATED_DEVICES};
+pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
+pub use session::{default_backend, executor, run_session};
 
+use crate::checkpoint::MeshSpec;
 use crate::error::{Error, Result};
+use weft_compiler::sharding::Mesh;
 use crate::models::{gpt, mlp};
 use crate::strategy::{self, Strategy};
 use std::path::PathBuf;
@@ -36,6 +38,8 @@ pub struct Overrides {
     pub strategy: Option<String>,
     /// `--backend`.
     pub backend: Option<String>,
+    /// `--threads`.
+    pub threads: Option<usize>,
     /// `--seed`.
     pub seed: Option<u64>,
     /// `--checkpoint-dir`.
@@ -68,6 +72,9 @@ impl Overrides {
         }
         if let Some(b) = &self.backend {
             c.backend = Some(b.clone());
+        }
+        if let Some(t) = self.threads {
+            c.threads = Some(t);
         }
         if let Some(s) = self.seed {
             c.seed = s;
@@ -140,6 +147,26 @@ pub struct RunSummary {
     pub metrics: Vec<(u64, Metrics)>,
     /// Steps per second.
     pub steps_per_sec: f64,
+    /// Wall time of each step run, in seconds (the step alone: not the
+    /// metrics file or checkpoints).
+    pub step_secs: Vec<f64>,
+    /// Wall time of each compile phase, in seconds (building the training
+    /// step, then the executor's phases).
+    pub compile_secs: Vec<(String, f64)>,
+}
+
+impl RunSummary {
+    /// The steady-state step time in seconds: the median over the steps
+    /// after the first (the first pays one-time costs), or the only step.
+    pub fn steady_step_secs(&self) -> Option<f64> {
+        let tail = if self.step_secs.len() > 1 { &self.step_secs[1..] } else { &self.step_secs[..] };
+        if tail.is_empty() {
+            return None;
+        }
+        let mut v = tail.to_vec();
+        v.sort_by(f64::total_cmp);
+        Some(v[v.len() / 2])
+    }
 }
 
 /// Runs steps on the executor's loaded state from step `first` until
@@ -167,9 +194,12 @@ pub fn run_steps(
         b
     };
     let mut all = Vec::new();
+    let mut step_secs = Vec::new();
     let start = std::time::Instant::now();
     for s in first..total {
+        let clock = std::time::Instant::now();
         let m = exec.step(&prepared.step, &prepared.batch)?;
+        step_secs.push(clock.elapsed().as_secs_f64());
         if let Some(w) = metrics_out.as_deref_mut() {
             w.write(s, &m)?;
         }
@@ -183,5 +213,31 @@ pub fn run_steps(
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     let n = total.saturating_sub(first);
-    Ok(RunSummary { metrics: all, steps_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 } })
+    Ok(RunSummary {
+        metrics: all,
+        steps_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 },
+        step_secs,
+        compile_secs: Vec::new(),
+    })
+}
+
+/// The checkpoint mesh description of a compiler mesh.
+pub fn mesh_spec(mesh: &Mesh) -> MeshSpec {
+    MeshSpec { axes: mesh.axes().iter().map(|a| (a.name.clone(), a.size)).collect() }
+}
+
+/// Bytes as `1.5 MiB`.
+pub fn human(b: usize) -> String {
+    let units = ["B", "KiB", "MiB", "GiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
 }

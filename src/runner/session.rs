@@ -1,17 +1,20 @@
 //! One `weft train` session: executor, checkpoints, resume, manifest.
 
-use super::{prepare, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
-use crate::checkpoint::{CheckpointManager, CheckpointOptions, MeshSpec, RestoreTarget, Retention};
+use super::mesh::{MeshBackend, MeshExecutor};
+use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
+use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
 use crate::error::{Error, Result};
 use weft_compiler::sharding::Mesh;
 
-/// The checkpoint mesh description of a compiler mesh.
-pub fn mesh_spec(mesh: &Mesh) -> MeshSpec {
-    MeshSpec { axes: mesh.axes().iter().map(|a| (a.name.clone(), a.size)).collect() }
-}
-
-/// Builds the executor for `backend` on `mesh`.
-pub fn executor(backend: &str, mesh: &Mesh, prepared: &super::Prepared) -> Result<Box<dyn Executor>> {
+/// Builds the executor for `backend` on `mesh`: `interp` (the unsharded
+/// interpreter, one device), `sim` (the reference device-program simulator)
+/// or a runtime backend (`cpu`, `wgpu`, `cuda`) with `threads` workers.
+pub fn executor(
+    backend: &str,
+    mesh: &Mesh,
+    prepared: &super::Prepared,
+    threads: Option<usize>,
+) -> Result<Box<dyn Executor>> {
     match backend {
         "interp" => {
             if mesh.num_devices() != 1 {
@@ -22,10 +25,10 @@ pub fn executor(backend: &str, mesh: &Mesh, prepared: &super::Prepared) -> Resul
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        "cpu" => Ok(Box::new(super::sim::MeshExecutor::new(&prepared.step, mesh)?)),
+        "sim" => Ok(Box::new(MeshExecutor::new(&prepared.step, mesh, MeshBackend::Simulator, None)?)),
         other => {
             let kind = weft_runtime::select_backend(Some(other))?;
-            Ok(Box::new(super::sim::MeshExecutor::on_devices(&prepared.step, mesh, kind)?))
+            Ok(Box::new(MeshExecutor::new(&prepared.step, mesh, MeshBackend::Devices(kind), threads)?))
         }
     }
 }
@@ -34,9 +37,12 @@ pub fn executor(backend: &str, mesh: &Mesh, prepared: &super::Prepared) -> Resul
 pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -> Result<RunSummary> {
     let mesh = Mesh::parse(c.mesh.as_deref().unwrap_or("data=1")).map_err(|e| Error::Usage(format!("mesh: {e}")))?;
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+    let clock = std::time::Instant::now();
     let prepared = prepare(c, &axes, ov)?;
+    let mut compile_secs = vec![("train step".to_string(), clock.elapsed().as_secs_f64())];
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
-    let mut exec = executor(&backend, &mesh, &prepared)?;
+    let mut exec = executor(&backend, &mesh, &prepared, c.threads)?;
+    compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
     log(format!(
         "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
         mesh.num_devices(),
@@ -93,7 +99,12 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
         let state = prepared.step.init_state(&prepared.params, c.seed, 1.0)?;
         exec.load(&prepared.step, &state)?;
     }
-    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared)?;
+    log(format!(
+        "compiled in {:.2} s ({})",
+        compile_secs.iter().map(|(_, t)| t).sum::<f64>(),
+        compile_secs.iter().map(|(n, t)| format!("{n} {:.0} ms", t * 1e3)).collect::<Vec<_>>().join(", ")
+    ));
+    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, None)?;
     let mut writer = match &c.metrics {
         Some(p) if resumed => Some(MetricsWriter::open_resume(p, first)?),
         Some(p) => Some(MetricsWriter::open(p, false)?),
@@ -101,7 +112,7 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
     };
     let every = c.checkpoint.as_ref().map(|k| k.every.max(1)).unwrap_or(u64::MAX);
     let total = c.steps;
-    let summary = run_steps(
+    let mut summary = run_steps(
         c,
         &prepared,
         exec.as_mut(),
@@ -121,6 +132,11 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
     if let Some(m) = manager {
         m.finish()?;
     }
+    summary.compile_secs = compile_secs;
+    if let Some(t) = summary.steady_step_secs() {
+        log(format!("steady-state step {:.2} ms (median of {} steps after the first)", t * 1e3, summary.step_secs.len().saturating_sub(1).max(1)));
+    }
+    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, Some(&summary))?;
     Ok(summary)
 }
 
@@ -135,6 +151,7 @@ fn write_manifest(
     exec: &dyn Executor,
     backend: &str,
     prepared: &super::Prepared,
+    summary: Option<&RunSummary>,
 ) -> Result<()> {
     let dir = match (&c.checkpoint, &c.metrics) {
         (Some(k), _) => k.dir.clone(),
@@ -142,7 +159,7 @@ fn write_manifest(
         (None, None) => return Ok(()),
     };
     std::fs::create_dir_all(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
-    let manifest = serde_json::json!({
+    let mut manifest = serde_json::json!({
         "weft_version": env!("CARGO_PKG_VERSION"),
         "git_revision": env!("WEFT_GIT_REV"),
         "config": serde_json::to_value(c).unwrap_or_default(),
@@ -157,6 +174,14 @@ fn write_manifest(
             "sharding": l.sharding.as_ref().map(|s| s.to_string()),
         })).collect::<Vec<_>>(),
     });
+    if let Some(s) = summary {
+        manifest["timings"] = serde_json::json!({
+            "compile_s": s.compile_secs.iter().map(|(n, t)| (n.clone(), serde_json::json!(t))).collect::<serde_json::Map<_, _>>(),
+            "steady_step_s": s.steady_step_secs(),
+            "first_step_s": s.step_secs.first(),
+            "steps_timed": s.step_secs.len(),
+        });
+    }
     let path = dir.join("run.json");
     let text = serde_json::to_string_pretty(&manifest).expect("a JSON value serializes");
     std::fs::write(&path, text + "\n").map_err(|source| Error::Io { path, source })

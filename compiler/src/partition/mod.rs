@@ -100,6 +100,72 @@ pub fn compile(m: &Module, entry: &str, mesh: &Mesh, options: &PropagateOptions)
     partition_function(&sf, mesh)
 }
 
+/// Wall time of each phase of [`compile_with_stable_state`], in order.
+pub type PhaseTimes = Vec<(&'static str, std::time::Duration)>;
+
+/// [`compile`] for a function whose first `state` parameters are replaced,
+/// result for parameter, by its first `state` results (a training step):
+/// each such result is pinned to the sharding its parameter gets, like
+/// `jit(out_shardings=in_shardings)`, so the new state comes out laid out
+/// exactly as the step takes it (any reshard this needs is inside the
+/// program) and can stay on the devices between steps. Returns the
+/// partitioned function and the time of each phase.
+pub fn compile_with_stable_state(
+    m: &Module,
+    entry: &str,
+    mesh: &Mesh,
+    options: &PropagateOptions,
+    state: usize,
+) -> Result<(PartitionedFunction, PhaseTimes)> {
+    let clock = std::time::Instant::now();
+    let mut f = inline_calls(m, entry)?;
+    let mut times: PhaseTimes = vec![("inline", clock.elapsed())];
+    let n_results = f.results.len();
+    if state > f.params.len().min(n_results) {
+        return Err(CompilerError::State {
+            leaf: format!("@{entry}"),
+            message: format!(
+                "{} parameters and {n_results} results, fewer than its {state} state leaves",
+                f.params.len()
+            ),
+        });
+    }
+    f.result_shardings.resize(n_results, None);
+    // Pinning a result can move the layout propagation picks for an unpinned
+    // parameter; a few rounds reach the fixed point.
+    for _round in 0..4 {
+        let clock = std::time::Instant::now();
+        let sf = propagate(&f, mesh, options)?;
+        times.push(("propagate", clock.elapsed()));
+        let clock = std::time::Instant::now();
+        let pf = partition_function(&sf, mesh)?;
+        times.push(("partition", clock.elapsed()));
+        let moved: Vec<usize> = (0..state).filter(|&i| pf.inputs[i].sharding != pf.outputs[i].sharding).collect();
+        if moved.is_empty() {
+            return Ok((pf, merge_phases(times)));
+        }
+        for i in moved {
+            f.result_shardings[i] = Some(pf.inputs[i].sharding.clone());
+        }
+    }
+    Err(CompilerError::State {
+        leaf: format!("@{entry}"),
+        message: "the state layout did not settle: pinning each new state leaf to its parameter's sharding kept moving the parameters".into(),
+    })
+}
+
+/// Sums repeated phases, keeping first-seen order.
+fn merge_phases(times: PhaseTimes) -> PhaseTimes {
+    let mut out: PhaseTimes = Vec::new();
+    for (name, t) in times {
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, acc)) => *acc += t,
+            None => out.push((name, t)),
+        }
+    }
+    out
+}
+
 impl PartitionedFunction {
     /// Memory and communication per device.
     pub fn report(&self) -> ProgramReport {

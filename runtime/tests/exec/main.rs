@@ -12,6 +12,7 @@
 mod common;
 
 mod collectives;
+mod executable;
 mod fusion;
 mod programs;
 mod verify_errors;

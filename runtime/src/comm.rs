@@ -1,0 +1,291 @@
+//! The communicator interface: how device workers meet at a collective.
+//!
+//! An [`crate::Executable`] runs one worker per device. When a worker
+//! reaches a collective step it hands its contribution to a
+//! [`Communicator`] and blocks until it gets back what it receives. The
+//! executor knows nothing else about communication, so an in-process
+//! implementation ([`InProcessComm`]: shared memory, one rendezvous per
+//! collective) and a multi-process one (MPI; NCCL on CUDA) are
+//! interchangeable behind the trait.
+//!
+//! Determinism: [`InProcessComm`] computes each collective once, when the
+//! last member of the group arrives, with [`crate::collective::combine`]:
+//! reductions fold the contributions left to right in rank order with the
+//! interpreter's arithmetic. The result therefore depends only on the
+//! contributions, never on which thread arrived first, and is bit for bit
+//! what the single-threaded executor and the reference simulator compute.
+//!
+//! Failure: a worker whose step fails calls [`Communicator::abort`]; every
+//! worker waiting in (or later entering) a collective returns
+//! [`RuntimeError::Aborted`] instead of waiting for a member that will never
+//! come. A wait longer than the communicator's timeout is
+//! [`RuntimeError::CollectiveTimeout`], naming the collective and the
+//! members that never arrived: never an indefinite hang.
+
+use crate::collective::{combine, permute};
+use crate::error::RuntimeError;
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+use weft_ir::device::Collective;
+use weft_ir::tensor::HostTensor;
+
+/// One collective as one member sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct CollectiveCall<'a> {
+    /// The step of the device program (the same on every member).
+    pub step: usize,
+    /// The collective.
+    pub op: &'a Collective,
+    /// The group's devices in rank order (for `collective_permute`, every
+    /// device of the mesh in device order).
+    pub group: &'a [usize],
+    /// This member's rank in `group`.
+    pub rank: usize,
+}
+
+impl CollectiveCall<'_> {
+    /// The device making the call.
+    pub fn device(&self) -> usize {
+        self.group[self.rank]
+    }
+}
+
+/// Exchanges host-staged contributions between the members of a collective.
+///
+/// The exchange is split in two phases so that one thread can drive several
+/// devices (a worker *lane*): it contributes for each of its devices, then
+/// receives for each. Neither phase's result depends on the order in which
+/// members arrive.
+pub trait Communicator: Send + Sync {
+    /// Contributes `input` to `call` as member `call.rank` (does not wait).
+    fn contribute(&self, call: CollectiveCall<'_>, input: HostTensor) -> Result<(), RuntimeError>;
+
+    /// What member `call.rank` receives from `call` (waits for the group).
+    fn receive(&self, call: CollectiveCall<'_>) -> Result<HostTensor, RuntimeError>;
+
+    /// [`Communicator::contribute`], then [`Communicator::receive`].
+    fn collective(&self, call: CollectiveCall<'_>, input: HostTensor) -> Result<HostTensor, RuntimeError> {
+        self.contribute(call, input)?;
+        self.receive(call)
+    }
+
+    /// Wakes every member waiting in a collective (now or later) with
+    /// [`RuntimeError::Aborted`]: `device` failed with `reason`.
+    fn abort(&self, device: usize, reason: String);
+
+    /// Clears an abort and any half-finished collective so that the
+    /// communicator can be used again (between runs, once every worker has
+    /// stopped).
+    fn reset(&self);
+}
+
+/// A collective in flight: contributions so far, then the results.
+struct Rendezvous {
+    contributions: Vec<Option<HostTensor>>,
+    arrived: usize,
+    results: Option<Vec<Option<HostTensor>>>,
+    taken: usize,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Keyed by (step, first device of the group).
+    open: HashMap<(usize, usize), Rendezvous>,
+    /// Set by [`Communicator::abort`]: the failing device and its error.
+    aborted: Option<(usize, String)>,
+}
+
+/// Devices of one process meeting in shared memory (one rendezvous per
+/// collective and group).
+pub struct InProcessComm {
+    shared: Mutex<Shared>,
+    changed: Condvar,
+    timeout: Duration,
+}
+
+/// How long a member waits for the rest of its group by default.
+pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Default for InProcessComm {
+    fn default() -> Self {
+        InProcessComm::new(DEFAULT_COLLECTIVE_TIMEOUT)
+    }
+}
+
+impl InProcessComm {
+    /// A communicator whose members wait at most `timeout` for their group.
+    pub fn new(timeout: Duration) -> InProcessComm {
+        InProcessComm { shared: Mutex::new(Shared::default()), changed: Condvar::new(), timeout }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        // A worker that panicked while holding the lock leaves data that is
+        // still consistent (every update is a single assignment).
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn results_of(call: &CollectiveCall<'_>, blocks: Vec<HostTensor>) -> Result<Vec<HostTensor>, RuntimeError> {
+    match call.op {
+        Collective::CollectivePermute { pairs } => Ok(permute(pairs, &blocks)),
+        op => combine(op, &blocks),
+    }
+}
+
+fn aborted_error(s: &Shared, call: &CollectiveCall<'_>) -> Option<RuntimeError> {
+    s.aborted.as_ref().map(|(device, reason)| RuntimeError::Aborted {
+        device: call.device(),
+        step: call.step,
+        collective: call.op.name().to_string(),
+        failed_device: *device,
+        reason: reason.clone(),
+    })
+}
+
+impl Communicator for InProcessComm {
+    fn contribute(&self, call: CollectiveCall<'_>, input: HostTensor) -> Result<(), RuntimeError> {
+        let n = call.group.len();
+        let key = (call.step, call.group[0]);
+        let mut s = self.lock();
+        if let Some(e) = aborted_error(&s, &call) {
+            return Err(e);
+        }
+        let r = s.open.entry(key).or_insert_with(|| Rendezvous {
+            contributions: (0..n).map(|_| None).collect(),
+            arrived: 0,
+            results: None,
+            taken: 0,
+        });
+        r.contributions[call.rank] = Some(input);
+        r.arrived += 1;
+        if r.arrived == n {
+            // The last member computes the group's results once.
+            let blocks: Vec<HostTensor> = r.contributions.iter_mut().map(|c| c.take().expect("every member")).collect();
+            match results_of(&call, blocks) {
+                Ok(res) => r.results = Some(res.into_iter().map(Some).collect()),
+                Err(e) => {
+                    s.aborted = Some((call.device(), e.to_string()));
+                    self.changed.notify_all();
+                    return Err(e.at_step(call.device(), call.step, call.op.name()));
+                }
+            }
+            self.changed.notify_all();
+        }
+        Ok(())
+    }
+
+    fn receive(&self, call: CollectiveCall<'_>) -> Result<HostTensor, RuntimeError> {
+        let n = call.group.len();
+        let key = (call.step, call.group[0]);
+        let deadline = Instant::now() + self.timeout;
+        let mut s = self.lock();
+        loop {
+            if let Some(e) = aborted_error(&s, &call) {
+                return Err(e);
+            }
+            let r = s.open.get_mut(&key).expect("a member receives only after it contributed");
+            if let Some(results) = r.results.as_mut() {
+                let out = results[call.rank].take().expect("each member takes its result once");
+                r.taken += 1;
+                if r.taken == n {
+                    s.open.remove(&key);
+                }
+                return Ok(out);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<usize> = r
+                    .contributions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.is_none())
+                    .map(|(rank, _)| call.group[rank])
+                    .collect();
+                return Err(RuntimeError::CollectiveTimeout {
+                    device: call.device(),
+                    step: call.step,
+                    collective: call.op.name().to_string(),
+                    waited: self.timeout,
+                    missing,
+                });
+            }
+            s = self.changed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    fn abort(&self, device: usize, reason: String) {
+        let mut s = self.lock();
+        if s.aborted.is_none() {
+            s.aborted = Some((device, reason));
+        }
+        self.changed.notify_all();
+    }
+
+    fn reset(&self) {
+        let mut s = self.lock();
+        s.aborted = None;
+        s.open.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_ir::ReduceOp;
+
+    fn t(v: f32) -> HostTensor {
+        HostTensor::from_f32(&[2], vec![v, v * 2.0]).unwrap()
+    }
+
+    #[test]
+    fn members_on_threads_get_the_rank_order_sum() {
+        let comm = InProcessComm::default();
+        let op = Collective::AllReduce { axes: vec!["x".into()], op: ReduceOp::Sum };
+        let group = [0usize, 1, 2, 3];
+        let outs: Vec<HostTensor> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|rank| {
+                    let (comm, op, group) = (&comm, &op, &group);
+                    s.spawn(move || {
+                        comm.collective(CollectiveCall { step: 3, op, group, rank }, t(rank as f32 + 0.1)).unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let expect = combine(&op, &[t(0.1), t(1.1), t(2.1), t(3.1)]).unwrap();
+        for o in &outs {
+            assert!(o.bitwise_eq(&expect[0]));
+        }
+        assert!(comm.lock().open.is_empty(), "the rendezvous is closed once every member took its result");
+    }
+
+    #[test]
+    fn an_abort_wakes_a_waiting_member() {
+        let comm = InProcessComm::default();
+        let op = Collective::AllReduce { axes: vec!["x".into()], op: ReduceOp::Sum };
+        let group = [0usize, 1];
+        let err = std::thread::scope(|s| {
+            let h = s.spawn(|| comm.collective(CollectiveCall { step: 0, op: &op, group: &group, rank: 0 }, t(1.0)));
+            std::thread::sleep(Duration::from_millis(20));
+            comm.abort(1, "backend error".into());
+            h.join().unwrap().unwrap_err()
+        });
+        assert!(matches!(err, RuntimeError::Aborted { failed_device: 1, .. }), "{err}");
+        comm.reset();
+        assert!(comm.lock().aborted.is_none());
+    }
+
+    #[test]
+    fn a_missing_member_times_out_with_its_name() {
+        let comm = InProcessComm::new(Duration::from_millis(30));
+        let op = Collective::AllGather { dim: 0, axes: vec!["x".into()] };
+        let group = [4usize, 5];
+        let err = comm.collective(CollectiveCall { step: 7, op: &op, group: &group, rank: 0 }, t(1.0)).unwrap_err();
+        match err {
+            RuntimeError::CollectiveTimeout { device: 4, step: 7, missing, .. } => assert_eq!(missing, vec![5]),
+            e => panic!("unexpected {e}"),
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The work of one worker *lane*: one or more devices driven by one thread
+//! through the whole device program.
+//!
+//! A lane runs the program segment by segment ([`super::plan::Segment`]):
+//! each of its devices runs the segment's local steps, then each
+//! contributes to the closing collective, then each receives. With one
+//! device per lane this is the classic one-worker-per-device executor; with
+//! every device in one lane it is the old lockstep executor. Results do not
+//! depend on the split: only collectives couple devices, and the
+//! communicator's results depend only on the contributions.
+
+use super::plan::{Action, Plan};
+use super::TransferStats;
+use crate::backend::Backend;
+use crate::comm::{CollectiveCall, Communicator};
+use crate::error::RuntimeError;
+use crate::exec::DeviceStats;
+use weft_ir::device::{BufferId, DeviceProgram, Step};
+use weft_ir::tensor::HostTensor;
+
+/// The live buffers of one device, with their byte count.
+pub(crate) struct Slots<B: Backend> {
+    bufs: Vec<Option<B::Buffer>>,
+    live: usize,
+    pub stats: DeviceStats,
+}
+
+impl<B: Backend> Slots<B> {
+    pub fn new(p: &DeviceProgram) -> Slots<B> {
+        Slots { bufs: (0..p.buffers.len()).map(|_| None).collect(), live: 0, stats: DeviceStats::default() }
+    }
+
+    pub fn get(&self, b: BufferId) -> &B::Buffer {
+        self.bufs[b.index()].as_ref().unwrap_or_else(|| panic!("buffer %{} is not live (verified program)", b.0))
+    }
+
+    pub fn has(&self, b: BufferId) -> bool {
+        self.bufs[b.index()].is_some()
+    }
+
+    pub fn put(&mut self, p: &DeviceProgram, b: BufferId, buf: B::Buffer) {
+        self.live += p.ty(b).size_bytes();
+        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.live);
+        self.bufs[b.index()] = Some(buf);
+    }
+
+    pub fn take(&mut self, p: &DeviceProgram, b: BufferId) -> B::Buffer {
+        self.live -= p.ty(b).size_bytes();
+        self.bufs[b.index()].take().unwrap_or_else(|| panic!("buffer %{} freed twice (verified program)", b.0))
+    }
+
+    pub fn finish(&mut self) -> DeviceStats {
+        self.stats.final_live_bytes = self.live;
+        self.stats.clone()
+    }
+}
+
+/// One device as a lane drives it.
+pub(crate) struct DeviceRun<'a, B: Backend> {
+    pub device: usize,
+    pub backend: &'a B,
+    pub slots: Slots<B>,
+    pub transfers: TransferStats,
+}
+
+/// What every lane shares.
+pub(crate) struct RunCtx<'a> {
+    pub program: &'a DeviceProgram,
+    pub plan: &'a Plan,
+    pub comm: &'a dyn Communicator,
+}
+
+/// Runs the whole program on the lane's devices (inputs already placed).
+/// On failure the communicator is aborted, so that other lanes stop too.
+pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_, B>]) -> Result<(), RuntimeError> {
+    for seg in &ctx.plan.segments {
+        for dev in devices.iter_mut() {
+            for i in seg.local.clone() {
+                guard(ctx, dev.device, run_local(ctx, dev, i))?;
+            }
+        }
+        let Some(i) = seg.collective else { continue };
+        let Step::Collective { op, input, .. } = &ctx.program.steps[i] else { unreachable!("segments end at collectives") };
+        let members = ctx.plan.members[i].as_ref().expect("planned collective");
+        for dev in devices.iter_mut() {
+            let m = &members[dev.device];
+            let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
+            let buf = dev.slots.get(*input);
+            let t = guard(ctx, dev.device, dev.backend.download(buf).map_err(|e| e.at_step(dev.device, i, op.name())))?;
+            dev.transfers.count_download(&t, Transfer::Collective);
+            guard(ctx, dev.device, ctx.comm.contribute(call, t))?;
+        }
+        for dev in devices.iter_mut() {
+            let Step::Collective { output, .. } = &ctx.program.steps[i] else { unreachable!() };
+            let m = &members[dev.device];
+            let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
+            let t = ctx.comm.receive(call)?;
+            dev.transfers.count_upload(&t, Transfer::Collective);
+            let buf =
+                guard(ctx, dev.device, dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name())))?;
+            dev.slots.put(ctx.program, *output, buf);
+        }
+    }
+    Ok(())
+}
+
+/// Aborts the communicator when `r` is a failure of this device's own.
+fn guard<T>(ctx: &RunCtx<'_>, device: usize, r: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
+    if let Err(e) = &r {
+        if !matches!(e, RuntimeError::Aborted { .. } | RuntimeError::CollectiveTimeout { .. }) {
+            ctx.comm.abort(device, e.to_string());
+        }
+    }
+    r
+}
+
+/// Which kind of host transfer (for [`TransferStats`]).
+#[derive(Copy, Clone)]
+pub(crate) enum Transfer {
+    State,
+    Input,
+    Output,
+    Collective,
+}
+
+impl TransferStats {
+    pub(crate) fn count_upload(&mut self, t: &HostTensor, kind: Transfer) {
+        self.bytes_to_device += t.ty().size_bytes() as u64;
+        match kind {
+            Transfer::State => self.state_uploads += 1,
+            Transfer::Input => self.input_uploads += 1,
+            Transfer::Collective => self.collective_uploads += 1,
+            Transfer::Output => unreachable!("outputs are only downloaded"),
+        }
+    }
+
+    pub(crate) fn count_download(&mut self, t: &HostTensor, kind: Transfer) {
+        self.bytes_from_device += t.ty().size_bytes() as u64;
+        match kind {
+            Transfer::State => self.state_downloads += 1,
+            Transfer::Output => self.output_downloads += 1,
+            Transfer::Collective => self.collective_downloads += 1,
+            Transfer::Input => unreachable!("inputs are only uploaded"),
+        }
+    }
+}
+
+/// Runs step `i` (not a collective) on one device.
+fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize) -> Result<(), RuntimeError> {
+    let (p, plan, d) = (ctx.program, ctx.plan, dev.device);
+    match plan.actions[i] {
+        Action::InChain => Ok(()),
+        Action::Chain(k) => {
+            let c = &plan.chains[k];
+            let ins: Vec<&B::Buffer> = c.inputs.iter().map(|&b| dev.slots.get(b)).collect();
+            let out = dev.backend.compute_fused(c, &ins).map_err(|e| e.at_step(d, i, "fused elementwise chain"))?;
+            dev.slots.put(p, c.output, out);
+            for s in c.steps.clone() {
+                if let Step::Free(bs) = &p.steps[s] {
+                    free(p, plan, dev, bs);
+                }
+            }
+            Ok(())
+        }
+        Action::Run => match &p.steps[i] {
+            Step::Compute { op, inputs, outputs } => {
+                let ins: Vec<&B::Buffer> = inputs.iter().map(|&b| dev.slots.get(b)).collect();
+                let outs = dev.backend.compute(op, &ins).map_err(|e| e.at_step(d, i, op.name()))?;
+                if outs.len() != outputs.len() {
+                    return Err(RuntimeError::Step {
+                        device: d,
+                        step: i,
+                        op: op.name().into(),
+                        message: format!(
+                            "backend {} returned {} results, the op has {}",
+                            dev.backend.name(),
+                            outs.len(),
+                            outputs.len()
+                        ),
+                    });
+                }
+                for (&o, buf) in outputs.iter().zip(outs) {
+                    dev.slots.put(p, o, buf);
+                }
+                Ok(())
+            }
+            Step::ShardSlice { input, output, .. } => {
+                let op = &plan.slices[i].as_ref().expect("planned slice")[d];
+                let out = dev.backend.compute(op, &[dev.slots.get(*input)]).map_err(|e| e.at_step(d, i, "shard_slice"))?;
+                let buf = out.into_iter().next().expect("slice has one result");
+                dev.slots.put(p, *output, buf);
+                Ok(())
+            }
+            Step::Free(bs) => {
+                free(p, plan, dev, bs);
+                Ok(())
+            }
+            Step::Collective { .. } => unreachable!("collectives close segments"),
+        },
+    }
+}
+
+fn free<B: Backend>(p: &DeviceProgram, plan: &Plan, dev: &mut DeviceRun<'_, B>, bs: &[BufferId]) {
+    for b in bs.iter().filter(|b| !plan.fused_away.contains(b)) {
+        let buf = dev.slots.take(p, *b);
+        dev.backend.free(buf);
+    }
+}

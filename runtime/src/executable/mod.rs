@@ -1,0 +1,608 @@
+//! Compiled executables: a device program made ready once, then run many
+//! times with its state resident on the devices (what PjRt's loaded
+//! executable is to JAX).
+//!
+//! [`Executable::new`] verifies the program, plans fusion, splits it into
+//! segments at collectives and works out each device's shard-slice ops and
+//! collective groups — once. It then starts the workers: threads that each
+//! own one or more devices (by default one per device) for the executable's
+//! life, so a device's buffers are only ever touched by the thread that
+//! made them. Workers meet only at collectives, through a
+//! [`Communicator`] ([`InProcessComm`] by default).
+//!
+//! **Donation.** Inputs named in [`ExecOptions::donate`] are *donated*: the
+//! output paired with each replaces it on the device at the end of a run,
+//! like `jax.jit(donate_argnums=...)`. A training step donates every state
+//! leaf to its new value, so the state is uploaded once
+//! ([`Executable::load_state`]), stays resident across steps, and comes
+//! back to the host only when asked ([`Executable::read_state`], for a
+//! checkpoint). A run takes only the other inputs (the batch) and returns
+//! only the other outputs (the metrics). [`TransferStats`] counts every
+//! host transfer by kind, so residency is checked, not assumed.
+//!
+//! A run that fails (a bad input is rejected before anything runs; a
+//! device error mid-step stops every worker through the communicator)
+//! leaves the state consumed: its buffers were donated to the failed step.
+//! The next run is then [`RuntimeError::NoState`] until the state is
+//! loaded again — never a silent run on half-updated state.
+
+pub(crate) mod lane;
+pub(crate) mod plan;
+
+pub use plan::shard_slice_op;
+
+use crate::backend::Backend;
+use crate::comm::{Communicator, InProcessComm, DEFAULT_COLLECTIVE_TIMEOUT};
+use crate::error::RuntimeError;
+use crate::exec::DeviceStats;
+use crate::verify::verify_program;
+use lane::{run_lane, DeviceRun, RunCtx, Slots, Transfer};
+use plan::Plan;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use weft_ir::device::DeviceProgram;
+use weft_ir::tensor::HostTensor;
+
+/// Host transfers, by kind (summed over devices).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// State leaves uploaded ([`Executable::load_state`]).
+    pub state_uploads: u64,
+    /// State leaves downloaded ([`Executable::read_state`]).
+    pub state_downloads: u64,
+    /// Non-donated inputs uploaded (the batch).
+    pub input_uploads: u64,
+    /// Non-donated outputs downloaded (the metrics).
+    pub output_downloads: u64,
+    /// Contributions to host-staged collectives.
+    pub collective_downloads: u64,
+    /// Results of host-staged collectives.
+    pub collective_uploads: u64,
+    /// Bytes moved host → device.
+    pub bytes_to_device: u64,
+    /// Bytes moved device → host.
+    pub bytes_from_device: u64,
+}
+
+impl TransferStats {
+    fn add(&mut self, o: &TransferStats) {
+        self.state_uploads += o.state_uploads;
+        self.state_downloads += o.state_downloads;
+        self.input_uploads += o.input_uploads;
+        self.output_downloads += o.output_downloads;
+        self.collective_downloads += o.collective_downloads;
+        self.collective_uploads += o.collective_uploads;
+        self.bytes_to_device += o.bytes_to_device;
+        self.bytes_from_device += o.bytes_from_device;
+    }
+}
+
+/// What an executable has done so far.
+#[derive(Clone, Debug, Default)]
+pub struct ExecStats {
+    /// Completed runs.
+    pub runs: u64,
+    /// Host transfers since the executable was built.
+    pub transfers: TransferStats,
+    /// Per device, memory of the last run (resident state included).
+    pub devices: Vec<DeviceStats>,
+}
+
+/// How an executable is built.
+#[derive(Clone, Debug)]
+pub struct ExecOptions {
+    /// `(input, output)` pairs: input `i` is donated and output `o`
+    /// replaces it after each run (same local type on every device).
+    pub donate: Vec<(usize, usize)>,
+    /// Worker threads. `None`: one per device. Devices are dealt to the
+    /// workers in contiguous runs; the results do not depend on the count.
+    pub threads: Option<usize>,
+    /// How long a device waits at a collective for the rest of its group.
+    pub collective_timeout: Duration,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions { donate: Vec::new(), threads: None, collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT }
+    }
+}
+
+/// What the workers share (read-only during a run).
+struct Shared {
+    program: DeviceProgram,
+    plan: Plan,
+    comm: Box<dyn Communicator>,
+    /// Per program input: the output that replaces it, if donated.
+    donor_output: Vec<Option<usize>>,
+    /// Per program output: the input it replaces, if donated.
+    donated_input: Vec<Option<usize>>,
+}
+
+enum Job {
+    /// Per device of the lane: the donated inputs, in input order.
+    Load(Vec<Vec<HostTensor>>),
+    /// Per device of the lane: the other inputs, in input order.
+    Run(Vec<Vec<HostTensor>>),
+    /// Download the resident state.
+    Read,
+}
+
+/// Per device of the lane.
+type LaneRun = Vec<(Vec<HostTensor>, DeviceStats, TransferStats)>;
+
+enum Reply {
+    Loaded(Result<Vec<TransferStats>, RuntimeError>),
+    Ran(Result<LaneRun, RuntimeError>),
+    Read(Result<Vec<(Vec<HostTensor>, TransferStats)>, RuntimeError>),
+}
+
+struct Worker {
+    jobs: Option<Sender<Job>>,
+    replies: Receiver<Reply>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Whether the donated state is on the devices.
+#[derive(Clone, Debug, PartialEq)]
+enum StateStatus {
+    Resident,
+    Missing(String),
+}
+
+/// A device program ready to run on a set of devices (see the module docs).
+pub struct Executable<B: Backend> {
+    shared: Arc<Shared>,
+    lanes: Vec<Vec<usize>>,
+    workers: Vec<Worker>,
+    state: StateStatus,
+    stats: ExecStats,
+    backend_name: String,
+    _backend: std::marker::PhantomData<fn() -> B>,
+}
+
+impl<B> Executable<B>
+where
+    B: Backend + Send + 'static,
+    B::Buffer: Send + 'static,
+{
+    /// Verifies and plans `program` for `backends` (one per device of its
+    /// mesh, in device order) and starts the workers.
+    pub fn new(program: DeviceProgram, backends: Vec<B>, options: ExecOptions) -> Result<Executable<B>, RuntimeError> {
+        let n = program.num_devices();
+        if backends.len() != n {
+            let mesh: Vec<String> = program.mesh.iter().map(|(a, s)| format!("{a}={s}")).collect();
+            return Err(RuntimeError::DeviceCount {
+                program: program.name.clone(),
+                mesh: mesh.join(" x "),
+                needed: n,
+                given: backends.len(),
+            });
+        }
+        verify_program(&program)?;
+        let (donor_output, donated_input) = donation_maps(&program, &options.donate)?;
+        let backend_name = backends[0].name();
+        let plan = Plan::new(&program, backends[0].fuses());
+        let comm: Box<dyn Communicator> = Box::new(InProcessComm::new(options.collective_timeout));
+        let shared = Arc::new(Shared { program, plan, comm, donor_output, donated_input });
+        let threads = options.threads.unwrap_or(n).clamp(1, n);
+        let lanes: Vec<Vec<usize>> = (0..threads).map(|t| (t * n / threads..(t + 1) * n / threads).collect()).collect();
+        let mut backends: Vec<Option<B>> = backends.into_iter().map(Some).collect();
+        let mut workers = Vec::with_capacity(threads);
+        for (t, lane) in lanes.iter().enumerate() {
+            let owned: Vec<(usize, B)> = lane.iter().map(|&d| (d, backends[d].take().expect("one lane per device"))).collect();
+            let (jobs, job_rx) = channel();
+            let (reply_tx, replies) = channel();
+            let sh = Arc::clone(&shared);
+            let thread = std::thread::Builder::new()
+                .name(format!("weft-worker-{t}"))
+                .spawn(move || worker_loop(sh, owned, job_rx, reply_tx))
+                .map_err(|e| RuntimeError::Device { backend: backend_name.clone(), message: format!("spawning a worker: {e}") })?;
+            workers.push(Worker { jobs: Some(jobs), replies, thread: Some(thread) });
+        }
+        let state = if shared.donor_output.iter().any(Option::is_some) {
+            StateStatus::Missing("no state was loaded".into())
+        } else {
+            StateStatus::Resident
+        };
+        Ok(Executable {
+            shared,
+            lanes,
+            workers,
+            state,
+            stats: ExecStats { devices: vec![DeviceStats::default(); n], ..Default::default() },
+            backend_name,
+            _backend: std::marker::PhantomData,
+        })
+    }
+
+    /// The program.
+    pub fn program(&self) -> &DeviceProgram {
+        &self.shared.program
+    }
+
+    /// Chains of elementwise steps run fused (the same on every device).
+    pub fn fused_chains(&self) -> usize {
+        self.shared.plan.chains.len()
+    }
+
+    /// Worker threads.
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &ExecStats {
+        &self.stats
+    }
+
+    /// The positions of the donated inputs, in input order.
+    pub fn donated_inputs(&self) -> Vec<usize> {
+        (0..self.shared.program.inputs.len()).filter(|&i| self.shared.donor_output[i].is_some()).collect()
+    }
+
+    /// Uploads the donated inputs: `state[d]` lists device `d`'s values of
+    /// [`Executable::donated_inputs`], in that order.
+    pub fn load_state(&mut self, state: Vec<Vec<HostTensor>>) -> Result<(), RuntimeError> {
+        let donated = self.donated_inputs();
+        check_values(&self.shared.program, &donated, &state, "state")?;
+        let mut per_lane = self.split_by_lane(state);
+        for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
+            w.send(Job::Load(vals));
+        }
+        let mut first_err = None;
+        for w in &self.workers {
+            match w.recv() {
+                Ok(Reply::Loaded(Ok(ts))) => ts.iter().for_each(|t| self.stats.transfers.add(t)),
+                Ok(Reply::Loaded(Err(e))) | Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+                Ok(_) => unreachable!("a worker answers the job it got"),
+            }
+        }
+        match first_err {
+            None => {
+                self.state = StateStatus::Resident;
+                Ok(())
+            }
+            Some(e) => {
+                self.state = StateStatus::Missing(format!("loading it failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Downloads the resident state: per device, the values of
+    /// [`Executable::donated_inputs`] in that order.
+    pub fn read_state(&mut self) -> Result<Vec<Vec<HostTensor>>, RuntimeError> {
+        self.check_state()?;
+        for w in &self.workers {
+            w.send(Job::Read);
+        }
+        let mut out = Vec::with_capacity(self.shared.program.num_devices());
+        let mut first_err = None;
+        for w in &self.workers {
+            match w.recv() {
+                Ok(Reply::Read(Ok(devs))) => {
+                    for (vals, t) in devs {
+                        self.stats.transfers.add(&t);
+                        out.push(vals);
+                    }
+                }
+                Ok(Reply::Read(Err(e))) | Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+                Ok(_) => unreachable!("a worker answers the job it got"),
+            }
+        }
+        match first_err {
+            None => Ok(out),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Runs the program once. `inputs[d]` lists device `d`'s values of the
+    /// inputs that are not donated, in input order; the result lists, per
+    /// device, the outputs that are not donated, in output order.
+    pub fn run(&mut self, inputs: Vec<Vec<HostTensor>>) -> Result<Vec<Vec<HostTensor>>, RuntimeError> {
+        self.check_state()?;
+        let others: Vec<usize> =
+            (0..self.shared.program.inputs.len()).filter(|&i| self.shared.donor_output[i].is_none()).collect();
+        check_values(&self.shared.program, &others, &inputs, "input")?;
+        let mut per_lane = self.split_by_lane(inputs);
+        for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
+            w.send(Job::Run(vals));
+        }
+        let n = self.shared.program.num_devices();
+        let mut outputs = Vec::with_capacity(n);
+        let mut errors = Vec::new();
+        for (w, lane) in self.workers.iter().zip(&self.lanes) {
+            match w.recv() {
+                Ok(Reply::Ran(Ok(devs))) => {
+                    for ((outs, ds, t), &d) in devs.into_iter().zip(lane) {
+                        self.stats.transfers.add(&t);
+                        self.stats.devices[d] = ds;
+                        outputs.push(outs);
+                    }
+                }
+                Ok(Reply::Ran(Err(e))) | Err(e) => errors.push(e),
+                Ok(_) => unreachable!("a worker answers the job it got"),
+            }
+        }
+        self.shared.comm.reset();
+        if errors.is_empty() {
+            self.stats.runs += 1;
+            return Ok(outputs);
+        }
+        let root = root_cause(errors);
+        if self.shared.donor_output.iter().any(Option::is_some) {
+            self.state = StateStatus::Missing(format!("it was donated to a run that failed ({root})"));
+        }
+        Err(root)
+    }
+
+    fn check_state(&self) -> Result<(), RuntimeError> {
+        match &self.state {
+            StateStatus::Resident => Ok(()),
+            StateStatus::Missing(why) => {
+                Err(RuntimeError::NoState { program: self.shared.program.name.clone(), why: why.clone() })
+            }
+        }
+    }
+
+    fn split_by_lane(&self, mut per_device: Vec<Vec<HostTensor>>) -> Vec<Vec<Vec<HostTensor>>> {
+        let mut out = Vec::with_capacity(self.lanes.len());
+        for lane in self.lanes.iter().rev() {
+            let rest = per_device.split_off(lane[0]);
+            out.push(rest);
+        }
+        out.reverse();
+        out
+    }
+
+    /// The backend's name.
+    pub fn backend_name(&self) -> &str {
+        &self.backend_name
+    }
+}
+
+impl<B: Backend> Drop for Executable<B> {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            w.jobs.take();
+        }
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Worker {
+    fn send(&self, job: Job) {
+        // A worker whose thread is gone is reported by `recv`.
+        let _ = self.jobs.as_ref().expect("workers live as long as the executable").send(job);
+    }
+
+    fn recv(&self) -> Result<Reply, RuntimeError> {
+        self.replies.recv().map_err(|_| RuntimeError::Device {
+            backend: "worker".into(),
+            message: "a worker thread stopped unexpectedly".into(),
+        })
+    }
+}
+
+/// The error to report from a failed run: a device's own failure rather
+/// than the aborts and timeouts it caused elsewhere.
+fn root_cause(mut errors: Vec<RuntimeError>) -> RuntimeError {
+    let own = errors.iter().position(|e| !matches!(e, RuntimeError::Aborted { .. }));
+    errors.swap_remove(own.unwrap_or(0))
+}
+
+fn donation_maps(
+    p: &DeviceProgram,
+    donate: &[(usize, usize)],
+) -> Result<(Vec<Option<usize>>, Vec<Option<usize>>), RuntimeError> {
+    let mut donor_output = vec![None; p.inputs.len()];
+    let mut donated_input = vec![None; p.outputs.len()];
+    let bad = |message: String| RuntimeError::InvalidProgram { program: p.name.clone(), step: None, message };
+    for &(i, o) in donate {
+        if i >= p.inputs.len() || o >= p.outputs.len() {
+            return Err(bad(format!("donation ({i} -> {o}) names no such input or output")));
+        }
+        if donor_output[i].is_some() || donated_input[o].is_some() {
+            return Err(bad(format!("input {i} or output {o} is donated twice")));
+        }
+        let (ti, to) = (p.ty(p.inputs[i]), p.ty(p.outputs[o]));
+        if ti != to {
+            return Err(bad(format!("input {i} ({ti}) cannot be replaced by output {o} ({to})")));
+        }
+        donor_output[i] = Some(o);
+        donated_input[o] = Some(i);
+    }
+    Ok((donor_output, donated_input))
+}
+
+/// Checks per-device values of the program inputs at `positions`.
+fn check_values(
+    p: &DeviceProgram,
+    positions: &[usize],
+    values: &[Vec<HostTensor>],
+    what: &str,
+) -> Result<(), RuntimeError> {
+    if values.len() != p.num_devices() {
+        return Err(RuntimeError::Input {
+            device: values.len().min(p.num_devices()),
+            index: 0,
+            message: format!("{what} values were given for {} devices, the mesh has {}", values.len(), p.num_devices()),
+        });
+    }
+    for (device, vals) in values.iter().enumerate() {
+        if vals.len() != positions.len() {
+            return Err(RuntimeError::Input {
+                device,
+                index: vals.len().min(positions.len()),
+                message: format!("{} {what} values given, the program takes {}", vals.len(), positions.len()),
+            });
+        }
+        for (t, &k) in vals.iter().zip(positions) {
+            let b = p.inputs[k];
+            if !t.has_type(p.ty(b)) {
+                let name = p.buffers[b.index()].name.as_deref().map(|n| format!(" (%{n})")).unwrap_or_default();
+                return Err(RuntimeError::Input {
+                    device,
+                    index: k,
+                    message: format!("buffer %{}{name} is {}, given {}", b.0, p.ty(b), t.ty()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The devices a worker owns, and their resident state.
+struct Lane<B: Backend> {
+    devices: Vec<usize>,
+    backends: Vec<B>,
+    /// Per device of the lane, per program input: the resident buffer of a
+    /// donated input.
+    resident: Vec<Vec<Option<B::Buffer>>>,
+}
+
+fn worker_loop<B: Backend>(shared: Arc<Shared>, owned: Vec<(usize, B)>, jobs: Receiver<Job>, replies: Sender<Reply>) {
+    let n_inputs = shared.program.inputs.len();
+    let mut lane = Lane {
+        devices: owned.iter().map(|(d, _)| *d).collect(),
+        resident: owned.iter().map(|_| (0..n_inputs).map(|_| None).collect()).collect(),
+        backends: owned.into_iter().map(|(_, b)| b).collect(),
+    };
+    while let Ok(job) = jobs.recv() {
+        let first = lane.devices[0];
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+            Job::Load(vals) => Reply::Loaded(load(&shared, &mut lane, vals)),
+            Job::Run(vals) => Reply::Ran(run(&shared, &mut lane, vals)),
+            Job::Read => Reply::Read(read(&shared, &mut lane)),
+        }));
+        let reply = caught.unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            shared.comm.abort(first, format!("worker panicked: {msg}"));
+            for r in lane.resident.iter_mut().flatten() {
+                *r = None;
+            }
+            let e = RuntimeError::Device { backend: lane.backends[0].name(), message: format!("worker panicked: {msg}") };
+            Reply::Ran(Err(e))
+        });
+        if replies.send(reply).is_err() {
+            break;
+        }
+    }
+}
+
+fn load<B: Backend>(
+    shared: &Shared,
+    lane: &mut Lane<B>,
+    vals: Vec<Vec<HostTensor>>,
+) -> Result<Vec<TransferStats>, RuntimeError> {
+    let donated: Vec<usize> = (0..shared.program.inputs.len()).filter(|&i| shared.donor_output[i].is_some()).collect();
+    let mut stats = Vec::with_capacity(lane.devices.len());
+    for (k, vs) in vals.into_iter().enumerate() {
+        let mut t = TransferStats::default();
+        for (&i, v) in donated.iter().zip(vs) {
+            t.count_upload(&v, Transfer::State);
+            lane.resident[k][i] = Some(lane.backends[k].upload_owned(v)?);
+        }
+        stats.push(t);
+    }
+    Ok(stats)
+}
+
+fn read<B: Backend>(shared: &Shared, lane: &mut Lane<B>) -> Result<Vec<(Vec<HostTensor>, TransferStats)>, RuntimeError> {
+    let mut out = Vec::with_capacity(lane.devices.len());
+    for (k, res) in lane.resident.iter().enumerate() {
+        let mut t = TransferStats::default();
+        let mut vals = Vec::new();
+        for (i, r) in res.iter().enumerate().filter(|(i, _)| shared.donor_output[*i].is_some()) {
+            let buf = r.as_ref().ok_or_else(|| RuntimeError::NoState {
+                program: shared.program.name.clone(),
+                why: format!("device {} holds no buffer for input {i}", lane.devices[k]),
+            })?;
+            let v = lane.backends[k].download(buf)?;
+            t.count_download(&v, Transfer::State);
+            vals.push(v);
+        }
+        out.push((vals, t));
+    }
+    Ok(out)
+}
+
+fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTensor>>) -> Result<LaneRun, RuntimeError> {
+    let p = &shared.program;
+    let ctx = RunCtx { program: p, plan: &shared.plan, comm: shared.comm.as_ref() };
+    let mut runs: Vec<DeviceRun<'_, B>> = Vec::with_capacity(lane.devices.len());
+    let mut placed = Ok(());
+    for (k, ins) in inputs.into_iter().enumerate() {
+        let (device, backend) = (lane.devices[k], &lane.backends[k]);
+        let mut dev = DeviceRun { device, backend, slots: Slots::new(p), transfers: TransferStats::default() };
+        let mut ins = ins.into_iter();
+        for (i, &b) in p.inputs.iter().enumerate() {
+            if shared.donor_output[i].is_some() {
+                let buf = lane.resident[k][i].take().expect("the executable checked that the state is resident");
+                dev.slots.put(p, b, buf);
+            } else {
+                let v = ins.next().expect("checked input count");
+                dev.transfers.count_upload(&v, Transfer::Input);
+                match backend.upload_owned(v) {
+                    Ok(buf) => dev.slots.put(p, b, buf),
+                    Err(e) => {
+                        placed = Err(RuntimeError::Input { device, index: i, message: e.to_string() });
+                    }
+                }
+            }
+        }
+        runs.push(dev);
+    }
+    if let Err(e) = placed {
+        shared.comm.abort(lane.devices[0], e.to_string());
+        return Err(e);
+    }
+    run_lane(&ctx, &mut runs)?;
+    let mut out = Vec::with_capacity(runs.len());
+    for (k, mut dev) in runs.into_iter().enumerate() {
+        let mut outs = Vec::new();
+        for (o, &b) in p.outputs.iter().enumerate() {
+            if shared.donated_input[o].is_none() {
+                let v = dev.backend.download(dev.slots.get(b)).map_err(|e| e.at_step(dev.device, p.steps.len(), "download"))?;
+                dev.transfers.count_download(&v, Transfer::Output);
+                outs.push(v);
+            }
+        }
+        for (o, &b) in p.outputs.iter().enumerate() {
+            let Some(i) = shared.donated_input[o] else { continue };
+            let buf = if dev.slots.has(b) {
+                dev.slots.take(p, b)
+            } else {
+                // The same buffer replaces two inputs: the second gets a copy.
+                let j = shared.donated_input[..o]
+                    .iter()
+                    .zip(&p.outputs)
+                    .find(|(d, &ob)| d.is_some() && ob == b)
+                    .and_then(|(d, _)| *d)
+                    .expect("a donated output buffer taken earlier");
+                let src = lane.resident[k][j].as_ref().expect("placed just now");
+                let v = dev.backend.download(src)?;
+                dev.transfers.count_download(&v, Transfer::State);
+                dev.transfers.count_upload(&v, Transfer::State);
+                dev.backend.upload_owned(v)?
+            };
+            lane.resident[k][i] = Some(buf);
+        }
+        out.push((outs, dev.slots.finish(), dev.transfers));
+    }
+    Ok(out)
+}

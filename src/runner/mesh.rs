@@ -1,0 +1,222 @@
+//! Mesh executors: the partitioned training step runs on one logical
+//! device per mesh position.
+//!
+//! - `sim`: the reference device-program simulator (all devices in one
+//!   thread, the interpreter's per-op semantics): the oracle for sharded
+//!   runs. The state is kept as host blocks between steps.
+//! - `cpu`, `wgpu`, `cuda`: a [`weft_runtime::Executable`], compiled once,
+//!   with one worker thread per device. Every state leaf is donated to its
+//!   new value, so the state stays resident on the devices: a step uploads
+//!   only the batch's blocks and downloads only the metrics, and the state
+//!   comes back to the host only for a checkpoint.
+//!
+//! Both compile the step with [`compile_with_stable_state`], so each new
+//! state leaf comes out laid out as the step takes it and nothing is
+//! re-laid out on the host.
+
+use super::exec::Executor;
+use super::{human, mesh_spec};
+use crate::checkpoint::{CheckpointState, ShardedLeaf};
+use crate::error::Result;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use weft_compiler::partition::{compile_with_stable_state, shard_tensor, unshard_tensor, PartitionedFunction};
+use weft_compiler::sharding::{Mesh, PropagateOptions};
+use weft_compiler::train::{Metrics, TrainStep, Tree};
+use weft_ir::device::simulate;
+use weft_ir::tensor::HostTensor;
+use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, TransferStats};
+
+/// Simulated devices available in one process.
+pub const MAX_SIMULATED_DEVICES: usize = 1024;
+
+/// Where a mesh executor runs the device program.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MeshBackend {
+    /// The reference simulator (`--backend sim`).
+    Simulator,
+    /// Runtime devices of this kind, through an executable.
+    Devices(weft_runtime::BackendKind),
+}
+
+enum Engine {
+    Simulator { state: Vec<Vec<HostTensor>> },
+    Devices { exe: Box<Executable<AnyBackend>>, map: DeviceMap },
+}
+
+/// Runs the partitioned training step on the devices of a mesh.
+pub struct MeshExecutor {
+    pf: PartitionedFunction,
+    mesh: Mesh,
+    engine: Engine,
+    phases: Vec<(&'static str, Duration)>,
+}
+
+impl MeshExecutor {
+    /// Compiles `step` for `mesh` (state layouts pinned) and makes it ready
+    /// to run on `backend`; `threads` is the number of worker threads
+    /// (`None`: one per device).
+    pub fn new(step: &TrainStep, mesh: &Mesh, backend: MeshBackend, threads: Option<usize>) -> Result<MeshExecutor> {
+        let ns = step.state.len();
+        let (pf, mut phases) =
+            compile_with_stable_state(&step.module, "train_step", mesh, &PropagateOptions::default(), ns)?;
+        pf.check_runnable(MAX_SIMULATED_DEVICES)?;
+        let engine = match backend {
+            MeshBackend::Simulator => Engine::Simulator { state: Vec::new() },
+            MeshBackend::Devices(kind) => {
+                let clock = Instant::now();
+                let devices = weft_runtime::open_devices(kind, mesh.num_devices())?;
+                phases.push(("open devices", clock.elapsed()));
+                let clock = Instant::now();
+                let options = ExecOptions { donate: (0..ns).map(|i| (i, i)).collect(), threads, ..Default::default() };
+                let exe = Executable::new(pf.program.clone(), devices.backends, options)?;
+                phases.push(("executable", clock.elapsed()));
+                Engine::Devices { exe: Box::new(exe), map: devices.map }
+            }
+        };
+        Ok(MeshExecutor { pf, mesh: mesh.clone(), engine, phases })
+    }
+
+    /// The partitioned program (for reports).
+    pub fn partitioned(&self) -> &PartitionedFunction {
+        &self.pf
+    }
+
+    /// Host transfers so far (`None` for the simulator, which has no devices).
+    pub fn transfers(&self) -> Option<TransferStats> {
+        match &self.engine {
+            Engine::Simulator { .. } => None,
+            Engine::Devices { exe, .. } => Some(exe.stats().transfers.clone()),
+        }
+    }
+
+    /// Per device, the measured peak of live bytes in the last step
+    /// (`None` for the simulator).
+    pub fn measured_peaks(&self) -> Option<Vec<usize>> {
+        match &self.engine {
+            Engine::Simulator { .. } => None,
+            Engine::Devices { exe, .. } => Some(exe.stats().devices.iter().map(|d| d.peak_live_bytes).collect()),
+        }
+    }
+
+    /// Per device, the blocks of every state leaf (in `TrainStep::state` order).
+    fn state_blocks(&mut self) -> Result<Vec<Vec<HostTensor>>> {
+        match &mut self.engine {
+            Engine::Simulator { state } => Ok(state.clone()),
+            Engine::Devices { exe, .. } => Ok(exe.read_state()?),
+        }
+    }
+}
+
+impl Executor for MeshExecutor {
+    fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()> {
+        step.check_state(state)?;
+        let n = self.mesh.num_devices();
+        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); n];
+        for (leaf, g) in step.state.iter().zip(&self.pf.inputs) {
+            for (d, blk) in shard_tensor(&state[&leaf.name], &g.sharding, &self.mesh)?.into_iter().enumerate() {
+                per_device[d].push(blk);
+            }
+        }
+        match &mut self.engine {
+            Engine::Simulator { state } => *state = per_device,
+            Engine::Devices { exe, .. } => exe.load_state(per_device)?,
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics> {
+        step.check_batch(batch)?;
+        let ns = step.state.len();
+        let n = self.mesh.num_devices();
+        let mut inputs: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(step.batch.len()); n];
+        for ((name, _), g) in step.batch.iter().zip(&self.pf.inputs[ns..]) {
+            for (d, blk) in shard_tensor(&batch[name], &g.sharding, &self.mesh)?.into_iter().enumerate() {
+                inputs[d].push(blk);
+            }
+        }
+        let metric_outputs: Vec<Vec<HostTensor>> = match &mut self.engine {
+            Engine::Simulator { state } => {
+                let mut all = std::mem::take(state);
+                for (s, b) in all.iter_mut().zip(inputs) {
+                    s.extend(b);
+                }
+                let outs = simulate(&self.pf.program, all)?;
+                let mut metrics = Vec::with_capacity(n);
+                for mut o in outs {
+                    metrics.push(o.split_off(ns));
+                    state.push(o);
+                }
+                metrics
+            }
+            Engine::Devices { exe, .. } => exe.run(inputs)?,
+        };
+        let mut m = Metrics::new();
+        for (k, (name, g)) in step.metrics.iter().zip(&self.pf.outputs[ns..]).enumerate() {
+            let blocks: Vec<HostTensor> = metric_outputs.iter().map(|o| o[k].clone()).collect();
+            let t = unshard_tensor(&blocks, &g.sharding, &self.mesh)?;
+            m.insert(name.clone(), t.to_f64_vec()[0]);
+        }
+        Ok(m)
+    }
+
+    fn checkpoint_state(&mut self, step: &TrainStep) -> Result<CheckpointState> {
+        let blocks = self.state_blocks()?;
+        let mut cs = CheckpointState::new(mesh_spec(&self.mesh));
+        for (i, (leaf, g)) in step.state.iter().zip(&self.pf.inputs).enumerate() {
+            if g.sharding.is_replicated() {
+                cs.insert_global(leaf.name.clone(), blocks[0][i].clone());
+            } else {
+                let shards: BTreeMap<usize, HostTensor> =
+                    blocks.iter().enumerate().map(|(d, s)| (d, s[i].clone())).collect();
+                cs.insert_sharded(
+                    leaf.name.clone(),
+                    ShardedLeaf { ty: leaf.ty.clone(), sharding: g.sharding.clone(), shards },
+                );
+            }
+        }
+        Ok(cs)
+    }
+
+    fn state_layout(&self, step: &TrainStep) -> Vec<weft_ir::TensorSharding> {
+        self.pf.inputs[..step.state.len()].iter().map(|g| g.sharding.clone()).collect()
+    }
+
+    fn global_state(&mut self, step: &TrainStep) -> Result<Tree> {
+        let blocks = self.state_blocks()?;
+        let mut t = Tree::new();
+        for (i, (leaf, g)) in step.state.iter().zip(&self.pf.inputs).enumerate() {
+            let leaf_blocks: Vec<HostTensor> = blocks.iter().map(|s| s[i].clone()).collect();
+            t.insert(leaf.name.clone(), unshard_tensor(&leaf_blocks, &g.sharding, &self.mesh)?);
+        }
+        Ok(t)
+    }
+
+    fn compile_phases(&self) -> Vec<(&'static str, Duration)> {
+        self.phases.clone()
+    }
+
+    fn describe(&self) -> String {
+        let r = self.pf.report();
+        let colls: Vec<String> = r.collectives.iter().map(|(k, v)| format!("{} {k}", v.count)).collect();
+        let placement = match &self.engine {
+            Engine::Simulator { .. } => format!(
+                "backend sim: {} simulated devices in one thread (logical device d = mesh position d of {}, row-major)",
+                self.mesh.num_devices(),
+                self.mesh
+            ),
+            Engine::Devices { exe, map } => format!(
+                "{map} (mesh {}, logical device d = mesh position d); {} worker threads, state resident on the devices",
+                self.mesh,
+                exe.threads()
+            ),
+        };
+        format!(
+            "{placement}; per device: {} params, {} optimizer state, {} peak live; per step: {}",
+            human(r.param_bytes),
+            human(r.optimizer_bytes),
+            human(r.peak_live_bytes),
+            if colls.is_empty() { "no collectives".to_string() } else { colls.join(", ") }
+        )
+    }
+}
