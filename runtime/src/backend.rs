@@ -15,6 +15,7 @@
 //! generic, so tests and benchmarks can also use one backend type directly.
 
 use crate::cpu::CpuBackend;
+use crate::fast::FastCpuBackend;
 use crate::error::RuntimeError;
 use crate::fusion::{compute_unfused, FusedChain};
 use crate::gpu::{CubeBuffer, CubeclBackend};
@@ -46,6 +47,14 @@ pub trait Backend {
 
     /// Copies a buffer back to the host (waits for pending work on it).
     fn download(&self, b: &Self::Buffer) -> Result<HostTensor, RuntimeError>;
+
+    /// Moves a buffer to the host, releasing it on the device (the CPU
+    /// backends hand over the tensor itself).
+    fn download_owned(&self, b: Self::Buffer) -> Result<HostTensor, RuntimeError> {
+        let t = self.download(&b);
+        self.free(b);
+        t
+    }
 
     /// The type of a buffer.
     fn buffer_type(&self, b: &Self::Buffer) -> TensorType;
@@ -101,8 +110,10 @@ pub trait Backend {
 
 /// A backend chosen at run time.
 pub enum AnyBackend {
-    /// The CPU reference backend.
-    Cpu(CpuBackend),
+    /// The fast CPU backend.
+    Cpu(FastCpuBackend),
+    /// The CPU reference backend (the interpreter).
+    CpuRef(CpuBackend),
     /// CubeCL on wgpu (Vulkan, Metal, DX12).
     Wgpu(CubeclBackend<WgpuRuntime>),
     /// CubeCL on CUDA.
@@ -141,6 +152,7 @@ macro_rules! dispatch {
     ($self:expr, $b:ident => $e:expr) => {
         match $self {
             AnyBackend::Cpu($b) => $e,
+            AnyBackend::CpuRef($b) => $e,
             AnyBackend::Wgpu($b) => $e,
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda($b) => $e,
@@ -158,6 +170,7 @@ impl Backend for AnyBackend {
     fn alloc(&self, ty: &TensorType) -> Result<AnyBuffer, RuntimeError> {
         Ok(match self {
             AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.alloc(ty)?),
+            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.alloc(ty)?),
             AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.alloc(ty)?),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.alloc(ty)?),
@@ -167,6 +180,7 @@ impl Backend for AnyBackend {
     fn upload(&self, t: &HostTensor) -> Result<AnyBuffer, RuntimeError> {
         Ok(match self {
             AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.upload(t)?),
+            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.upload(t)?),
             AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.upload(t)?),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.upload(t)?),
@@ -176,6 +190,7 @@ impl Backend for AnyBackend {
     fn upload_owned(&self, t: HostTensor) -> Result<AnyBuffer, RuntimeError> {
         Ok(match self {
             AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.upload_owned(t)?),
+            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.upload_owned(t)?),
             AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.upload(&t)?),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.upload(&t)?),
@@ -185,9 +200,22 @@ impl Backend for AnyBackend {
     fn download(&self, buf: &AnyBuffer) -> Result<HostTensor, RuntimeError> {
         match self {
             AnyBackend::Cpu(b) => b.download(same_kind!([buf], Cpu)[0]),
+            AnyBackend::CpuRef(b) => b.download(same_kind!([buf], Cpu)[0]),
             AnyBackend::Wgpu(b) => b.download(same_kind!([buf], Wgpu)[0]),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => b.download(same_kind!([buf], Cuda)[0]),
+        }
+    }
+
+    fn download_owned(&self, buf: AnyBuffer) -> Result<HostTensor, RuntimeError> {
+        match (self, buf) {
+            (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => b.download_owned(t),
+            (AnyBackend::CpuRef(b), AnyBuffer::Cpu(t)) => b.download_owned(t),
+            (b, buf) => {
+                let t = b.download(&buf);
+                drop(buf);
+                t
+            }
         }
     }
 
@@ -203,6 +231,7 @@ impl Backend for AnyBackend {
     fn compute(&self, op: &Op, inputs: &[&AnyBuffer]) -> Result<Vec<AnyBuffer>, RuntimeError> {
         Ok(match self {
             AnyBackend::Cpu(b) => b.compute(op, &same_kind!(inputs, Cpu))?.into_iter().map(AnyBuffer::Cpu).collect(),
+            AnyBackend::CpuRef(b) => b.compute(op, &same_kind!(inputs, Cpu))?.into_iter().map(AnyBuffer::Cpu).collect(),
             AnyBackend::Wgpu(b) => b.compute(op, &same_kind!(inputs, Wgpu))?.into_iter().map(AnyBuffer::Wgpu).collect(),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => b.compute(op, &same_kind!(inputs, Cuda))?.into_iter().map(AnyBuffer::Cuda).collect(),
@@ -220,6 +249,7 @@ impl Backend for AnyBackend {
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&AnyBuffer]) -> Result<AnyBuffer, RuntimeError> {
         Ok(match self {
             AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),
+            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),
             AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.compute_fused(chain, &same_kind!(inputs, Wgpu))?),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.compute_fused(chain, &same_kind!(inputs, Cuda))?),

@@ -13,6 +13,7 @@ use crate::error::RuntimeError;
 use std::collections::BTreeMap;
 use weft_ir::device::{Collective, DeviceProgram};
 use weft_ir::interp::eval_op;
+use weft_ir::interp::scalar::binary_f32;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, Op, ReduceOp};
 
@@ -72,6 +73,38 @@ fn reduce_in_rank_order(blocks: &[HostTensor], op: ReduceOp, what: &str) -> Resu
     rest.iter().try_fold(first.clone(), |acc, b| eval1(&bin, &[&acc, b], what))
 }
 
+/// An `f32` all-reduce without allocating: the rank-order fold accumulates
+/// into member 0's contribution with the interpreter's scalar op (the same
+/// arithmetic in the same order as [`reduce_in_rank_order`], so the same
+/// bits), and every other member receives the result in its own
+/// contribution's storage. Gives the blocks back for other dtypes or
+/// layouts.
+fn all_reduce_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Vec<HostTensor>, Vec<HostTensor>> {
+    let fits = |t: &HostTensor| matches!(t, HostTensor::F32(a) if a.is_standard_layout());
+    if !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
+        return Err(blocks);
+    }
+    let mut arrays: Vec<ndarray::ArrayD<f32>> = blocks
+        .into_iter()
+        .map(|b| match b {
+            HostTensor::F32(a) => a,
+            _ => unreachable!("checked above"),
+        })
+        .collect();
+    let bin = combiner(op);
+    let (first, rest) = arrays.split_first_mut().expect("a group has at least one member");
+    let acc = first.as_slice_mut().expect("standard layout");
+    for b in rest.iter() {
+        for (x, &y) in acc.iter_mut().zip(b.as_slice().expect("standard layout")) {
+            *x = binary_f32(bin, *x, y).expect("a float reduction");
+        }
+    }
+    for b in rest.iter_mut() {
+        b.as_slice_mut().expect("standard layout").copy_from_slice(acc);
+    }
+    Ok(arrays.into_iter().map(HostTensor::F32).collect())
+}
+
 /// Block `i` of `n` equal blocks of `t` along `dim`.
 pub fn block(t: &HostTensor, dim: usize, i: usize, n: usize, what: &str) -> Result<HostTensor, RuntimeError> {
     let shape = t.shape();
@@ -89,9 +122,17 @@ fn concat(blocks: &[&HostTensor], dim: usize, what: &str) -> Result<HostTensor, 
 /// What each member of one group receives, given the members'
 /// contributions in rank order. (Not for `collective_permute`, which is
 /// not formed of groups: see [`permute`].)
-pub fn combine(op: &Collective, blocks: &[HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
+pub fn combine(op: &Collective, blocks: Vec<HostTensor>) -> Result<Vec<HostTensor>, RuntimeError> {
     let what = op.name();
     let n = blocks.len();
+    let blocks = match op {
+        Collective::AllReduce { op, .. } => match all_reduce_f32_in_place(blocks, *op) {
+            Ok(out) => return Ok(out),
+            Err(blocks) => blocks,
+        },
+        _ => blocks,
+    };
+    let blocks = &blocks[..];
     match op {
         Collective::AllGather { dim, .. } => {
             let refs: Vec<&HostTensor> = blocks.iter().collect();
@@ -161,10 +202,33 @@ mod tests {
     }
 
     #[test]
+    fn in_place_all_reduce_has_the_bits_of_the_fold() {
+        let t = |v: Vec<f32>| HostTensor::from_f32(&[2, 3], v).unwrap();
+        let blocks = || {
+            vec![
+                t(vec![0.1, -0.0, 3.5, f32::NAN, 1e30, -7.25]),
+                t(vec![0.2, 0.0, -3.5, 1.0, 1e30, 1e-30]),
+                t(vec![0.3, -0.0, 1e-8, 2.0, -1e30, 3.0]),
+            ]
+        };
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            let fold = reduce_in_rank_order(&blocks(), op, "t").unwrap();
+            let fast = all_reduce_f32_in_place(blocks(), op).unwrap();
+            assert_eq!(fast.len(), 3);
+            for r in &fast {
+                assert!(r.bitwise_eq(&fold), "{op:?}: {r:?} vs {fold:?}");
+            }
+        }
+        // Other dtypes are given back untouched.
+        let ints = vec![HostTensor::from_values(&weft_ir::TensorType::new(weft_ir::DType::I32, vec![2]), &[1.0, 2.0]).unwrap(); 2];
+        assert!(all_reduce_f32_in_place(ints, ReduceOp::Sum).is_err());
+    }
+
+    #[test]
     fn all_to_all_transposes_blocks() {
         let t = |v: Vec<f32>| HostTensor::from_f32(&[2, 2], v).unwrap();
         let op = Collective::AllToAll { split_dim: 0, concat_dim: 1, axes: vec!["x".into()] };
-        let out = combine(&op, &[t(vec![1., 2., 3., 4.]), t(vec![5., 6., 7., 8.])]).unwrap();
+        let out = combine(&op, vec![t(vec![1., 2., 3., 4.]), t(vec![5., 6., 7., 8.])]).unwrap();
         // Rank 0 receives row 0 of each, joined along dim 1.
         assert!(out[0].bitwise_eq(&HostTensor::from_f32(&[1, 4], vec![1., 2., 5., 6.]).unwrap()));
         assert!(out[1].bitwise_eq(&HostTensor::from_f32(&[1, 4], vec![3., 4., 7., 8.]).unwrap()));

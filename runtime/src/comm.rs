@@ -129,7 +129,7 @@ impl InProcessComm {
 fn results_of(call: &CollectiveCall<'_>, blocks: Vec<HostTensor>) -> Result<Vec<HostTensor>, RuntimeError> {
     match call.op {
         Collective::CollectivePermute { pairs } => Ok(permute(pairs, &blocks)),
-        op => combine(op, &blocks),
+        op => combine(op, blocks),
     }
 }
 
@@ -254,7 +254,7 @@ mod tests {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        let expect = combine(&op, &[t(0.1), t(1.1), t(2.1), t(3.1)]).unwrap();
+        let expect = combine(&op, vec![t(0.1), t(1.1), t(2.1), t(3.1)]).unwrap();
         for o in &outs {
             assert!(o.bitwise_eq(&expect[0]));
         }

@@ -17,6 +17,7 @@
 use crate::backend::AnyBackend;
 use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
+use crate::fast::FastCpuBackend;
 use crate::gpu::wgpu_devices;
 use std::fmt;
 use std::str::FromStr;
@@ -24,8 +25,11 @@ use std::str::FromStr;
 /// A kind of backend.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum BackendKind {
-    /// The CPU reference backend.
+    /// The fast CPU backend ([`crate::FastCpuBackend`]).
     Cpu,
+    /// The CPU reference backend: every op through the interpreter
+    /// ([`crate::CpuBackend`]); the executable's oracle.
+    CpuRef,
     /// CubeCL on wgpu (Vulkan, Metal, DX12).
     Wgpu,
     /// CubeCL on CUDA (needs the `cuda` feature).
@@ -34,12 +38,13 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// Every kind, best first.
-    pub const ALL: [BackendKind; 3] = [BackendKind::Cuda, BackendKind::Wgpu, BackendKind::Cpu];
+    pub const ALL: [BackendKind; 4] = [BackendKind::Cuda, BackendKind::Wgpu, BackendKind::Cpu, BackendKind::CpuRef];
 
-    /// The name used to select it (`cpu`, `wgpu`, `cuda`).
+    /// The name used to select it (`cpu`, `cpu-ref`, `wgpu`, `cuda`).
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Cpu => "cpu",
+            BackendKind::CpuRef => "cpu-ref",
             BackendKind::Wgpu => "wgpu",
             BackendKind::Cuda => "cuda",
         }
@@ -75,7 +80,8 @@ pub fn physical_devices(kind: BackendKind) -> Result<Vec<PhysicalDevice>, Runtim
     let unavailable =
         |reason: &str| RuntimeError::BackendUnavailable { backend: kind.name().into(), reason: reason.into() };
     match kind {
-        BackendKind::Cpu => {
+        BackendKind::Cpu => Ok(vec![PhysicalDevice { name: "host CPU".into(), software: true }]),
+        BackendKind::CpuRef => {
             Ok(vec![PhysicalDevice { name: "host CPU (reference interpreter)".into(), software: true }])
         }
         BackendKind::Wgpu => {
@@ -195,7 +201,8 @@ pub fn open_devices(kind: BackendKind, n: usize) -> Result<Devices, RuntimeError
     let map = DeviceMap::new(kind, physical, n);
     let mut backends = Vec::with_capacity(n);
     match kind {
-        BackendKind::Cpu => backends.extend((0..n).map(|_| AnyBackend::Cpu(CpuBackend::new()))),
+        BackendKind::Cpu => backends.extend((0..n).map(|_| AnyBackend::Cpu(FastCpuBackend::new()))),
+        BackendKind::CpuRef => backends.extend((0..n).map(|_| AnyBackend::CpuRef(CpuBackend::new()))),
         BackendKind::Wgpu => {
             let (instance, adapters) = wgpu_devices::adapters();
             for (p, adapter) in adapters.iter().enumerate().take(map.physical.len()) {

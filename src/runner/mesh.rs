@@ -61,6 +61,10 @@ impl MeshExecutor {
         let (pf, mut phases) =
             compile_with_stable_state(&step.module, "train_step", mesh, &PropagateOptions::default(), ns)?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
+        if let Some(path) = std::env::var_os("WEFT_DUMP_DEVICE_PROGRAM") {
+            let text = weft_ir::device::print_program(&pf.program);
+            std::fs::write(&path, text).map_err(|source| crate::error::Error::Io { path: path.into(), source })?;
+        }
         let engine = match backend {
             MeshBackend::Simulator => Engine::Simulator { state: Vec::new() },
             MeshBackend::Devices(kind) => {

@@ -1,6 +1,9 @@
-//! Clean-up passes over a lowered device program: fusing an all-reduce
-//! whose result is only shard-sliced into a reduce-scatter, dropping
-//! buffers no step references, and freeing every buffer after its last use.
+//! Clean-up passes over a lowered device program: forwarding identity
+//! steps (a `convert` to the same dtype, a `reshape` to the same shape, an
+//! identity `transpose`: each would copy a whole buffer for nothing),
+//! folding transposes into the `dot_general`s that read them, fusing an all-reduce whose result is only shard-sliced into a
+//! reduce-scatter, dropping buffers no step references, and freeing every
+//! buffer after its last use.
 //!
 //! The fusion matters because reshards are lowered one at a time: a value
 //! all-reduced for one user and then sliced for another (`unreduced ->
@@ -10,7 +13,89 @@
 //! on every device) and let executors reuse memory.
 
 use weft_ir::device::{BufferId, Collective, DeviceProgram, Step};
-use weft_ir::ReduceOp;
+use weft_ir::{Op, ReduceOp};
+
+/// Whether a compute step returns its operand unchanged.
+fn is_identity(p: &DeviceProgram, step: &Step) -> Option<(BufferId, BufferId)> {
+    let Step::Compute { op, inputs, outputs } = step else { return None };
+    if inputs.len() != 1 || outputs.len() != 1 || p.ty(inputs[0]) != p.ty(outputs[0]) {
+        return None;
+    }
+    let identity = match op {
+        Op::Convert { .. } | Op::Reshape { .. } => true,
+        Op::Transpose { perm } => perm.iter().enumerate().all(|(i, &d)| i == d),
+        _ => false,
+    };
+    identity.then_some((inputs[0], outputs[0]))
+}
+
+/// Removes identity steps, reading their operand wherever their result was
+/// read (program outputs included). Runs before frees are inserted.
+pub(crate) fn forward_identities(p: &mut DeviceProgram) {
+    let mut alias: Vec<BufferId> = (0..p.buffers.len() as u32).map(BufferId).collect();
+    let mut keep = Vec::with_capacity(p.steps.len());
+    for step in std::mem::take(&mut p.steps) {
+        let mut step = step;
+        rename_reads(&mut step, &alias);
+        if let Some((from, to)) = is_identity(p, &step) {
+            alias[to.index()] = from;
+            continue;
+        }
+        keep.push(step);
+    }
+    p.steps = keep;
+    for o in &mut p.outputs {
+        *o = alias[o.index()];
+    }
+}
+
+fn rename_reads(step: &mut Step, alias: &[BufferId]) {
+    match step {
+        Step::Compute { inputs, .. } => inputs.iter_mut().for_each(|b| *b = alias[b.index()]),
+        Step::ShardSlice { input, .. } | Step::Collective { input, .. } => *input = alias[input.index()],
+        Step::Free(bs) => bs.iter_mut().for_each(|b| *b = alias[b.index()]),
+    }
+}
+
+/// Rewrites `dot_general(transpose(x), ..)` to read `x` directly, with
+/// the dimension numbers mapped through the permutation, wherever the
+/// result is unchanged: the operand's free dimensions must keep their
+/// relative order (they give the result's dimension order). A transpose
+/// left without readers is then dropped by [`remove_dead_steps`]. Backends
+/// read a transposed operand through strides (the CPU's GEMM) or permute it
+/// themselves, so this saves a copy of the whole operand.
+pub(crate) fn fold_transposes_into_dots(p: &mut DeviceProgram) {
+    let mut transposed: Vec<Option<(BufferId, Vec<usize>)>> = vec![None; p.buffers.len()];
+    for s in &p.steps {
+        if let Step::Compute { op: Op::Transpose { perm }, inputs, outputs } = s {
+            if inputs.len() == 1 && outputs.len() == 1 && !p.outputs.contains(&outputs[0]) {
+                transposed[outputs[0].index()] = Some((inputs[0], perm.clone()));
+            }
+        }
+    }
+    for s in &mut p.steps {
+        let Step::Compute { op: Op::DotGeneral(dims), inputs, .. } = s else { continue };
+        for side in 0..2 {
+            let Some((x, perm)) = &transposed[inputs[side].index()] else { continue };
+            let (batch, contract) =
+                if side == 0 { (&dims.lhs_batch, &dims.lhs_contract) } else { (&dims.rhs_batch, &dims.rhs_contract) };
+            let free: Vec<usize> = (0..perm.len()).filter(|d| !batch.contains(d) && !contract.contains(d)).collect();
+            if free.windows(2).any(|w| perm[w[0]] > perm[w[1]]) {
+                continue;
+            }
+            let map = |ds: &[usize]| ds.iter().map(|&d| perm[d]).collect::<Vec<_>>();
+            let (new_batch, new_contract) = (map(batch), map(contract));
+            if side == 0 {
+                dims.lhs_batch = new_batch;
+                dims.lhs_contract = new_contract;
+            } else {
+                dims.rhs_batch = new_batch;
+                dims.rhs_contract = new_contract;
+            }
+            inputs[side] = *x;
+        }
+    }
+}
 
 /// Every buffer a step reads.
 pub(crate) fn reads(step: &Step) -> Vec<BufferId> {

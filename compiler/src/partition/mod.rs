@@ -76,6 +76,8 @@ pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<Partition
     crate::sharding::check_locally_computable(f, mesh)?;
     let lowered = lower::lower_function(f, mesh)?;
     let mut program = lowered.program;
+    liveness::forward_identities(&mut program);
+    liveness::fold_transposes_into_dots(&mut program);
     liveness::remove_dead_steps(&mut program);
     liveness::fuse_reduce_scatter(&mut program);
     liveness::compact(&mut program);

@@ -61,6 +61,7 @@ mod dot;
 mod elementwise;
 mod exec;
 mod reduce;
+pub mod scalar;
 mod shape;
 
 pub use exec::Interpreter;

@@ -11,12 +11,8 @@ use crate::TensorType;
 use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn, Slice};
 
 /// Copies a view of any layout into a new standard-layout array.
-fn materialize<T: Clone>(v: ArrayViewD<'_, T>) -> ArrayD<T> {
-    if v.is_standard_layout() {
-        v.to_owned()
-    } else {
-        ArrayD::from_shape_vec(v.raw_dim(), v.iter().cloned().collect()).expect("element count matches shape")
-    }
+fn materialize<T: Copy>(v: ArrayViewD<'_, T>) -> ArrayD<T> {
+    crate::tensor::to_standard_layout(v)
 }
 
 /// `iota`: each element is its index along `dim`, converted to the dtype.
@@ -31,7 +27,7 @@ pub(crate) fn iota(ty: &TensorType, dim: usize) -> Result<HostTensor, String> {
     }))
 }
 
-fn broadcast_array<T: Clone>(a: &ArrayD<T>, dims: &[usize], shape: &[usize]) -> Result<ArrayD<T>, String> {
+fn broadcast_array<T: Copy>(a: &ArrayD<T>, dims: &[usize], shape: &[usize]) -> Result<ArrayD<T>, String> {
     if dims.len() != a.ndim() {
         return Err(format!("broadcast_in_dim has {} dims for an operand of rank {}", dims.len(), a.ndim()));
     }

@@ -85,8 +85,13 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
         for dev in devices.iter_mut() {
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
-            let buf = dev.slots.get(*input);
-            let t = guard(ctx, dev.device, dev.backend.download(buf).map_err(|e| e.at_step(dev.device, i, op.name())))?;
+            let t = if ctx.plan.consumes[i] {
+                let buf = dev.slots.take(ctx.program, *input);
+                dev.backend.download_owned(buf)
+            } else {
+                dev.backend.download(dev.slots.get(*input))
+            };
+            let t = guard(ctx, dev.device, t.map_err(|e| e.at_step(dev.device, i, op.name())))?;
             dev.transfers.count_download(&t, Transfer::Collective);
             guard(ctx, dev.device, ctx.comm.contribute(call, t))?;
         }
@@ -201,7 +206,7 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
 }
 
 fn free<B: Backend>(p: &DeviceProgram, plan: &Plan, dev: &mut DeviceRun<'_, B>, bs: &[BufferId]) {
-    for b in bs.iter().filter(|b| !plan.fused_away.contains(b)) {
+    for b in bs.iter().filter(|b| !plan.fused_away.contains(b) && !plan.consumed.contains(b)) {
         let buf = dev.slots.take(p, *b);
         dev.backend.free(buf);
     }

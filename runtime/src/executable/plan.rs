@@ -49,6 +49,11 @@ pub(crate) struct Plan {
     pub slices: Vec<Option<Vec<Op>>>,
     /// Per step: for a collective, each device's group and rank.
     pub members: Vec<Option<Vec<Membership>>>,
+    /// Per step: a collective that is the last reader of its input, which
+    /// may therefore be handed over rather than copied.
+    pub consumes: Vec<bool>,
+    /// The inputs handed over that way (their `free` is skipped).
+    pub consumed: HashSet<BufferId>,
 }
 
 impl Plan {
@@ -83,7 +88,25 @@ impl Plan {
             }
         }
         segments.push(Segment { local: start..p.steps.len(), collective: None });
-        Plan { actions, chains, fused_away, segments, slices, members }
+        let mut last_read = vec![usize::MAX; p.buffers.len()];
+        for (i, step) in p.steps.iter().enumerate() {
+            match step {
+                Step::Compute { inputs, .. } => inputs.iter().for_each(|b| last_read[b.index()] = i),
+                Step::ShardSlice { input, .. } | Step::Collective { input, .. } => last_read[input.index()] = i,
+                Step::Free(_) => {}
+            }
+        }
+        let mut consumes = vec![false; p.steps.len()];
+        let mut consumed = HashSet::new();
+        for (i, step) in p.steps.iter().enumerate() {
+            if let Step::Collective { input, .. } = step {
+                if last_read[input.index()] == i && !p.outputs.contains(input) && !p.inputs.contains(input) {
+                    consumes[i] = true;
+                    consumed.insert(*input);
+                }
+            }
+        }
+        Plan { actions, chains, fused_away, segments, slices, members, consumes, consumed }
     }
 }
 

@@ -1,0 +1,143 @@
+//! `dot_general` as strided GEMM calls, without rearranging the operands.
+//!
+//! The interpreter transposes both operands into `[B, M, K]` and `[B, K, N]`
+//! copies before multiplying. Here each operand's permuted view is tested
+//! for whether its batch, free and contracting groups each collapse into a
+//! single stride (they do for every transposed matrix product a training
+//! step makes: `x @ w`, `x^T @ dy`, `dy @ w^T`); if so the GEMM reads the
+//! operand in place through its row and column strides. Only operands that
+//! do not collapse are copied to standard layout first.
+//!
+//! The GEMM is `matrixmultiply` (chosen by measurement, BENCHMARKS.md), one
+//! thread per call: a device worker is one thread, and the devices of a
+//! mesh already fill the cores. Its summation order is fixed for given
+//! extents, so results are reproducible run to run.
+
+use half::{bf16, f16};
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+use weft_ir::tensor::HostTensor;
+use super::pool::Pool;
+use weft_ir::{DotDims, MatmulLayout};
+
+/// An operand as `[groups]` of (extent, stride) pairs: (batch, rows, cols).
+struct Strided3 {
+    strides: [isize; 3],
+}
+
+/// Collapses consecutive dims `dims` of a view (shape, strides) into one
+/// (extent, stride), if they are laid out as one.
+fn collapse(shape: &[usize], strides: &[isize], dims: std::ops::Range<usize>) -> Option<isize> {
+    let mut stride: Option<isize> = None;
+    let mut expect: Option<isize> = None;
+    for d in dims.rev() {
+        if shape[d] == 1 {
+            continue;
+        }
+        match expect {
+            None => stride = Some(strides[d]),
+            Some(e) if e == strides[d] => {}
+            Some(_) => return None,
+        }
+        expect = Some(strides[d] * shape[d] as isize);
+    }
+    Some(stride.unwrap_or(0))
+}
+
+fn strided(view: &ArrayViewD<'_, impl Sized>, groups: [usize; 3]) -> Option<Strided3> {
+    let (shape, strides) = (view.shape(), view.strides());
+    let a = collapse(shape, strides, 0..groups[0])?;
+    let b = collapse(shape, strides, groups[0]..groups[0] + groups[1])?;
+    let c = collapse(shape, strides, groups[0] + groups[1]..shape.len())?;
+    Some(Strided3 { strides: [a, b, c] })
+}
+
+/// Runs the batched GEMM `out[b] = lhs[b] @ rhs[b]` for one float type.
+trait Gemm: Copy + Default + 'static {
+    /// `c = a @ b` for an `m x k` and a `k x n` matrix given by pointers and strides.
+    ///
+    /// # Safety
+    /// The pointers and strides must address valid `m x k`, `k x n` and `m x n` matrices.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const Self, ra: isize, ca: isize, b: *const Self, rb: isize, cb: isize, c: *mut Self, rc: isize);
+}
+
+impl Gemm for f32 {
+    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const f32, ra: isize, ca: isize, b: *const f32, rb: isize, cb: isize, c: *mut f32, rc: isize) {
+        matrixmultiply::sgemm(m, k, n, 1.0, a, ra, ca, b, rb, cb, 0.0, c, rc, 1)
+    }
+}
+
+impl Gemm for f64 {
+    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const f64, ra: isize, ca: isize, b: *const f64, rb: isize, cb: isize, c: *mut f64, rc: isize) {
+        matrixmultiply::dgemm(m, k, n, 1.0, a, ra, ca, b, rb, cb, 0.0, c, rc, 1)
+    }
+}
+
+fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<T>, mut out: Vec<T>) -> ArrayD<T> {
+    let nb = dims.lhs_batch.len();
+    let lv = l.view().permuted_axes(IxDyn(&p.lhs_perm));
+    let rv = r.view().permuted_axes(IxDyn(&p.rhs_perm));
+    let lfree = lv.ndim() - nb - dims.lhs_contract.len();
+    let rfree = rv.ndim() - nb - dims.rhs_contract.len();
+    // Views that do not collapse are copied to standard layout (which always does).
+    let lc;
+    let (lv, ls) = match strided(&lv, [nb, lfree, dims.lhs_contract.len()]) {
+        Some(s) => (lv, s),
+        None => {
+            lc = lv.as_standard_layout().into_owned();
+            let v = lc.view();
+            let s = strided(&v, [nb, lfree, dims.lhs_contract.len()]).expect("standard layout collapses");
+            (v, s)
+        }
+    };
+    let rc;
+    let (rv, rs) = match strided(&rv, [nb, dims.rhs_contract.len(), rfree]) {
+        Some(s) => (rv, s),
+        None => {
+            rc = rv.as_standard_layout().into_owned();
+            let v = rc.view();
+            let s = strided(&v, [nb, dims.rhs_contract.len(), rfree]).expect("standard layout collapses");
+            (v, s)
+        }
+    };
+    if p.k == 0 {
+        out.fill(T::default());
+    }
+    if p.m * p.n > 0 {
+        for bi in 0..p.b {
+            // SAFETY: the views' strides address their own elements; batch
+            // `bi` of each operand starts `bi * batch stride` past its origin.
+            unsafe {
+                let a = lv.as_ptr().offset(bi as isize * ls.strides[0]);
+                let b = rv.as_ptr().offset(bi as isize * rs.strides[0]);
+                let c = out.as_mut_ptr().add(bi * p.m * p.n);
+                if p.k == 0 {
+                    continue;
+                }
+                T::gemm(p.m, p.k, p.n, a, ls.strides[1], ls.strides[2], b, rs.strides[1], rs.strides[2], c, p.n as isize);
+            }
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(&p.out_shape), out).expect("sized from the layout")
+}
+
+/// `dot_general` of two float tensors, or `None` for the other dtypes (the
+/// caller falls back to the interpreter). `bf16`/`f16` are widened to `f32`
+/// and the result rounded once, as the interpreter does.
+pub(crate) fn dot_general(l: &HostTensor, r: &HostTensor, dims: &DotDims, pool: &mut Pool) -> Option<HostTensor> {
+    let p = dims.matmul_layout(l.shape(), r.shape());
+    let len = p.b * p.m * p.n;
+    Some(match (l, r) {
+        (HostTensor::F32(a), HostTensor::F32(b)) => HostTensor::F32(batched(&p, dims, a, b, pool.take(len))),
+        (HostTensor::F64(a), HostTensor::F64(b)) => HostTensor::F64(batched(&p, dims, a, b, vec![0.0; len])),
+        (HostTensor::BF16(a), HostTensor::BF16(b)) => {
+            let out = batched(&p, dims, &a.mapv(bf16::to_f32), &b.mapv(bf16::to_f32), pool.take(len));
+            HostTensor::BF16(out.mapv(bf16::from_f32))
+        }
+        (HostTensor::F16(a), HostTensor::F16(b)) => {
+            let out = batched(&p, dims, &a.mapv(f16::to_f32), &b.mapv(f16::to_f32), pool.take(len));
+            HostTensor::F16(out.mapv(f16::from_f32))
+        }
+        _ => return None,
+    })
+}

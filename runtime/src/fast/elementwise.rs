@@ -1,0 +1,237 @@
+//! Elementwise work on `f32` as plain loops over slices: single ops, and
+//! fused chains ([`crate::fusion::FusedChain`]) evaluated block by block so
+//! that each intermediate lives in a small buffer in cache, never in a
+//! whole tensor.
+//!
+//! Every element is computed with the interpreter's own scalar functions
+//! ([`weft_ir::interp::scalar`]), so the results are bit for bit the
+//! interpreter's. `bool` values inside a chain are carried as `0.0`/`1.0`.
+//! Anything else (integer or half-precision chains, integer ops) returns
+//! `None` and the caller falls back to the interpreter.
+
+use super::pool::Pool;
+use crate::fusion::{Arg, FusedChain};
+use ndarray::{ArrayD, IxDyn};
+use weft_ir::interp::scalar::{binary_f32, compare_f32, unary_f32};
+use weft_ir::tensor::HostTensor;
+use weft_ir::{BinaryOp, CompareOp, DType, Op, UnaryOp};
+
+/// Elements per block of a fused chain.
+const BLOCK: usize = 1024;
+
+/// Applies `f` to each element (the match on the op is outside the loop).
+macro_rules! unary_loop {
+    ($op:expr, $a:expr, $out:expr) => {{
+        macro_rules! go {
+            ($f:expr) => {
+                for (o, &x) in $out.iter_mut().zip($a) {
+                    *o = $f(x);
+                }
+            };
+        }
+        match $op {
+            UnaryOp::Neg => go!(|x| unary_f32(UnaryOp::Neg, x).unwrap()),
+            UnaryOp::Abs => go!(|x| unary_f32(UnaryOp::Abs, x).unwrap()),
+            UnaryOp::Sign => go!(|x| unary_f32(UnaryOp::Sign, x).unwrap()),
+            UnaryOp::Exp => go!(|x| unary_f32(UnaryOp::Exp, x).unwrap()),
+            UnaryOp::Log => go!(|x| unary_f32(UnaryOp::Log, x).unwrap()),
+            UnaryOp::Log1p => go!(|x| unary_f32(UnaryOp::Log1p, x).unwrap()),
+            UnaryOp::Tanh => go!(|x| unary_f32(UnaryOp::Tanh, x).unwrap()),
+            UnaryOp::Cos => go!(|x| unary_f32(UnaryOp::Cos, x).unwrap()),
+            UnaryOp::Sin => go!(|x| unary_f32(UnaryOp::Sin, x).unwrap()),
+            UnaryOp::Logistic => go!(|x| unary_f32(UnaryOp::Logistic, x).unwrap()),
+            UnaryOp::Sqrt => go!(|x| unary_f32(UnaryOp::Sqrt, x).unwrap()),
+            UnaryOp::Rsqrt => go!(|x| unary_f32(UnaryOp::Rsqrt, x).unwrap()),
+            UnaryOp::Floor => go!(|x| unary_f32(UnaryOp::Floor, x).unwrap()),
+            UnaryOp::IsFinite => go!(|x: f32| if x.is_finite() { 1.0 } else { 0.0 }),
+            UnaryOp::Not => return None,
+        }
+    }};
+}
+
+macro_rules! binary_loop {
+    ($op:expr, $a:expr, $b:expr, $out:expr) => {{
+        macro_rules! go {
+            ($f:expr) => {
+                for ((o, &x), &y) in $out.iter_mut().zip($a).zip($b) {
+                    *o = $f(x, y);
+                }
+            };
+        }
+        match $op {
+            BinaryOp::Add => go!(|x, y| binary_f32(BinaryOp::Add, x, y).unwrap()),
+            BinaryOp::Sub => go!(|x, y| binary_f32(BinaryOp::Sub, x, y).unwrap()),
+            BinaryOp::Mul => go!(|x, y| binary_f32(BinaryOp::Mul, x, y).unwrap()),
+            BinaryOp::Div => go!(|x, y| binary_f32(BinaryOp::Div, x, y).unwrap()),
+            BinaryOp::Rem => go!(|x, y| binary_f32(BinaryOp::Rem, x, y).unwrap()),
+            BinaryOp::Max => go!(|x, y| binary_f32(BinaryOp::Max, x, y).unwrap()),
+            BinaryOp::Min => go!(|x, y| binary_f32(BinaryOp::Min, x, y).unwrap()),
+            BinaryOp::Pow => go!(|x, y| binary_f32(BinaryOp::Pow, x, y).unwrap()),
+            _ => return None,
+        }
+    }};
+}
+
+macro_rules! compare_loop {
+    ($op:expr, $a:expr, $b:expr, $out:expr) => {{
+        macro_rules! go {
+            ($c:expr) => {
+                for ((o, &x), &y) in $out.iter_mut().zip($a).zip($b) {
+                    *o = if compare_f32($c, x, y) { 1.0 } else { 0.0 };
+                }
+            };
+        }
+        match $op {
+            CompareOp::Eq => go!(CompareOp::Eq),
+            CompareOp::Ne => go!(CompareOp::Ne),
+            CompareOp::Lt => go!(CompareOp::Lt),
+            CompareOp::Le => go!(CompareOp::Le),
+            CompareOp::Gt => go!(CompareOp::Gt),
+            CompareOp::Ge => go!(CompareOp::Ge),
+        }
+    }};
+}
+
+/// Evaluates one node on a block: `args` are the operand blocks.
+fn node_block(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()> {
+    match op {
+        Op::Unary(u) => unary_loop!(*u, args[0], out),
+        Op::Binary(b) => binary_loop!(*b, args[0], args[1], out),
+        // Comparisons of f32 (bool operands are compared as 0/1, which
+        // orders false < true as the interpreter does).
+        Op::Compare(c) => compare_loop!(*c, args[0], args[1], out),
+        Op::Select => {
+            for (((o, &p), &x), &y) in out.iter_mut().zip(args[0]).zip(args[1]).zip(args[2]) {
+                *o = if p != 0.0 { x } else { y };
+            }
+        }
+        // f32 <-> bool conversions (0/1 on both sides; NaN is true).
+        Op::Convert { .. } => {
+            for (o, &x) in out.iter_mut().zip(args[0]) {
+                *o = x;
+            }
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// Whether a chain computes only in `f32` (with `bool` intermediates) and
+/// uses only ops [`node_block`] knows, with operands of the output's shape.
+fn supported(chain: &FusedChain, inputs: &[&HostTensor]) -> bool {
+    let ok_dtype = |d: DType| d == DType::F32 || d == DType::Bool;
+    let full = chain.nodes.last().map(|n| n.ty.shape.clone());
+    inputs.iter().all(|t| ok_dtype(t.dtype()) && Some(t.shape().to_vec()) == full.as_ref().map(|s| s.to_vec()))
+        && chain.nodes.iter().all(|n| {
+            ok_dtype(n.ty.dtype)
+                && match &n.op {
+                    Op::Unary(u) => !matches!(u, UnaryOp::Not),
+                    Op::Binary(b) => binary_f32(*b, 0.0, 0.0).is_some(),
+                    Op::Compare(_) | Op::Select => true,
+                    // Only f32 <-> bool conversions are the identity on 0/1 values.
+                    Op::Convert { to } => ok_dtype(*to),
+                    _ => false,
+                }
+        })
+        // A convert from bool to f32 and back is exact; from f32 to bool it
+        // must see 0/1 or be checked: allow only bool -> f32.
+        && chain.nodes.iter().all(|n| match &n.op {
+            Op::Convert { to } => *to == DType::F32 && n.args.iter().all(|a| arg_dtype(chain, inputs, *a) == DType::Bool),
+            _ => true,
+        })
+}
+
+fn arg_dtype(chain: &FusedChain, inputs: &[&HostTensor], a: Arg) -> DType {
+    match a {
+        Arg::Input(k) => inputs[k].dtype(),
+        Arg::Node(j) => chain.nodes[j].ty.dtype,
+    }
+}
+
+/// An input as `f32` elements: f32 tensors in place, bool as 0/1 copies.
+enum InputData<'a> {
+    F32(&'a [f32]),
+    Owned(Vec<f32>),
+}
+
+impl InputData<'_> {
+    fn slice(&self) -> &[f32] {
+        match self {
+            InputData::F32(s) => s,
+            InputData::Owned(v) => v,
+        }
+    }
+}
+
+/// Computes a fused chain, or `None` if it is not an `f32` chain (the
+/// caller then runs it node by node).
+pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
+    if !supported(chain, inputs) {
+        return None;
+    }
+    let last = chain.nodes.last()?;
+    let len: usize = last.ty.shape.iter().product();
+    let data: Vec<InputData<'_>> = inputs
+        .iter()
+        .map(|t| match t {
+            HostTensor::F32(a) => a.as_slice().map(InputData::F32).unwrap_or_else(|| InputData::Owned(a.iter().copied().collect())),
+            HostTensor::Bool(a) => InputData::Owned(a.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
+            _ => unreachable!("checked by `supported`"),
+        })
+        .collect();
+    let mut out = pool.take(len);
+    let mut scratch = vec![0f32; chain.nodes.len() * BLOCK];
+    let mut start = 0;
+    while start < len {
+        let n = BLOCK.min(len - start);
+        for (j, node) in chain.nodes.iter().enumerate() {
+            let (done, rest) = scratch.split_at_mut(j * BLOCK);
+            let dst = &mut rest[..n];
+            let args: Vec<&[f32]> = node
+                .args
+                .iter()
+                .map(|a| match *a {
+                    Arg::Input(k) => &data[k].slice()[start..start + n],
+                    Arg::Node(i) => &done[i * BLOCK..i * BLOCK + n],
+                })
+                .collect();
+            node_block(&node.op, &args, dst)?;
+        }
+        let j = chain.nodes.len() - 1;
+        out[start..start + n].copy_from_slice(&scratch[j * BLOCK..j * BLOCK + n]);
+        start += n;
+    }
+    let shape = IxDyn(&last.ty.shape);
+    Some(match last.ty.dtype {
+        DType::F32 => HostTensor::F32(ArrayD::from_shape_vec(shape, out).expect("sized from the type")),
+        _ => HostTensor::Bool(ArrayD::from_shape_vec(shape, out.into_iter().map(|x| x != 0.0).collect()).expect("sized")),
+    })
+}
+
+/// One elementwise op on standard-layout `f32` operands of one shape, or
+/// `None` (the caller falls back to the interpreter).
+pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
+    let slices: Vec<&[f32]> = inputs
+        .iter()
+        .map(|t| match t {
+            HostTensor::F32(a) => a.as_slice(),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let shape = inputs.first()?.shape().to_vec();
+    if inputs.iter().any(|t| t.shape() != shape.as_slice()) {
+        return None;
+    }
+    let bool_out = match op {
+        Op::Unary(UnaryOp::IsFinite) | Op::Compare(_) => true,
+        Op::Unary(_) | Op::Binary(_) => false,
+        _ => return None,
+    };
+    let mut out = pool.take(slices[0].len());
+    node_block(op, &slices, &mut out)?;
+    Some(if bool_out {
+        HostTensor::Bool(ArrayD::from_shape_vec(IxDyn(&shape), out.into_iter().map(|x| x != 0.0).collect()).ok()?)
+    } else {
+        HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&shape), out).ok()?)
+    })
+}

@@ -1,0 +1,77 @@
+//! `reduce` over `f32` for the two shapes training steps use: the leading
+//! dimensions (a column sum, e.g. a bias gradient over the batch) and the
+//! trailing dimensions (a row sum, or a whole-tensor sum such as a squared
+//! norm).
+//!
+//! Leading reductions fold rows in order, exactly as the interpreter does,
+//! with the loop over the kept elements innermost (vectorised). Trailing
+//! reductions are latency-bound as one left fold, so they use 16
+//! interleaved partial sums (lane `i` takes elements `i, i+16, ...`)
+//! combined in lane order at the end: a fixed order, so the result is the
+//! same on every run, and it differs from the interpreter's left fold only
+//! by rounding. Max and min are exact in any order. Other layouts return
+//! `None` (the interpreter runs them).
+
+use super::pool::Pool;
+use ndarray::{ArrayD, IxDyn};
+use weft_ir::interp::scalar::binary_f32;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{BinaryOp, ReduceOp};
+
+const LANES: usize = 16;
+
+pub(crate) fn reduce(op: ReduceOp, x: &HostTensor, dims: &[usize], pool: &mut Pool) -> Option<HostTensor> {
+    let HostTensor::F32(a) = x else { return None };
+    let data = a.as_slice()?;
+    let shape = a.shape();
+    let rank = shape.len();
+    if dims.is_empty() || dims.iter().enumerate().any(|(i, &d)| d >= rank || (i > 0 && dims[i - 1] >= d)) {
+        return None;
+    }
+    let (bin, init) = match op {
+        ReduceOp::Sum => (BinaryOp::Add, 0.0f32),
+        ReduceOp::Max => (BinaryOp::Max, f32::NEG_INFINITY),
+        ReduceOp::Min => (BinaryOp::Min, f32::INFINITY),
+    };
+    let f = |acc: f32, v: f32| binary_f32(bin, acc, v).expect("float op");
+    let prefix = dims.iter().enumerate().all(|(i, &d)| i == d);
+    let suffix = dims.iter().enumerate().all(|(i, &d)| d == rank - dims.len() + i);
+    let reduced: usize = dims.iter().map(|&d| shape[d]).product();
+    let kept_shape: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).map(|d| shape[d]).collect();
+    let kept: usize = kept_shape.iter().product();
+    if reduced == 0 || kept == 0 {
+        return None;
+    }
+    let mut out = if kept >= 4096 { pool.take(kept) } else { vec![0.0; kept] };
+    if suffix {
+        for (o, row) in out.iter_mut().zip(data.chunks_exact(reduced)) {
+            *o = fold_row(row, init, &f);
+        }
+    } else if prefix {
+        out.fill(init);
+        for row in data.chunks_exact(kept) {
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = f(*o, v);
+            }
+        }
+    } else {
+        return None;
+    }
+    Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&kept_shape), out).expect("sized")))
+}
+
+/// Folds a row with `LANES` interleaved partial results, combined in lane order.
+#[inline]
+fn fold_row(row: &[f32], init: f32, f: &impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [init; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = f(*l, v);
+        }
+    }
+    for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+        *l = f(*l, v);
+    }
+    lanes.iter().fold(init, |acc, &l| f(acc, l))
+}
