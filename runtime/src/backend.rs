@@ -5,10 +5,11 @@
 //! compute one op, free) so that a new kind of device needs only kernels,
 //! and so that the executor - which knows about meshes, collectives and
 //! liveness - is written once for all of them. Collectives are not part of
-//! the trait: the executor stages them through the host with the CPU
-//! backend's arithmetic, which makes every backend agree on their results
-//! bit for bit. A backend with a faster path can still take over through
-//! [`Backend::native_collective`].
+//! the trait: the executor's workers meet at a
+//! [`crate::comm::Communicator`], which stages them through the host with
+//! the CPU backend's arithmetic, so every backend agrees on their results
+//! bit for bit. A device-native path (NCCL) is another communicator, not a
+//! backend method.
 //!
 //! [`AnyBackend`] is the run-time choice among the compiled-in backends
 //! (`cpu`, `wgpu`, and `cuda` with the `cuda` feature); the executor is
@@ -20,7 +21,6 @@ use crate::error::RuntimeError;
 use crate::fusion::{compute_unfused, FusedChain};
 use crate::gpu::{CubeBuffer, CubeclBackend};
 use cubecl::wgpu::WgpuRuntime;
-use weft_ir::device::Collective;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{Op, TensorType};
 
@@ -90,21 +90,6 @@ pub trait Backend {
     /// timing; downloads synchronise on their own).
     fn sync(&self) -> Result<(), RuntimeError> {
         Ok(())
-    }
-
-    /// A device-native implementation of a collective over one group.
-    /// `group` lists the members in rank order: each member's backend and
-    /// contribution. Returns one buffer per member, or `None` (the default)
-    /// to let the executor stage the collective through the host.
-    fn native_collective(
-        group: &[(&Self, &Self::Buffer)],
-        op: &Collective,
-    ) -> Option<Result<Vec<Self::Buffer>, RuntimeError>>
-    where
-        Self: Sized,
-    {
-        let _ = (group, op);
-        None
     }
 }
 
@@ -240,6 +225,14 @@ impl Backend for AnyBackend {
 
     fn sync(&self) -> Result<(), RuntimeError> {
         dispatch!(self, b => b.sync())
+    }
+
+    fn free(&self, buf: AnyBuffer) {
+        match (self, buf) {
+            (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => b.free(t),
+            (AnyBackend::CpuRef(b), AnyBuffer::Cpu(t)) => b.free(t),
+            (_, buf) => drop(buf),
+        }
     }
 
     fn fuses(&self) -> bool {

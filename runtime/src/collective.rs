@@ -6,47 +6,16 @@
 //! the results. Reductions fold left over the members in rank order with
 //! the interpreter's binary ops ([`eval_op`]), so a sum of `bf16` buffers
 //! rounds after every addition exactly as the CPU backend would, and every
-//! backend gets bit-identical results whatever its kernels do. The group
-//! and rank rules are those of `weft_ir::device` (the contract).
+//! backend gets bit-identical results whatever its kernels do. Which
+//! devices form a group, and their ranks, is `weft_ir::device`'s
+//! ([`DeviceProgram::groups`](weft_ir::device::DeviceProgram::groups)).
 
 use crate::error::RuntimeError;
-use std::collections::BTreeMap;
-use weft_ir::device::{Collective, DeviceProgram};
+use weft_ir::device::Collective;
 use weft_ir::interp::eval_op;
 use weft_ir::interp::scalar::binary_f32;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, Op, ReduceOp};
-
-/// The groups of a collective over mesh `axes`: each group lists its
-/// devices (flat indices) in rank order. Devices are in the same group when
-/// their coordinates agree on every axis not in `axes`; the rank is the
-/// coordinates along `axes` linearised major to minor in the order listed.
-/// The caller has checked that every axis exists.
-pub fn groups(program: &DeviceProgram, axes: &[String]) -> Vec<Vec<usize>> {
-    let pos: Vec<usize> = axes
-        .iter()
-        .map(|a| program.mesh.iter().position(|(n, _)| n == a).unwrap_or_else(|| panic!("unknown mesh axis {a}")))
-        .collect();
-    let mut by_key: BTreeMap<Vec<usize>, Vec<(usize, usize)>> = BTreeMap::new();
-    for d in 0..program.num_devices() {
-        let coords = program.coords(d);
-        let rank = pos.iter().fold(0, |r, &p| r * program.mesh[p].1 + coords[p]);
-        let key: Vec<usize> = coords.iter().enumerate().map(|(i, &c)| if pos.contains(&i) { 0 } else { c }).collect();
-        by_key.entry(key).or_default().push((rank, d));
-    }
-    by_key
-        .into_values()
-        .map(|mut members| {
-            members.sort_unstable();
-            members.into_iter().map(|(_, d)| d).collect()
-        })
-        .collect()
-}
-
-/// The number of devices in each group over `axes`.
-pub fn group_size(program: &DeviceProgram, axes: &[String]) -> usize {
-    axes.iter().map(|a| program.axis_size(a).unwrap_or(1)).product()
-}
 
 fn ir(op: &str, e: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Op { op: op.to_string(), message: e.to_string() }
@@ -176,30 +145,6 @@ pub fn permute(pairs: &[(u32, u32)], inputs: &[HostTensor]) -> Vec<HostTensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_ir::device::DeviceProgram;
-
-    fn mesh(axes: &[(&str, usize)]) -> DeviceProgram {
-        DeviceProgram {
-            name: "t".into(),
-            mesh: axes.iter().map(|(a, n)| (a.to_string(), *n)).collect(),
-            buffers: vec![],
-            inputs: vec![],
-            outputs: vec![],
-            steps: vec![],
-        }
-    }
-
-    #[test]
-    fn groups_follow_the_contract() {
-        let p = mesh(&[("a", 2), ("b", 3)]);
-        // Over b: devices sharing a coordinate, ranked by b.
-        assert_eq!(groups(&p, &["b".into()]), vec![vec![0, 1, 2], vec![3, 4, 5]]);
-        // Over a: columns.
-        assert_eq!(groups(&p, &["a".into()]), vec![vec![0, 3], vec![1, 4], vec![2, 5]]);
-        // Over [b, a]: rank = ib * 2 + ia.
-        assert_eq!(groups(&p, &["b".into(), "a".into()]), vec![vec![0, 3, 1, 4, 2, 5]]);
-        assert_eq!(group_size(&p, &["b".into(), "a".into()]), 6);
-    }
 
     #[test]
     fn in_place_all_reduce_has_the_bits_of_the_fold() {

@@ -171,6 +171,14 @@ impl Checker<'_> {
         }
     }
 
+    /// Reports a reduction the interpreter's binary ops cannot fold (any
+    /// reduction of `bool`).
+    fn reducible(&mut self, op: crate::ReduceOp, t: &TensorType) {
+        if t.dtype == crate::DType::Bool {
+            self.bad(format!("a `{}` reduction needs numbers, not bool ({t})", op.name()));
+        }
+    }
+
     /// The output type of collective `c` on an input of type `t`, or `None`
     /// after reporting why there is none.
     fn collective(&mut self, c: &Collective, t: &TensorType) -> Option<TensorType> {
@@ -184,11 +192,13 @@ impl Checker<'_> {
                 }
                 out.shape[*dim] *= n;
             }
-            Collective::AllReduce { axes, .. } => {
+            Collective::AllReduce { axes, op } => {
                 self.axes(axes, &mut seen);
+                self.reducible(*op, t);
             }
-            Collective::ReduceScatter { dim, axes, .. } => {
+            Collective::ReduceScatter { dim, axes, op } => {
                 let n = self.axes(axes, &mut seen);
+                self.reducible(*op, t);
                 if !self.dim("scatter dimension", *dim, t) || !self.divisible(t, *dim, n) {
                     return None;
                 }

@@ -6,14 +6,20 @@
 //! step showed a fifth of the time in page clearing. The pool keeps the
 //! storage of every freed `f32` buffer, by length, and hands it out again,
 //! so in the steady state a step runs on the memory the previous one freed.
-//! The pool never holds more than the program freed, so it is bounded by
-//! the program's peak of live bytes.
+//! The pool holds at most [`MAX_PER_LENGTH`] buffers of each length, so it
+//! stays bounded even where storage enters it from outside (the results of
+//! host-staged collectives).
 
 use std::collections::HashMap;
 use weft_ir::tensor::HostTensor;
 
 /// Buffers shorter than this are left to the allocator.
 const MIN_POOLED: usize = 1 << 12;
+
+/// At most this many free buffers of one length are kept: storage that
+/// enters the pool faster than steps take it (the results of host-staged
+/// collectives are allocated outside it) is returned to the allocator.
+const MAX_PER_LENGTH: usize = 8;
 
 /// Freed `f32` storage by length.
 #[derive(Clone, Debug, Default)]
@@ -37,8 +43,9 @@ impl Pool {
             if a.len() >= MIN_POOLED && a.is_standard_layout() {
                 let len = a.len();
                 let (v, offset) = a.into_raw_vec_and_offset();
-                if offset.unwrap_or(0) == 0 && v.len() == len {
-                    self.free.entry(v.len()).or_default().push(v);
+                let bucket = self.free.entry(len).or_default();
+                if offset.unwrap_or(0) == 0 && v.len() == len && bucket.len() < MAX_PER_LENGTH {
+                    bucket.push(v);
                 }
             }
         }

@@ -49,10 +49,10 @@ fn inputs_are_checked() {
 fn collective_types_and_axes_are_checked() {
     let mut p = gather();
     p.buffers[1].ty = f32s(&[3]);
-    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "expected f32[4]");
+    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "should be f32[4]");
     let p =
         one_collective(&[("x", 2)], f32s(&[2]), Collective::AllGather { dim: 0, axes: vec!["z".into()] }, f32s(&[4]));
-    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "unknown mesh axis `z`");
+    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "mesh axis `z` does not exist");
     let p = one_collective(
         &[("x", 2)],
         f32s(&[3]),
@@ -70,7 +70,7 @@ fn collective_types_and_axes_are_checked() {
         Collective::CollectivePermute { pairs: vec![(0, 1), (1, 1)] },
         f32s(&[2]),
     );
-    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "two pairs");
+    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "target of two pairs");
 }
 
 #[test]
@@ -82,7 +82,7 @@ fn liveness_is_checked() {
     // Output never defined.
     let mut p = gather();
     p.steps.truncate(0);
-    invalid_at(run_err(&p, 2, inputs(2)), None, "not live at the end");
+    invalid_at(run_err(&p, 2, inputs(2)), None, "output 0: buffer %1 is used before it is defined");
     // A compute step whose declared output type is wrong.
     let mut p = gather();
     p.buffers.push(Buffer { ty: TensorType::new(DType::I32, vec![2]), name: Some("bad".into()) });
@@ -90,7 +90,7 @@ fn liveness_is_checked() {
         0,
         Step::Compute { op: Op::Unary(UnaryOp::Exp), inputs: vec![BufferId(0)], outputs: vec![BufferId(2)] },
     );
-    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "%2 (%bad) is i32[2], expected f32[2]");
+    invalid_at(run_err(&p, 2, inputs(2)), Some(0), "output 0 has type i32[2] but should be f32[2]");
     // Defined twice.
     let mut p = gather();
     p.steps.insert(
@@ -114,5 +114,5 @@ fn shard_slices_are_checked() {
             dims: vec![vec!["x".into()], vec!["y".into()]],
         }],
     };
-    invalid_at(run_err(&p, 6, vec![]), Some(0), "dimension 1 of f32[4,4] is not divisible by 3");
+    invalid_at(run_err(&p, 6, vec![]), Some(0), "dimension 1 of f32[4,4] (extent 4) is not divisible by the group size 3");
 }

@@ -11,5 +11,6 @@
 mod common;
 
 mod elementwise;
+mod fast_cpu;
 mod layout;
 mod reduce_dot;

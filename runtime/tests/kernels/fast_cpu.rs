@@ -1,0 +1,123 @@
+//! The fast CPU backend against the interpreter, op by op on random data
+//! with special values: elementwise ops bit for bit (they use the
+//! interpreter's scalar functions), matrix products and reductions to
+//! 1e-5 relative (only the summation order differs), fused chains bit for
+//! bit against the same chain run node by node.
+
+use crate::common::*;
+use weft_ir::tensor::HostTensor;
+use weft_ir::{BinaryOp, CompareOp, DType, DotDims, Op, ReduceOp, UnaryOp};
+use weft_runtime::fusion::{Arg, FusedChain, FusedNode};
+use weft_runtime::{Backend, FastCpuBackend};
+
+fn f32s(rng: &mut Rng, shape: &[usize], lo: f64, hi: f64) -> HostTensor {
+    random(rng, &ty(DType::F32, shape), lo, hi)
+}
+
+/// Random values with zeros of both signs, infinities and NaN mixed in.
+fn with_specials(rng: &mut Rng, shape: &[usize]) -> HostTensor {
+    let t = f32s(rng, shape, -3.0, 3.0);
+    let mut v: Vec<f32> = t.to_f64_vec().into_iter().map(|x| x as f32).collect();
+    let specials = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, -1e30];
+    for (i, s) in specials.iter().enumerate() {
+        if i * 7 < v.len() {
+            v[i * 7] = *s;
+        }
+    }
+    HostTensor::from_f32(shape, v).unwrap()
+}
+
+#[test]
+fn elementwise_ops_are_bit_exact() {
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(11);
+    for shape in [&[][..], &[7], &[33, 65], &[3, 1024 + 5]] {
+        let (x, y) = (with_specials(&mut rng, shape), with_specials(&mut rng, shape));
+        for u in UnaryOp::ALL.into_iter().filter(|u| u.accepts(DType::F32)) {
+            check_op(&be, &Op::Unary(u), &[x.clone()], true, 0.0, 0.0);
+        }
+        for b in BinaryOp::ALL.into_iter().filter(|b| b.accepts(DType::F32)) {
+            check_op(&be, &Op::Binary(b), &[x.clone(), y.clone()], true, 0.0, 0.0);
+        }
+        for c in [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge] {
+            check_op(&be, &Op::Compare(c), &[x.clone(), y.clone()], true, 0.0, 0.0);
+        }
+    }
+}
+
+#[test]
+fn dot_general_matches_in_every_layout() {
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(12);
+    let dims = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| DotDims {
+        lhs_batch: lb.to_vec(),
+        rhs_batch: rb.to_vec(),
+        lhs_contract: lc.to_vec(),
+        rhs_contract: rc.to_vec(),
+    };
+    let cases: Vec<(Vec<usize>, Vec<usize>, DotDims)> = vec![
+        (vec![37, 64], vec![64, 29], dims(&[], &[], &[1], &[0])),
+        (vec![64, 37], vec![64, 29], dims(&[], &[], &[0], &[0])),
+        (vec![37, 64], vec![29, 64], dims(&[], &[], &[1], &[1])),
+        (vec![64, 37], vec![29, 64], dims(&[], &[], &[0], &[1])),
+        (vec![3, 17, 40], vec![3, 40, 9], dims(&[0], &[0], &[2], &[1])),
+        (vec![17, 3, 40], vec![40, 9, 3], dims(&[1], &[2], &[2], &[0])),
+        (vec![5, 6, 7, 8], vec![7, 8, 9], dims(&[], &[], &[2, 3], &[0, 1])),
+        (vec![6, 5, 8, 7], vec![8, 7, 9], dims(&[], &[], &[3, 2], &[1, 0])),
+        (vec![4, 0], vec![0, 5], dims(&[], &[], &[1], &[0])),
+    ];
+    for (ls, rs, d) in cases {
+        let (l, r) = (f32s(&mut rng, &ls, -1.0, 1.0), f32s(&mut rng, &rs, -1.0, 1.0));
+        check_op(&be, &Op::DotGeneral(d.clone()), &[l, r], false, 1e-5, 1e-5);
+        let (l, r) = (random(&mut rng, &ty(DType::BF16, &ls), -1.0, 1.0), random(&mut rng, &ty(DType::BF16, &rs), -1.0, 1.0));
+        check_op(&be, &Op::DotGeneral(d), &[l, r], false, 1e-2, 1e-2);
+    }
+}
+
+#[test]
+fn reductions_match_over_leading_trailing_and_mixed_dims() {
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(13);
+    let x = f32s(&mut rng, &[6, 70, 33], -2.0, 2.0);
+    for dims in [vec![0], vec![0, 1], vec![2], vec![1, 2], vec![0, 1, 2], vec![1], vec![0, 2]] {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            let exact = op != ReduceOp::Sum;
+            check_op(&be, &Op::Reduce { op, dims: dims.clone() }, &[x.clone()], exact, 1e-5, 1e-5);
+        }
+    }
+    let nan = with_specials(&mut rng, &[40, 50]);
+    check_op(&be, &Op::Reduce { op: ReduceOp::Max, dims: vec![1] }, &[nan.clone()], true, 0.0, 0.0);
+    check_op(&be, &Op::Reduce { op: ReduceOp::Min, dims: vec![0] }, &[nan], true, 0.0, 0.0);
+}
+
+#[test]
+fn fused_chains_equal_their_nodes_run_one_by_one() {
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(14);
+    let shape = [129, 31];
+    let f = ty(DType::F32, &shape);
+    let b = ty(DType::Bool, &shape);
+    // relu'(x) * dy - x / (1 + e^x), with a bool intermediate and a convert.
+    let node = |op, args: Vec<Arg>, t: &weft_ir::TensorType| FusedNode { op, args, ty: t.clone() };
+    let chain = FusedChain {
+        inputs: vec![],
+        nodes: vec![
+            node(Op::Compare(CompareOp::Gt), vec![Arg::Input(0), Arg::Input(2)], &b),
+            node(Op::Select, vec![Arg::Node(0), Arg::Input(1), Arg::Input(2)], &f),
+            node(Op::Convert { to: DType::F32 }, vec![Arg::Node(0)], &f),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)], &f),
+            node(Op::Unary(UnaryOp::Exp), vec![Arg::Input(0)], &f),
+            node(Op::Unary(UnaryOp::Log1p), vec![Arg::Node(4)], &f),
+            node(Op::Binary(BinaryOp::Div), vec![Arg::Input(0), Arg::Node(5)], &f),
+            node(Op::Binary(BinaryOp::Sub), vec![Arg::Node(3), Arg::Node(6)], &f),
+        ],
+        output: weft_ir::device::BufferId(0),
+        intermediates: vec![],
+        steps: 0..=0,
+    };
+    let ins = [with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -1.0, 1.0), HostTensor::zeros(&f)];
+    let refs: Vec<&HostTensor> = ins.iter().collect();
+    let fused = be.compute_fused(&chain, &refs).unwrap();
+    let slow = weft_runtime::fusion::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
+    assert!(fused.bitwise_eq(&slow), "fused chain differs from the interpreter's node-by-node result");
+}
