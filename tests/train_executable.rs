@@ -14,7 +14,13 @@ use weft_compiler::sharding::Mesh;
 const MLP: &str = "steps = 4\nseed = 3\n[model]\nkind = \"mlp\"\nlayers = 2\nd = 16\nh = 32\nbatch = 8\n[optimizer]\nkind = \"sgd\"\nlr = 0.01\n";
 const GPT: &str = "steps = 3\nseed = 1\n[model]\nkind = \"gpt\"\nvocab = 16\nseq = 8\nd_model = 16\nheads = 4\nlayers = 1\nbatch = 8\n[optimizer]\nkind = \"adamw\"\nlr = 0.003\n";
 
-fn metrics(config: &str, mesh: &str, strategy: &str, backend: &str, threads: Option<usize>) -> Vec<(u64, Vec<(String, u64)>)> {
+fn metrics(
+    config: &str,
+    mesh: &str,
+    strategy: &str,
+    backend: &str,
+    threads: Option<usize>,
+) -> Vec<(u64, Vec<(String, u64)>)> {
     let mut c = RunConfig::from_toml(config).unwrap();
     c.mesh = Some(mesh.into());
     c.strategy = Some(strategy.into());
@@ -115,7 +121,11 @@ fn the_state_stays_on_the_devices_between_checkpoints() {
             exec.step(&p.step, &p.batch).unwrap();
         }
         let t = exec.transfers().unwrap();
-        assert_eq!((t.state_uploads, t.state_downloads), (leaves, 0), "{strategy}: no state crossed the host in 3 steps");
+        assert_eq!(
+            (t.state_uploads, t.state_downloads),
+            (leaves, 0),
+            "{strategy}: no state crossed the host in 3 steps"
+        );
         let batch_blocks = (p.step.batch.len() * mesh.num_devices()) as u64;
         assert_eq!(t.input_uploads, 3 * batch_blocks, "{strategy}: only the batch went in");
         // The measured peak of every device is within the static estimate.

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use weft_ir::device::{Buffer, BufferId, Collective, DeviceProgram, Step};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, DType, DotDims, Op, ReduceOp, TensorType, UnaryOp};
+use weft_runtime::compute_unfused;
 use weft_runtime::devices::{open_devices, physical_devices, BackendKind};
-use weft_runtime::fusion::{compute_unfused, plan_fusion};
+use weft_runtime::fusion::plan_fusion;
 use weft_runtime::{run_program, AnyBackend, Backend, CpuBackend};
 
 /// Median seconds of `f` over repeated runs (at least 3, about 2 s).

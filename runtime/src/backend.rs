@@ -11,16 +11,13 @@
 //! bit for bit. A device-native path (NCCL) is another communicator, not a
 //! backend method.
 //!
-//! [`AnyBackend`] is the run-time choice among the compiled-in backends
-//! (`cpu`, `wgpu`, and `cuda` with the `cuda` feature); the executor is
-//! generic, so tests and benchmarks can also use one backend type directly.
+//! The run-time choice among the compiled-in backends is
+//! [`crate::any::AnyBackend`] (kept apart so that this module depends on
+//! no backend); the executor is generic, so tests and benchmarks can also
+//! use one backend type directly.
 
-use crate::cpu::CpuBackend;
-use crate::fast::FastCpuBackend;
 use crate::error::RuntimeError;
-use crate::fusion::{compute_unfused, FusedChain};
-use crate::gpu::{CubeBuffer, CubeclBackend};
-use cubecl::wgpu::WgpuRuntime;
+use crate::fusion::{Arg, FusedChain};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{Op, TensorType};
 
@@ -93,159 +90,26 @@ pub trait Backend {
     }
 }
 
-/// A backend chosen at run time.
-pub enum AnyBackend {
-    /// The fast CPU backend.
-    Cpu(FastCpuBackend),
-    /// The CPU reference backend (the interpreter).
-    CpuRef(CpuBackend),
-    /// CubeCL on wgpu (Vulkan, Metal, DX12).
-    Wgpu(CubeclBackend<WgpuRuntime>),
-    /// CubeCL on CUDA.
-    #[cfg(feature = "cuda")]
-    Cuda(CubeclBackend<cubecl::cuda::CudaRuntime>),
-}
-
-/// A buffer of an [`AnyBackend`].
-pub enum AnyBuffer {
-    /// On the CPU.
-    Cpu(HostTensor),
-    /// On a wgpu device.
-    Wgpu(CubeBuffer<WgpuRuntime>),
-    /// On a CUDA device.
-    #[cfg(feature = "cuda")]
-    Cuda(CubeBuffer<cubecl::cuda::CudaRuntime>),
-}
-
-/// Unwraps buffers of the variant matching the backend; a buffer of another
-/// backend is a broken invariant of the caller.
-macro_rules! same_kind {
-    ($bufs:expr, $variant:ident) => {
-        $bufs
+/// Computes a chain node by node with [`Backend::compute`] (the default
+/// of [`Backend::compute_fused`], and the fallback of backends that fuse
+/// only some chains).
+pub fn compute_unfused<B: Backend>(
+    be: &B,
+    chain: &FusedChain,
+    inputs: &[&B::Buffer],
+) -> Result<B::Buffer, RuntimeError> {
+    let mut values: Vec<B::Buffer> = Vec::with_capacity(chain.nodes.len());
+    for node in &chain.nodes {
+        let args: Vec<&B::Buffer> = node
+            .args
             .iter()
-            .map(|b| match b {
-                AnyBuffer::$variant(x) => x,
-                #[allow(unreachable_patterns)]
-                _ => panic!("a buffer of another backend was passed to the {} backend", stringify!($variant)),
+            .map(|a| match *a {
+                Arg::Input(k) => inputs[k],
+                Arg::Node(n) => &values[n],
             })
-            .collect::<Vec<_>>()
-    };
-}
-
-/// Dispatches a method call on every variant of [`AnyBackend`].
-macro_rules! dispatch {
-    ($self:expr, $b:ident => $e:expr) => {
-        match $self {
-            AnyBackend::Cpu($b) => $e,
-            AnyBackend::CpuRef($b) => $e,
-            AnyBackend::Wgpu($b) => $e,
-            #[cfg(feature = "cuda")]
-            AnyBackend::Cuda($b) => $e,
-        }
-    };
-}
-
-impl Backend for AnyBackend {
-    type Buffer = AnyBuffer;
-
-    fn name(&self) -> String {
-        dispatch!(self, b => b.name())
+            .collect();
+        let out = be.compute(&node.op, &args)?.remove(0);
+        values.push(out);
     }
-
-    fn alloc(&self, ty: &TensorType) -> Result<AnyBuffer, RuntimeError> {
-        Ok(match self {
-            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.alloc(ty)?),
-            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.alloc(ty)?),
-            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.alloc(ty)?),
-            #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.alloc(ty)?),
-        })
-    }
-
-    fn upload(&self, t: &HostTensor) -> Result<AnyBuffer, RuntimeError> {
-        Ok(match self {
-            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.upload(t)?),
-            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.upload(t)?),
-            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.upload(t)?),
-            #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.upload(t)?),
-        })
-    }
-
-    fn upload_owned(&self, t: HostTensor) -> Result<AnyBuffer, RuntimeError> {
-        Ok(match self {
-            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.upload_owned(t)?),
-            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.upload_owned(t)?),
-            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.upload(&t)?),
-            #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.upload(&t)?),
-        })
-    }
-
-    fn download(&self, buf: &AnyBuffer) -> Result<HostTensor, RuntimeError> {
-        match self {
-            AnyBackend::Cpu(b) => b.download(same_kind!([buf], Cpu)[0]),
-            AnyBackend::CpuRef(b) => b.download(same_kind!([buf], Cpu)[0]),
-            AnyBackend::Wgpu(b) => b.download(same_kind!([buf], Wgpu)[0]),
-            #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => b.download(same_kind!([buf], Cuda)[0]),
-        }
-    }
-
-    fn download_owned(&self, buf: AnyBuffer) -> Result<HostTensor, RuntimeError> {
-        match (self, buf) {
-            (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => b.download_owned(t),
-            (AnyBackend::CpuRef(b), AnyBuffer::Cpu(t)) => b.download_owned(t),
-            (b, buf) => {
-                let t = b.download(&buf);
-                drop(buf);
-                t
-            }
-        }
-    }
-
-    fn buffer_type(&self, buf: &AnyBuffer) -> TensorType {
-        match buf {
-            AnyBuffer::Cpu(t) => t.ty(),
-            AnyBuffer::Wgpu(c) => c.ty().clone(),
-            #[cfg(feature = "cuda")]
-            AnyBuffer::Cuda(c) => c.ty().clone(),
-        }
-    }
-
-    fn compute(&self, op: &Op, inputs: &[&AnyBuffer]) -> Result<Vec<AnyBuffer>, RuntimeError> {
-        Ok(match self {
-            AnyBackend::Cpu(b) => b.compute(op, &same_kind!(inputs, Cpu))?.into_iter().map(AnyBuffer::Cpu).collect(),
-            AnyBackend::CpuRef(b) => b.compute(op, &same_kind!(inputs, Cpu))?.into_iter().map(AnyBuffer::Cpu).collect(),
-            AnyBackend::Wgpu(b) => b.compute(op, &same_kind!(inputs, Wgpu))?.into_iter().map(AnyBuffer::Wgpu).collect(),
-            #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => b.compute(op, &same_kind!(inputs, Cuda))?.into_iter().map(AnyBuffer::Cuda).collect(),
-        })
-    }
-
-    fn sync(&self) -> Result<(), RuntimeError> {
-        dispatch!(self, b => b.sync())
-    }
-
-    fn free(&self, buf: AnyBuffer) {
-        match (self, buf) {
-            (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => b.free(t),
-            (AnyBackend::CpuRef(b), AnyBuffer::Cpu(t)) => b.free(t),
-            (_, buf) => drop(buf),
-        }
-    }
-
-    fn fuses(&self) -> bool {
-        dispatch!(self, b => b.fuses())
-    }
-
-    fn compute_fused(&self, chain: &FusedChain, inputs: &[&AnyBuffer]) -> Result<AnyBuffer, RuntimeError> {
-        Ok(match self {
-            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),
-            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),
-            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.compute_fused(chain, &same_kind!(inputs, Wgpu))?),
-            #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.compute_fused(chain, &same_kind!(inputs, Cuda))?),
-        })
-    }
+    Ok(values.pop().expect("a chain has nodes"))
 }

@@ -14,7 +14,7 @@
 //! (`wgpu`): it is slower than the CPU reference backend and exists to
 //! test the GPU path on machines without a GPU.
 
-use crate::backend::AnyBackend;
+use crate::any::AnyBackend;
 use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
 use crate::fast::FastCpuBackend;

@@ -13,7 +13,7 @@ use weft_ir::IrError;
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// A backend name other than `cpu`, `wgpu` or `cuda`.
-    #[error("unknown backend `{0}` (expected cpu, wgpu or cuda)")]
+    #[error("unknown backend `{0}` (expected cpu, cpu-ref, wgpu or cuda; `weft train` also takes sim and interp)")]
     UnknownBackend(String),
     /// The backend exists but cannot be used here (no adapter, no driver,
     /// not compiled in).

@@ -12,11 +12,10 @@
 //! ([`crate::Backend::fuses`]) gets each chain as one
 //! [`crate::Backend::compute_fused`] call at the chain's last step; the
 //! chain's intermediates are never allocated, and frees inside the run are
-//! applied after it. The default `compute_fused` runs the nodes one by one,
+//! applied after it. The default `compute_fused`
+//! ([`crate::backend::compute_unfused`]) runs the nodes one by one,
 //! so fusion never changes what is computed, only how.
 
-use crate::backend::Backend;
-use crate::error::RuntimeError;
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use weft_ir::device::{BufferId, DeviceProgram, Step};
@@ -155,30 +154,6 @@ fn build(p: &DeviceProgram, members: &[usize]) -> FusedChain {
     }
     let output = produced.pop().expect("two or more members");
     FusedChain { inputs, nodes, output, intermediates: produced, steps: members[0]..=members[members.len() - 1] }
-}
-
-/// Computes a chain node by node with [`Backend::compute`] (the default
-/// of [`Backend::compute_fused`], and the fallback of backends that fuse
-/// only some chains).
-pub fn compute_unfused<B: Backend>(
-    be: &B,
-    chain: &FusedChain,
-    inputs: &[&B::Buffer],
-) -> Result<B::Buffer, RuntimeError> {
-    let mut values: Vec<B::Buffer> = Vec::with_capacity(chain.nodes.len());
-    for node in &chain.nodes {
-        let args: Vec<&B::Buffer> = node
-            .args
-            .iter()
-            .map(|a| match *a {
-                Arg::Input(k) => inputs[k],
-                Arg::Node(n) => &values[n],
-            })
-            .collect();
-        let out = be.compute(&node.op, &args)?.remove(0);
-        values.push(out);
-    }
-    Ok(values.pop().expect("a chain has nodes"))
 }
 
 #[cfg(test)]

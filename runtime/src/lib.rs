@@ -21,6 +21,7 @@
 //!   kernel.
 #![warn(missing_docs)]
 
+pub mod any;
 pub mod backend;
 pub mod collective;
 pub mod comm;
@@ -35,12 +36,13 @@ pub mod gpu;
 pub mod verify;
 
 pub use crate::gpu::{CubeBuffer, CubeclBackend};
-pub use backend::{AnyBackend, AnyBuffer, Backend};
+pub use any::{AnyBackend, AnyBuffer};
+pub use backend::{compute_unfused, Backend};
+pub use comm::{Communicator, InProcessComm};
 pub use cpu::CpuBackend;
-pub use fast::FastCpuBackend;
 pub use devices::{available_backends, open_devices, select_backend, BackendKind, DeviceMap, Devices};
 pub use error::RuntimeError;
-pub use comm::{Communicator, InProcessComm};
 pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};
 pub use executable::{shard_slice_op, ExecOptions, ExecStats, Executable, TransferStats};
+pub use fast::FastCpuBackend;
 pub use verify::{verify_program, ProgramInfo};

@@ -34,7 +34,8 @@ fn invalid(p: &DeviceProgram, e: IrError) -> RuntimeError {
         IrError::Verify(diags) if !diags.is_empty() => {
             let d = &diags[0];
             let step = d.subject.strip_prefix("step ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
-            let more = if diags.len() > 1 { format!(" (and {} more problems)", diags.len() - 1) } else { String::new() };
+            let more =
+                if diags.len() > 1 { format!(" (and {} more problems)", diags.len() - 1) } else { String::new() };
             (step, format!("{}: {}{more}", d.subject, d.message))
         }
         other => (None, other.to_string()),

@@ -8,22 +8,22 @@
 
 pub mod config;
 mod exec;
-mod metrics;
 mod mesh;
+mod metrics;
 mod session;
 
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
-pub use metrics::{read_metrics, MetricsWriter};
 pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
+pub use metrics::{read_metrics, MetricsWriter};
 pub use session::{default_backend, executor, run_session};
 
 use crate::checkpoint::MeshSpec;
 use crate::error::{Error, Result};
-use weft_compiler::sharding::Mesh;
 use crate::models::{gpt, mlp};
 use crate::strategy::{self, Strategy};
 use std::path::PathBuf;
+use weft_compiler::sharding::Mesh;
 use weft_compiler::train::{build_train_step, Metrics, TrainStep, Tree};
 use weft_ir::tensor::read_safetensors;
 

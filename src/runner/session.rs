@@ -134,7 +134,11 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
     }
     summary.compile_secs = compile_secs;
     if let Some(t) = summary.steady_step_secs() {
-        log(format!("steady-state step {:.2} ms (median of {} steps after the first)", t * 1e3, summary.step_secs.len().saturating_sub(1).max(1)));
+        log(format!(
+            "steady-state step {:.2} ms (median of {} steps after the first)",
+            t * 1e3,
+            summary.step_secs.len().saturating_sub(1).max(1)
+        ));
     }
     write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, Some(&summary))?;
     Ok(summary)

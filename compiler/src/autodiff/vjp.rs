@@ -284,6 +284,24 @@ fn dot_transpose_lhs(
     let x_kept = remaining(x_rank, &dims.lhs_contract, &dims.lhs_batch);
     let y_kept = remaining(y_rank, &dims.rhs_contract, &dims.rhs_batch);
     let nb = dims.lhs_batch.len();
+    // x's contracting dims in the order of y's contracting dims ascending.
+    let mut order: Vec<usize> = (0..dims.rhs_contract.len()).collect();
+    order.sort_by_key(|&i| dims.rhs_contract[i]);
+    if nb == 0 {
+        // `dot(y, g)` yields [x contract (that order), x kept]; when that is
+        // x's own dimension order (the weight of `h @ w`), it is the
+        // gradient itself, with no transpose to materialise.
+        let swapped: Vec<usize> = order.iter().map(|&i| dims.lhs_contract[i]).chain(x_kept.iter().copied()).collect();
+        if swapped.iter().enumerate().all(|(i, &d)| i == d) {
+            let ans_y: Vec<usize> = if swap_ans {
+                (0..y_kept.len()).collect()
+            } else {
+                (x_kept.len()..x_kept.len() + y_kept.len()).collect()
+            };
+            let d = DotDims { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: y_kept, rhs_contract: ans_y };
+            return e.dot(y, g, d);
+        }
+    }
     let ans_batch: Vec<usize> = (0..nb).collect();
     let ans_y: Vec<usize> = if swap_ans {
         (nb..nb + y_kept.len()).collect()
@@ -295,8 +313,6 @@ fn dot_transpose_lhs(
     let prod = e.dot(g, y, d);
     // The product's dims are [x batch, x kept, x contract (ordered by y's
     // contracting dims ascending)]; permute back to x's order.
-    let mut order: Vec<usize> = (0..dims.rhs_contract.len()).collect();
-    order.sort_by_key(|&i| dims.rhs_contract[i]);
     let mut src: Vec<usize> = dims.lhs_batch.clone();
     src.extend(&x_kept);
     src.extend(order.iter().map(|&i| dims.lhs_contract[i]));

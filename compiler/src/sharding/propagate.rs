@@ -21,7 +21,7 @@ use super::materialize::materialize;
 use super::mesh::Mesh;
 use super::rules::{rule_for, OpRule};
 use super::seed::{seed, value_subject, Seeds};
-use super::sharded::ShardedFunction;
+use super::sharded::{PropagationStats, ShardedFunction};
 use super::step::step;
 use crate::error::{CompilerError, Result, Site};
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,19 +54,6 @@ impl Default for PropagateOptions {
     fn default() -> Self {
         PropagateOptions { max_visits_per_inst: 32, conflict_policy: ConflictPolicy::Reshard }
     }
-}
-
-/// Counters from one propagation.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct PropagationStats {
-    /// Instruction visits performed.
-    pub visits: usize,
-    /// Whether a fixed point was reached within the visit budget.
-    pub converged: bool,
-    /// E-nodes in the propagation e-graph.
-    pub egraph_nodes: usize,
-    /// E-classes in the propagation e-graph.
-    pub egraph_classes: usize,
 }
 
 /// Propagates shardings through `f` (calls inlined, see

@@ -2,10 +2,22 @@
 
 use super::explain::{explain_chain, render_grid, Origin, Resolution, Step};
 use super::mesh::Mesh;
-use super::propagate::PropagationStats;
 use super::spec::MeshSharding;
 use crate::error::{CompilerError, Result, Site};
 use weft_ir::{Function, InstId, TensorSharding, ValueId};
+
+/// Counters from one propagation.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PropagationStats {
+    /// Instruction visits performed.
+    pub visits: usize,
+    /// Whether a fixed point was reached within the visit budget.
+    pub converged: bool,
+    /// E-nodes in the propagation e-graph.
+    pub egraph_nodes: usize,
+    /// E-classes in the propagation e-graph.
+    pub egraph_classes: usize,
+}
 
 /// A `reshard` that propagation inserted, and why.
 #[derive(Clone, Debug, PartialEq)]

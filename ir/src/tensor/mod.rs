@@ -22,10 +22,10 @@ mod strided;
 
 pub use compare::{assert_close, check_close, epsilon};
 pub use element::Element;
-pub use strided::to_standard_layout;
 pub use safetensors_io::{
     from_safetensors_bytes, read_safetensors, safetensors_dtype, to_safetensors_bytes, write_safetensors,
 };
+pub use strided::to_standard_layout;
 
 use crate::{DType, IrError, Shape, TensorType};
 use half::{bf16, f16};

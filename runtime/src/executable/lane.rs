@@ -80,7 +80,9 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             }
         }
         let Some(i) = seg.collective else { continue };
-        let Step::Collective { op, input, .. } = &ctx.program.steps[i] else { unreachable!("segments end at collectives") };
+        let Step::Collective { op, input, .. } = &ctx.program.steps[i] else {
+            unreachable!("segments end at collectives")
+        };
         let members = ctx.plan.members[i].as_ref().expect("planned collective");
         for dev in devices.iter_mut() {
             let m = &members[dev.device];
@@ -191,7 +193,8 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
             }
             Step::ShardSlice { input, output, .. } => {
                 let op = &plan.slices[i].as_ref().expect("planned slice")[d];
-                let out = dev.backend.compute(op, &[dev.slots.get(*input)]).map_err(|e| e.at_step(d, i, "shard_slice"))?;
+                let out =
+                    dev.backend.compute(op, &[dev.slots.get(*input)]).map_err(|e| e.at_step(d, i, "shard_slice"))?;
                 let buf = out.into_iter().next().expect("slice has one result");
                 dev.slots.put(p, *output, buf);
                 Ok(())

@@ -191,14 +191,18 @@ where
         let mut backends: Vec<Option<B>> = backends.into_iter().map(Some).collect();
         let mut workers = Vec::with_capacity(threads);
         for (t, lane) in lanes.iter().enumerate() {
-            let owned: Vec<(usize, B)> = lane.iter().map(|&d| (d, backends[d].take().expect("one lane per device"))).collect();
+            let owned: Vec<(usize, B)> =
+                lane.iter().map(|&d| (d, backends[d].take().expect("one lane per device"))).collect();
             let (jobs, job_rx) = channel();
             let (reply_tx, replies) = channel();
             let sh = Arc::clone(&shared);
             let thread = std::thread::Builder::new()
                 .name(format!("weft-worker-{t}"))
                 .spawn(move || worker_loop(sh, owned, job_rx, reply_tx))
-                .map_err(|e| RuntimeError::Device { backend: backend_name.clone(), message: format!("spawning a worker: {e}") })?;
+                .map_err(|e| RuntimeError::Device {
+                    backend: backend_name.clone(),
+                    message: format!("spawning a worker: {e}"),
+                })?;
             workers.push(Worker { jobs: Some(jobs), replies, thread: Some(thread) });
         }
         let state = if shared.donor_output.iter().any(Option::is_some) {
@@ -401,10 +405,10 @@ fn root_cause(mut errors: Vec<RuntimeError>) -> RuntimeError {
     errors.swap_remove(own.unwrap_or(0))
 }
 
-fn donation_maps(
-    p: &DeviceProgram,
-    donate: &[(usize, usize)],
-) -> Result<(Vec<Option<usize>>, Vec<Option<usize>>), RuntimeError> {
+/// Per input, the output replacing it; per output, the input it replaces.
+type DonationMaps = (Vec<Option<usize>>, Vec<Option<usize>>);
+
+fn donation_maps(p: &DeviceProgram, donate: &[(usize, usize)]) -> Result<DonationMaps, RuntimeError> {
     let mut donor_output = vec![None; p.inputs.len()];
     let mut donated_input = vec![None; p.outputs.len()];
     let bad = |message: String| RuntimeError::InvalidProgram { program: p.name.clone(), step: None, message };
@@ -495,7 +499,8 @@ fn worker_loop<B: Backend>(shared: Arc<Shared>, owned: Vec<(usize, B)>, jobs: Re
             for r in lane.resident.iter_mut().flatten() {
                 *r = None;
             }
-            let e = RuntimeError::Device { backend: lane.backends[0].name(), message: format!("worker panicked: {msg}") };
+            let e =
+                RuntimeError::Device { backend: lane.backends[0].name(), message: format!("worker panicked: {msg}") };
             Reply::Ran(Err(e))
         });
         if replies.send(reply).is_err() {
@@ -522,7 +527,10 @@ fn load<B: Backend>(
     Ok(stats)
 }
 
-fn read<B: Backend>(shared: &Shared, lane: &mut Lane<B>) -> Result<Vec<(Vec<HostTensor>, TransferStats)>, RuntimeError> {
+fn read<B: Backend>(
+    shared: &Shared,
+    lane: &mut Lane<B>,
+) -> Result<Vec<(Vec<HostTensor>, TransferStats)>, RuntimeError> {
     let mut out = Vec::with_capacity(lane.devices.len());
     for (k, res) in lane.resident.iter().enumerate() {
         let mut t = TransferStats::default();
@@ -577,7 +585,10 @@ fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTens
         let mut outs = Vec::new();
         for (o, &b) in p.outputs.iter().enumerate() {
             if shared.donated_input[o].is_none() {
-                let v = dev.backend.download(dev.slots.get(b)).map_err(|e| e.at_step(dev.device, p.steps.len(), "download"))?;
+                let v = dev
+                    .backend
+                    .download(dev.slots.get(b))
+                    .map_err(|e| e.at_step(dev.device, p.steps.len(), "download"))?;
                 dev.transfers.count_download(&v, Transfer::Output);
                 outs.push(v);
             }

@@ -13,10 +13,10 @@
 //! mesh already fill the cores. Its summation order is fixed for given
 //! extents, so results are reproducible run to run.
 
+use super::pool::Pool;
 use half::{bf16, f16};
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use weft_ir::tensor::HostTensor;
-use super::pool::Pool;
 use weft_ir::{DotDims, MatmulLayout};
 
 /// An operand as `[groups]` of (extent, stride) pairs: (batch, rows, cols).
@@ -58,17 +58,53 @@ trait Gemm: Copy + Default + 'static {
     /// # Safety
     /// The pointers and strides must address valid `m x k`, `k x n` and `m x n` matrices.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const Self, ra: isize, ca: isize, b: *const Self, rb: isize, cb: isize, c: *mut Self, rc: isize);
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        ra: isize,
+        ca: isize,
+        b: *const Self,
+        rb: isize,
+        cb: isize,
+        c: *mut Self,
+        rc: isize,
+    );
 }
 
 impl Gemm for f32 {
-    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const f32, ra: isize, ca: isize, b: *const f32, rb: isize, cb: isize, c: *mut f32, rc: isize) {
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const f32,
+        ra: isize,
+        ca: isize,
+        b: *const f32,
+        rb: isize,
+        cb: isize,
+        c: *mut f32,
+        rc: isize,
+    ) {
         matrixmultiply::sgemm(m, k, n, 1.0, a, ra, ca, b, rb, cb, 0.0, c, rc, 1)
     }
 }
 
 impl Gemm for f64 {
-    unsafe fn gemm(m: usize, k: usize, n: usize, a: *const f64, ra: isize, ca: isize, b: *const f64, rb: isize, cb: isize, c: *mut f64, rc: isize) {
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const f64,
+        ra: isize,
+        ca: isize,
+        b: *const f64,
+        rb: isize,
+        cb: isize,
+        c: *mut f64,
+        rc: isize,
+    ) {
         matrixmultiply::dgemm(m, k, n, 1.0, a, ra, ca, b, rb, cb, 0.0, c, rc, 1)
     }
 }
@@ -114,7 +150,19 @@ fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<
                 if p.k == 0 {
                     continue;
                 }
-                T::gemm(p.m, p.k, p.n, a, ls.strides[1], ls.strides[2], b, rs.strides[1], rs.strides[2], c, p.n as isize);
+                T::gemm(
+                    p.m,
+                    p.k,
+                    p.n,
+                    a,
+                    ls.strides[1],
+                    ls.strides[2],
+                    b,
+                    rs.strides[1],
+                    rs.strides[2],
+                    c,
+                    p.n as isize,
+                );
             }
         }
     }

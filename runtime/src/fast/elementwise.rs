@@ -174,7 +174,9 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
     let data: Vec<InputData<'_>> = inputs
         .iter()
         .map(|t| match t {
-            HostTensor::F32(a) => a.as_slice().map(InputData::F32).unwrap_or_else(|| InputData::Owned(a.iter().copied().collect())),
+            HostTensor::F32(a) => {
+                a.as_slice().map(InputData::F32).unwrap_or_else(|| InputData::Owned(a.iter().copied().collect()))
+            }
             HostTensor::Bool(a) => InputData::Owned(a.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
             _ => unreachable!("checked by `supported`"),
         })
@@ -204,7 +206,9 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
     let shape = IxDyn(&last.ty.shape);
     Some(match last.ty.dtype {
         DType::F32 => HostTensor::F32(ArrayD::from_shape_vec(shape, out).expect("sized from the type")),
-        _ => HostTensor::Bool(ArrayD::from_shape_vec(shape, out.into_iter().map(|x| x != 0.0).collect()).expect("sized")),
+        _ => {
+            HostTensor::Bool(ArrayD::from_shape_vec(shape, out.into_iter().map(|x| x != 0.0).collect()).expect("sized"))
+        }
     })
 }
 

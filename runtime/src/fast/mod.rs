@@ -25,13 +25,14 @@ mod elementwise;
 mod pool;
 mod reduce;
 
+use crate::backend::compute_unfused;
 use crate::backend::Backend;
 use crate::error::RuntimeError;
-use crate::fusion::{compute_unfused, FusedChain};
-use weft_ir::interp::eval_op;
-use weft_ir::tensor::HostTensor;
+use crate::fusion::FusedChain;
 use pool::Pool;
 use std::cell::RefCell;
+use weft_ir::interp::eval_op;
+use weft_ir::tensor::HostTensor;
 use weft_ir::{Op, TensorType};
 
 /// The fast CPU backend (one per logical device). Its only state is a pool
@@ -89,7 +90,9 @@ impl Backend for FastCpuBackend {
             Op::DotGeneral(dims) if inputs.len() == 2 && valid_dot(dims, inputs) => {
                 dot::dot_general(inputs[0], inputs[1], dims, &mut self.pool.borrow_mut())
             }
-            Op::Reduce { op, dims } if inputs.len() == 1 => reduce::reduce(*op, inputs[0], dims, &mut self.pool.borrow_mut()),
+            Op::Reduce { op, dims } if inputs.len() == 1 => {
+                reduce::reduce(*op, inputs[0], dims, &mut self.pool.borrow_mut())
+            }
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => {
                 elementwise::single(op, inputs, &mut self.pool.borrow_mut())
             }

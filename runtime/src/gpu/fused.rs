@@ -8,8 +8,9 @@ use super::kernels_fused::{fused_float, FusedExpr, FusedOp};
 use super::ops::{binary_float_op, unary_float_op, with_float};
 use super::storage::{Rounding, Storage};
 use super::{CubeBuffer, CubeclBackend};
+use crate::backend::compute_unfused;
 use crate::error::RuntimeError;
-use crate::fusion::{compute_unfused, Arg, FusedChain};
+use crate::fusion::{Arg, FusedChain};
 use cubecl::prelude::*;
 use weft_ir::{BinaryOp, DType, Op, UnaryOp};
 

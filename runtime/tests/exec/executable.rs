@@ -58,8 +58,11 @@ fn donating(threads: Option<usize>) -> ExecOptions {
     ExecOptions { donate: vec![(0, 0)], threads, ..Default::default() }
 }
 
+/// Per device, a list of values.
+type PerDevice = Vec<Vec<HostTensor>>;
+
 /// Runs three steps; returns every metric and the final state.
-fn three_steps<B>(backends: Vec<B>, threads: Option<usize>) -> (Vec<Vec<Vec<HostTensor>>>, Vec<Vec<HostTensor>>, TransferStats)
+fn three_steps<B>(backends: Vec<B>, threads: Option<usize>) -> (Vec<PerDevice>, PerDevice, TransferStats)
 where
     B: Backend + Send + 'static,
     B::Buffer: Send + 'static,
@@ -72,7 +75,7 @@ where
 }
 
 /// The same three steps with `run_program` (no donation), state through the host.
-fn reference() -> (Vec<Vec<Vec<HostTensor>>>, Vec<Vec<HostTensor>>) {
+fn reference() -> (Vec<PerDevice>, PerDevice) {
     let mut w = state();
     let mut metrics = Vec::new();
     for s in 0..3 {

@@ -114,5 +114,9 @@ fn shard_slices_are_checked() {
             dims: vec![vec!["x".into()], vec!["y".into()]],
         }],
     };
-    invalid_at(run_err(&p, 6, vec![]), Some(0), "dimension 1 of f32[4,4] (extent 4) is not divisible by the group size 3");
+    invalid_at(
+        run_err(&p, 6, vec![]),
+        Some(0),
+        "dimension 1 of f32[4,4] (extent 4) is not divisible by the group size 3",
+    );
 }

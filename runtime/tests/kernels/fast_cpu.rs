@@ -69,7 +69,8 @@ fn dot_general_matches_in_every_layout() {
     for (ls, rs, d) in cases {
         let (l, r) = (f32s(&mut rng, &ls, -1.0, 1.0), f32s(&mut rng, &rs, -1.0, 1.0));
         check_op(&be, &Op::DotGeneral(d.clone()), &[l, r], false, 1e-5, 1e-5);
-        let (l, r) = (random(&mut rng, &ty(DType::BF16, &ls), -1.0, 1.0), random(&mut rng, &ty(DType::BF16, &rs), -1.0, 1.0));
+        let (l, r) =
+            (random(&mut rng, &ty(DType::BF16, &ls), -1.0, 1.0), random(&mut rng, &ty(DType::BF16, &rs), -1.0, 1.0));
         check_op(&be, &Op::DotGeneral(d), &[l, r], false, 1e-2, 1e-2);
     }
 }
@@ -118,6 +119,6 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
     let ins = [with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -1.0, 1.0), HostTensor::zeros(&f)];
     let refs: Vec<&HostTensor> = ins.iter().collect();
     let fused = be.compute_fused(&chain, &refs).unwrap();
-    let slow = weft_runtime::fusion::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
+    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
     assert!(fused.bitwise_eq(&slow), "fused chain differs from the interpreter's node-by-node result");
 }
