@@ -40,8 +40,16 @@ fn auto_plan_without_budget_runs_like_the_unsharded_step() {
 
 #[test]
 fn auto_plan_under_a_memory_budget_runs_like_the_unsharded_step() {
-    // Half of the replicated parameters and optimizer state must be saved.
+    // Three copies of the parameters' bytes (parameters, gradients, new
+    // parameters) plus 1 KiB for the step's scalars and small values: well
+    // under the replicated step's peak, so the plan must shard.
     let cfg = mlp::MlpConfig { layers: 2, d: 16, h: 32, batch: 64, ..Default::default() };
     let params = 2 * 2 * cfg.d * cfg.h * 4;
-    check(Some((params as u64) * 3));
+    let budget = (params as u64) * 3 + 1024;
+    let m = mlp::build(&cfg, &Shardings::new()).unwrap();
+    let ts = build_train_step(&m, m.function("loss").unwrap(), &TrainConfig::default()).unwrap();
+    let f = weft::compiler::inline_calls(&ts.module, "train_step").unwrap();
+    let replicated = weft::compiler::memory::peak_live_bytes(&f).peak as u64;
+    assert!(budget < replicated / 2, "budget {budget} B does not force sharding (replicated peak {replicated} B)");
+    check(Some(budget));
 }

@@ -14,7 +14,7 @@ fn t(shape: &[usize]) -> TensorType {
 fn prog(buffers: &[&[usize]], steps: Vec<Step>) -> DeviceProgram {
     DeviceProgram {
         name: "p".into(),
-        mesh: vec![("x".into(), 2), ("y".into(), 2)],
+        mesh: vec![("x".into(), 2), ("y".into(), 2)].into(),
         buffers: buffers.iter().map(|s| Buffer { ty: t(s), name: None }).collect(),
         inputs: vec![BufferId(0)],
         outputs: vec![BufferId(buffers.len() as u32 - 1)],

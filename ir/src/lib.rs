@@ -19,6 +19,7 @@ pub mod func;
 pub mod infer;
 pub mod interp;
 pub mod literal;
+pub mod mesh;
 pub mod op;
 pub mod prng;
 pub mod prng_emit;

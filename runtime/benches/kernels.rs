@@ -127,7 +127,7 @@ fn chain_program(n: usize) -> DeviceProgram {
     };
     DeviceProgram {
         name: "chain".into(),
-        mesh: vec![("x".into(), 1)],
+        mesh: vec![("x".into(), 1)].into(),
         buffers: (0..7).map(|_| Buffer { ty: t.clone(), name: None }).collect(),
         inputs: vec![BufferId(0), BufferId(1)],
         outputs: vec![BufferId(6)],
@@ -164,7 +164,7 @@ fn all_reduce_program(n: usize) -> DeviceProgram {
     let t = TensorType::new(DType::F32, vec![n]);
     DeviceProgram {
         name: "all_reduce".into(),
-        mesh: vec![("x".into(), 8)],
+        mesh: vec![("x".into(), 8)].into(),
         buffers: vec![Buffer { ty: t.clone(), name: None }, Buffer { ty: t, name: None }],
         inputs: vec![BufferId(0)],
         outputs: vec![BufferId(1)],

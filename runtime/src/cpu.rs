@@ -11,6 +11,38 @@ use weft_ir::interp::eval_op;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{Op, TensorType};
 
+/// The [`Backend`] memory methods of a backend whose buffers are host
+/// tensors: allocation is a zeroed tensor, uploads and downloads are copies
+/// (moves for the owned variants).
+macro_rules! host_memory {
+    () => {
+        fn alloc(&self, ty: &TensorType) -> Result<HostTensor, RuntimeError> {
+            Ok(HostTensor::zeros(ty))
+        }
+
+        fn upload(&self, t: &HostTensor) -> Result<HostTensor, RuntimeError> {
+            Ok(t.clone())
+        }
+
+        fn upload_owned(&self, t: HostTensor) -> Result<HostTensor, RuntimeError> {
+            Ok(t)
+        }
+
+        fn download(&self, b: &HostTensor) -> Result<HostTensor, RuntimeError> {
+            Ok(b.clone())
+        }
+
+        fn download_owned(&self, b: HostTensor) -> Result<HostTensor, RuntimeError> {
+            Ok(b)
+        }
+
+        fn buffer_type(&self, b: &HostTensor) -> TensorType {
+            b.ty()
+        }
+    };
+}
+pub(crate) use host_memory;
+
 /// The CPU reference backend (one per logical device; it holds no state).
 #[derive(Clone, Debug, Default)]
 pub struct CpuBackend;
@@ -29,29 +61,7 @@ impl Backend for CpuBackend {
         "cpu".to_string()
     }
 
-    fn alloc(&self, ty: &TensorType) -> Result<HostTensor, RuntimeError> {
-        Ok(HostTensor::zeros(ty))
-    }
-
-    fn upload(&self, t: &HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(t.clone())
-    }
-
-    fn upload_owned(&self, t: HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(t)
-    }
-
-    fn download(&self, b: &HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(b.clone())
-    }
-
-    fn download_owned(&self, b: HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(b)
-    }
-
-    fn buffer_type(&self, b: &HostTensor) -> TensorType {
-        b.ty()
-    }
+    host_memory!();
 
     fn compute(&self, op: &Op, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
         eval_op(op, inputs).map_err(|e| RuntimeError::Op { op: op.name().to_string(), message: e.to_string() })

@@ -136,6 +136,17 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
+    /// [`RuntimeError::DeviceCount`] for `program` given `given` devices.
+    pub fn device_count(program: &weft_ir::device::DeviceProgram, given: usize) -> RuntimeError {
+        let mesh: Vec<String> = program.mesh.axes.iter().map(|(a, s)| format!("{a}={s}")).collect();
+        RuntimeError::DeviceCount {
+            program: program.name.clone(),
+            mesh: mesh.join(" x "),
+            needed: program.num_devices(),
+            given,
+        }
+    }
+
     /// Attributes an error raised by a backend call to `device` and `step`
     /// of a program running `op` (errors that already name a step, or that
     /// are about the device or backend itself, are kept as they are).

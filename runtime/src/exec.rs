@@ -64,13 +64,7 @@ pub fn run_program_stats<B: Backend>(
 ) -> Result<RunOutput, RuntimeError> {
     let n = program.num_devices();
     if backends.len() != n {
-        let mesh: Vec<String> = program.mesh.iter().map(|(a, s)| format!("{a}={s}")).collect();
-        return Err(RuntimeError::DeviceCount {
-            program: program.name.clone(),
-            mesh: mesh.join(" x "),
-            needed: n,
-            given: backends.len(),
-        });
+        return Err(RuntimeError::device_count(&program, backends.len()));
     }
     verify_program(program)?;
     check_inputs(program, &inputs)?;

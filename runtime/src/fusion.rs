@@ -170,7 +170,7 @@ mod tests {
         let f = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
         DeviceProgram {
             name: "p".into(),
-            mesh: vec![("x".into(), 1)],
+            mesh: vec![("x".into(), 1)].into(),
             buffers: vec![f(&[4]), f(&[4]), f(&[4]), f(&[4]), f(&[4]), f(&[]), f(&[4])],
             inputs: vec![BufferId(0), BufferId(1)],
             outputs: outputs.iter().map(|&b| BufferId(b)).collect(),

@@ -9,84 +9,17 @@
 //! `ia * size(b) + ib` of it; axes that split no dimension replicate.
 //! Devices are numbered row-major over the mesh axes in order.
 //!
-//! This module is self-contained (its own [`MeshSpec`]) so the checkpoint
-//! format does not depend on the compiler's mesh type; a test checks that
-//! its blocks are the partitioner's (`weft_compiler::sharding::shard_offset`)
-//! device by device.
+//! The position arithmetic (coordinates, the block a position holds) is
+//! the IR's [`MeshShape`], which the partitioner and the runtime use too; a
+//! test checks the blocks against the partitioner's
+//! (`weft_compiler::sharding::shard_offset`) device by device.
 
-use serde::{Deserialize, Serialize};
-use std::fmt;
+use weft_ir::mesh::MeshShape;
 use weft_ir::TensorSharding;
 
-/// A logical device mesh: named axes with sizes, major to minor.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct MeshSpec {
-    /// `(name, size)` per axis, major to minor. No axes: a single device.
-    pub axes: Vec<(String, usize)>,
-}
-
-impl MeshSpec {
-    /// A mesh from `(name, size)` pairs, major to minor.
-    pub fn new(axes: &[(&str, usize)]) -> MeshSpec {
-        MeshSpec { axes: axes.iter().map(|(n, s)| (n.to_string(), *s)).collect() }
-    }
-
-    /// The mesh of one device (no axes).
-    pub fn single() -> MeshSpec {
-        MeshSpec::default()
-    }
-
-    /// Number of devices (the product of the axis sizes; 1 with no axes).
-    pub fn num_devices(&self) -> usize {
-        self.axes.iter().map(|(_, s)| s).product()
-    }
-
-    /// The position of axis `name`, if the mesh has it.
-    pub fn axis_index(&self, name: &str) -> Option<usize> {
-        self.axes.iter().position(|(n, _)| n == name)
-    }
-
-    /// The coordinates of `device` (row-major over the axes). Panics if the
-    /// device is outside the mesh.
-    pub fn coords(&self, device: usize) -> Vec<usize> {
-        assert!(device < self.num_devices(), "device {device} outside mesh {self}");
-        let mut rest = device;
-        let mut out = vec![0; self.axes.len()];
-        for (i, (_, size)) in self.axes.iter().enumerate().rev() {
-            out[i] = rest % size;
-            rest /= size;
-        }
-        out
-    }
-
-    /// Checks that the mesh itself is well formed: axis sizes at least 1,
-    /// names unique and non-empty.
-    pub fn check(&self) -> Result<(), String> {
-        for (i, (name, size)) in self.axes.iter().enumerate() {
-            if name.is_empty() || *size == 0 {
-                return Err(format!("mesh {self}: axis {i} must have a name and a size >= 1"));
-            }
-            if self.axes[..i].iter().any(|(n, _)| n == name) {
-                return Err(format!("mesh {self}: axis `{name}` appears twice"));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Display for MeshSpec {
-    /// `{x=2, y=2}`; `{}` for a single device.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("{")?;
-        for (i, (n, s)) in self.axes.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{n}={s}")?;
-        }
-        f.write_str("}")
-    }
-}
+/// A logical device mesh: named axes with sizes, major to minor (the IR's
+/// mesh geometry; serialised as `{"axes": [[name, size], ...]}`).
+pub type MeshSpec = MeshShape;
 
 /// How a tensor of one global shape is cut into blocks on a mesh under one
 /// sharding. Blocks are numbered row-major over the per-dimension block
@@ -99,8 +32,8 @@ pub struct BlockLayout {
     split: Vec<Vec<usize>>,
     /// Per dimension: the number of blocks.
     blocks: Vec<usize>,
-    /// Axis sizes of the mesh.
-    mesh_sizes: Vec<usize>,
+    /// The mesh.
+    mesh: MeshShape,
 }
 
 impl BlockLayout {
@@ -137,12 +70,7 @@ impl BlockLayout {
             split.push(axes);
             blocks.push(n);
         }
-        Ok(BlockLayout {
-            shape: shape.to_vec(),
-            split,
-            blocks,
-            mesh_sizes: mesh.axes.iter().map(|(_, s)| *s).collect(),
-        })
+        Ok(BlockLayout { shape: shape.to_vec(), split, blocks, mesh: mesh.clone() })
     }
 
     /// The shape of every block.
@@ -162,16 +90,8 @@ impl BlockLayout {
 
     /// The block `device` holds.
     pub fn block_of(&self, device: usize) -> usize {
-        let coords = MeshSpec { axes: self.mesh_sizes.iter().map(|&s| (String::new(), s)).collect() }.coords(device);
-        let mut block = 0;
-        for (d, axes) in self.split.iter().enumerate() {
-            let mut idx = 0;
-            for &a in axes {
-                idx = idx * self.mesh_sizes[a] + coords[a];
-            }
-            block = block * self.blocks[d] + idx;
-        }
-        block
+        let per_dim = self.mesh.block_index(&self.split, device);
+        per_dim.iter().zip(&self.blocks).fold(0, |block, (&i, &n)| block * n + i)
     }
 
     /// The offset of `block` in the global tensor.
@@ -189,7 +109,7 @@ impl BlockLayout {
     /// For every block, the lowest-numbered device holding it: the devices
     /// whose shards a save needs (each distinct block written once).
     pub fn owners(&self) -> Vec<usize> {
-        let devices: usize = self.mesh_sizes.iter().product();
+        let devices = self.mesh.num_devices();
         let mut owner = vec![usize::MAX; self.num_blocks()];
         for dev in 0..devices {
             let b = self.block_of(dev);

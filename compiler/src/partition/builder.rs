@@ -18,10 +18,9 @@ pub(crate) struct DeviceBuilder<'m> {
 
 impl<'m> DeviceBuilder<'m> {
     pub fn new(name: &str, mesh: &'m Mesh) -> DeviceBuilder<'m> {
-        let axes = mesh.axes().iter().map(|a| (a.name.clone(), a.size)).collect();
         let program = DeviceProgram {
             name: name.to_string(),
-            mesh: axes,
+            mesh: mesh.shape().clone(),
             buffers: Vec::new(),
             inputs: Vec::new(),
             outputs: Vec::new(),

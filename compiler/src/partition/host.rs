@@ -87,7 +87,7 @@ pub fn unshard_tensor(blocks: &[HostTensor], sharding: &TensorSharding, mesh: &M
         let coords = mesh.coords_of_position(p);
         let idx = s.block_index(mesh, &coords);
         let flat = idx.iter().zip(&counts).fold(0, |f, (i, c)| f * c + i);
-        let part = s.unreduced.iter().fold(0, |f, &a| f * mesh.size(a) + coords[a]);
+        let part = mesh.shape().rank_in(&coords, &s.unreduced);
         match grid[flat][part] {
             None => grid[flat][part] = Some((p, blk)),
             Some((q, first)) if !first.bitwise_eq(blk) => {

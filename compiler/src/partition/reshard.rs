@@ -181,8 +181,7 @@ impl Lowerer<'_, '_> {
     fn permute_to(&mut self, target: Layout) {
         let mesh = self.b.mesh;
         let key = |l: &Layout, coords: &[usize]| -> Vec<usize> {
-            let mut k: Vec<usize> =
-                l.dims.iter().map(|d| d.iter().fold(0, |i, &a| i * mesh.size(a) + coords[a])).collect();
+            let mut k: Vec<usize> = l.dims.iter().map(|d| mesh.shape().rank_in(coords, d)).collect();
             k.extend(l.unreduced.iter().map(|&a| coords[a]));
             k
         };

@@ -10,6 +10,7 @@
 
 use crate::error::{CompilerError, Result};
 use std::fmt;
+use weft_ir::mesh::MeshShape;
 
 /// One named axis of a [`Mesh`].
 #[derive(Clone, Debug, PartialEq)]
@@ -24,10 +25,13 @@ pub struct MeshAxis {
     pub latency: Option<f64>,
 }
 
-/// An ordered set of named axes over a list of devices.
+/// An ordered set of named axes over a list of devices: the IR's
+/// [`MeshShape`] (the geometry, where all the position arithmetic lives)
+/// with device ids and link costs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mesh {
     axes: Vec<MeshAxis>,
+    shape: MeshShape,
     devices: Vec<usize>,
 }
 
@@ -55,8 +59,9 @@ impl Mesh {
             }
             out.push(MeshAxis { name: name.to_string(), size, bandwidth: None, latency: None });
         }
-        let n = out.iter().map(|a| a.size).product();
-        Ok(Mesh { axes: out, devices: (0..n).collect() })
+        let shape = MeshShape { axes: out.iter().map(|a| (a.name.clone(), a.size)).collect() };
+        let n = shape.num_devices();
+        Ok(Mesh { axes: out, shape, devices: (0..n).collect() })
     }
 
     /// Parses `data=2,model=4` (spaces allowed around names and sizes).
@@ -117,6 +122,11 @@ impl Mesh {
         &self.axes
     }
 
+    /// The geometry: axis names and sizes.
+    pub fn shape(&self) -> &MeshShape {
+        &self.shape
+    }
+
     /// The index of the axis called `name`.
     pub fn axis_index(&self, name: &str) -> Option<usize> {
         self.axes.iter().position(|a| a.name == name)
@@ -163,20 +173,14 @@ impl Mesh {
     }
 
     /// The grid coordinates of flat (row-major) position `pos`.
-    pub fn coords_of_position(&self, mut pos: usize) -> Vec<usize> {
-        let mut c = vec![0; self.axes.len()];
-        for (i, a) in self.axes.iter().enumerate().rev() {
-            c[i] = pos % a.size;
-            pos /= a.size;
-        }
-        c
+    pub fn coords_of_position(&self, pos: usize) -> Vec<usize> {
+        self.shape.coords(pos)
     }
 
     /// The device id at grid coordinates `coords` (one per axis, in range).
     pub fn device_at(&self, coords: &[usize]) -> usize {
         assert_eq!(coords.len(), self.axes.len(), "coordinates need one entry per mesh axis");
-        let pos = coords.iter().zip(&self.axes).fold(0, |p, (&c, a)| p * a.size + c);
-        self.devices[pos]
+        self.devices[self.shape.position(coords)]
     }
 
     /// The device groups along `axes`: devices that differ only in their
@@ -203,21 +207,12 @@ impl Mesh {
         Ok(self.groups_by_index(&idx))
     }
 
-    /// [`Mesh::groups`] with axes given by index.
+    /// [`Mesh::groups`] with axes given by index ([`MeshShape::groups_by_index`],
+    /// positions mapped to device ids).
     pub fn groups_by_index(&self, axes: &[usize]) -> Vec<Vec<usize>> {
-        let others: Vec<usize> = (0..self.axes.len()).filter(|i| !axes.contains(i)).collect();
-        let outer: usize = others.iter().map(|&i| self.size(i)).product();
-        let inner: usize = axes.iter().map(|&i| self.size(i)).product();
-        let mut groups = Vec::with_capacity(outer);
-        for o in 0..outer {
-            let mut coords = vec![0; self.axes.len()];
-            spread(o, &others, self, &mut coords);
-            let mut g = Vec::with_capacity(inner);
-            for k in 0..inner {
-                spread(k, axes, self, &mut coords);
-                g.push(self.device_at(&coords));
-            }
-            groups.push(g);
+        let mut groups = self.shape.groups_by_index(axes);
+        for g in &mut groups {
+            g.iter_mut().for_each(|p| *p = self.devices[*p]);
         }
         groups
     }
@@ -231,14 +226,6 @@ impl Mesh {
             .filter(|&(d, n)| d <= 2 && d < n.len().max(name.len()))
             .min_by_key(|&(d, _)| d)
             .map(|(_, n)| n)
-    }
-}
-
-/// Writes the row-major digits of `k` over `axes` into `coords`.
-fn spread(mut k: usize, axes: &[usize], mesh: &Mesh, coords: &mut [usize]) {
-    for &a in axes.iter().rev() {
-        coords[a] = k % mesh.size(a);
-        k /= mesh.size(a);
     }
 }
 

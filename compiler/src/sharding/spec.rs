@@ -141,7 +141,7 @@ impl MeshSharding {
     /// Which block of each dimension the device at grid coordinates
     /// `coords` holds: for axes `[a, b]`, `coords[a] * size(b) + coords[b]`.
     pub fn block_index(&self, mesh: &Mesh, coords: &[usize]) -> Vec<usize> {
-        self.dims.iter().map(|d| d.axes.iter().fold(0, |i, &a| i * mesh.size(a) + coords[a])).collect()
+        self.dims.iter().map(|d| mesh.shape().rank_in(coords, &d.axes)).collect()
     }
 }
 

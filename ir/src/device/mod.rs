@@ -34,6 +34,7 @@ pub use printer::print_program;
 pub use sim::simulate;
 pub use verify::verify_program;
 
+use crate::mesh::MeshShape;
 use crate::{Op, ReduceOp, TensorType};
 
 /// Identifies a buffer of a device program. Prints as `%N`.
@@ -159,7 +160,7 @@ pub struct DeviceProgram {
     /// Name (from the global function).
     pub name: String,
     /// Mesh axes and sizes, major to minor (devices are numbered row-major).
-    pub mesh: Vec<(String, usize)>,
+    pub mesh: MeshShape,
     /// Every buffer, indexed by [`BufferId`].
     pub buffers: Vec<Buffer>,
     /// Buffers holding the inputs (the global parameters' local blocks).
@@ -173,23 +174,17 @@ pub struct DeviceProgram {
 impl DeviceProgram {
     /// Number of devices of the mesh.
     pub fn num_devices(&self) -> usize {
-        self.mesh.iter().map(|(_, n)| n).product()
+        self.mesh.num_devices()
     }
 
     /// Coordinates of device `d` (row-major over the mesh axes).
     pub fn coords(&self, d: usize) -> Vec<usize> {
-        let mut rest = d;
-        let mut c = vec![0; self.mesh.len()];
-        for (i, (_, n)) in self.mesh.iter().enumerate().rev() {
-            c[i] = rest % n;
-            rest /= n;
-        }
-        c
+        self.mesh.coords(d)
     }
 
     /// Size of mesh axis `name`, if it exists.
     pub fn axis_size(&self, name: &str) -> Option<usize> {
-        self.mesh.iter().find(|(a, _)| a == name).map(|(_, n)| *n)
+        self.mesh.axis_size(name)
     }
 
     /// Type of a buffer.
@@ -199,47 +194,23 @@ impl DeviceProgram {
 
     /// Index of mesh axis `name`, if it exists.
     pub fn axis_index(&self, name: &str) -> Option<usize> {
-        self.mesh.iter().position(|(a, _)| a == name)
+        self.mesh.axis_index(name)
     }
 
-    /// The groups of a collective over `axes` (which must exist): devices
-    /// whose coordinates agree on every other axis, each group listed in rank
-    /// order (coordinates along `axes` linearised major to minor in the order
-    /// given). Groups are ordered by their first member.
+    /// The groups of a collective over `axes` (which must exist), each in
+    /// rank order ([`MeshShape::groups`]).
     pub fn groups(&self, axes: &[String]) -> Vec<Vec<usize>> {
-        let pos: Vec<usize> = axes
-            .iter()
-            .map(|a| self.axis_index(a).unwrap_or_else(|| panic!("no mesh axis `{a}` (verify the program first)")))
-            .collect();
-        // Members keyed by (coordinates on the other axes, rank); a group's
-        // first member has rank 0 and comes first in device order.
-        let mut keyed: Vec<(Vec<usize>, usize, usize)> = (0..self.num_devices())
-            .map(|d| {
-                let c = self.coords(d);
-                let key = (0..c.len()).map(|i| if pos.contains(&i) { 0 } else { c[i] }).collect();
-                (key, self.rank_in(&c, &pos), d)
-            })
-            .collect();
-        keyed.sort_unstable();
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for (_, rank, d) in &keyed {
-            if *rank == 0 {
-                groups.push(Vec::new());
-            }
-            groups.last_mut().expect("rank 0 starts every group").push(*d);
-        }
-        groups.sort_by_key(|g| g[0]);
-        groups
+        self.mesh.groups(axes)
     }
 
-    /// The rank of the device at coordinates `coords` in its group over the
-    /// axes at indices `axes`: its coordinates along them, major to minor.
+    /// The rank of the device at `coords` in its group over the axes at
+    /// indices `axes` ([`MeshShape::rank_in`]).
     pub fn rank_in(&self, coords: &[usize], axes: &[usize]) -> usize {
-        axes.iter().fold(0, |r, &a| r * self.mesh[a].1 + coords[a])
+        self.mesh.rank_in(coords, axes)
     }
 
     /// Product of the sizes of the named axes (unknown axes count as 1).
     pub fn group_size(&self, axes: &[String]) -> usize {
-        axes.iter().map(|a| self.axis_size(a).unwrap_or(1)).product()
+        self.mesh.group_size(axes)
     }
 }

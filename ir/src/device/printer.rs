@@ -16,7 +16,7 @@ use std::fmt::Write;
 /// Prints `program`, ending with a newline.
 pub fn print_program(p: &DeviceProgram) -> String {
     let mut out = String::new();
-    let mesh: Vec<String> = p.mesh.iter().map(|(a, n)| format!("{a}={n}")).collect();
+    let mesh: Vec<String> = p.mesh.axes.iter().map(|(a, n)| format!("{a}={n}")).collect();
     let _ = writeln!(out, "device_program @{} mesh [{}] {{", p.name, mesh.join(", "));
     for &b in &p.inputs {
         let _ = writeln!(out, "  input {} : {}{}", buf(b), ty(p, b), name_comment(p, b));

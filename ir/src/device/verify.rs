@@ -72,7 +72,7 @@ impl Checker<'_> {
             match self.p.axis_size(a) {
                 Some(s) => n *= s,
                 None => {
-                    let mesh: Vec<&str> = self.p.mesh.iter().map(|(m, _)| m.as_str()).collect();
+                    let mesh: Vec<&str> = self.p.mesh.axes.iter().map(|(m, _)| m.as_str()).collect();
                     self.bad(format!("mesh axis `{a}` does not exist (mesh axes: {})", mesh.join(", ")))
                 }
             }
@@ -243,7 +243,7 @@ pub fn verify_program(p: &DeviceProgram) -> Result<(), IrError> {
     let mut c =
         Checker { p, state: vec![State::Undefined; p.buffers.len()], problems: Vec::new(), subject: "mesh".into() };
     let mut names: Vec<&str> = Vec::new();
-    for (a, n) in &p.mesh {
+    for (a, n) in &p.mesh.axes {
         if !crate::verify::is_identifier(a) {
             c.bad(format!("`{a}` is not a valid axis name"));
         }

@@ -172,13 +172,7 @@ where
     pub fn new(program: DeviceProgram, backends: Vec<B>, options: ExecOptions) -> Result<Executable<B>, RuntimeError> {
         let n = program.num_devices();
         if backends.len() != n {
-            let mesh: Vec<String> = program.mesh.iter().map(|(a, s)| format!("{a}={s}")).collect();
-            return Err(RuntimeError::DeviceCount {
-                program: program.name.clone(),
-                mesh: mesh.join(" x "),
-                needed: n,
-                given: backends.len(),
-            });
+            return Err(RuntimeError::device_count(&program, backends.len()));
         }
         verify_program(&program)?;
         let (donor_output, donated_input) = donation_maps(&program, &options.donate)?;

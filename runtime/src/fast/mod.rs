@@ -61,29 +61,7 @@ impl Backend for FastCpuBackend {
         "cpu".to_string()
     }
 
-    fn alloc(&self, ty: &TensorType) -> Result<HostTensor, RuntimeError> {
-        Ok(HostTensor::zeros(ty))
-    }
-
-    fn upload(&self, t: &HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(t.clone())
-    }
-
-    fn upload_owned(&self, t: HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(t)
-    }
-
-    fn download(&self, b: &HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(b.clone())
-    }
-
-    fn download_owned(&self, b: HostTensor) -> Result<HostTensor, RuntimeError> {
-        Ok(b)
-    }
-
-    fn buffer_type(&self, b: &HostTensor) -> TensorType {
-        b.ty()
-    }
+    crate::cpu::host_memory!();
 
     fn compute(&self, op: &Op, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
         let fast = match op {

@@ -40,7 +40,7 @@ fn chain(d: DType, n: usize, with_select: bool) -> DeviceProgram {
     }
     DeviceProgram {
         name: "chain".into(),
-        mesh: vec![("x".into(), 1)],
+        mesh: vec![("x".into(), 1)].into(),
         buffers,
         inputs: vec![BufferId(0), BufferId(1)],
         outputs: vec![BufferId(6)],
@@ -107,7 +107,7 @@ fn chains_with_comparisons_run_node_by_node() {
 fn transcendental_chains_on_logical_devices() {
     let Some(devs) = wgpu_devices_or_skip(2) else { return };
     let mut p = chain(DType::F32, 513, false);
-    p.mesh = vec![("x".into(), 2)];
+    p.mesh = vec![("x".into(), 2)].into();
     p.steps[5] = Step::Compute { op: Op::Unary(UnaryOp::Tanh), inputs: vec![BufferId(4)], outputs: vec![BufferId(5)] };
     let t = TensorType::new(DType::F32, vec![513]);
     let mut rng = Rng::new(32);

@@ -6,8 +6,8 @@ use weft_ir::device::{Buffer, BufferId, Collective, DeviceProgram, Step};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, TensorType};
 
-pub fn mesh(axes: &[(&str, usize)]) -> Vec<(String, usize)> {
-    axes.iter().map(|(a, n)| (a.to_string(), *n)).collect()
+pub fn mesh(axes: &[(&str, usize)]) -> weft_ir::mesh::MeshShape {
+    weft_ir::mesh::MeshShape::new(axes)
 }
 
 pub fn f32s(shape: &[usize]) -> TensorType {
