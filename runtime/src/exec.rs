@@ -64,7 +64,7 @@ pub fn run_program_stats<B: Backend>(
 ) -> Result<RunOutput, RuntimeError> {
     let n = program.num_devices();
     if backends.len() != n {
-        return Err(RuntimeError::device_count(&program, backends.len()));
+        return Err(RuntimeError::device_count(program, backends.len()));
     }
     verify_program(program)?;
     check_inputs(program, &inputs)?;
