@@ -210,7 +210,8 @@ impl Executor for MeshExecutor {
                 self.mesh
             ),
             Engine::Devices { exe, map } => format!(
-                "{map} (mesh {}, logical device d = mesh position d); {} worker threads, state resident on the devices",
+                "{}\nmesh {} (logical device d = mesh position d), {} worker threads, state resident on the devices",
+                map.to_string().trim_end(),
                 self.mesh,
                 exe.threads()
             ),
