@@ -118,3 +118,21 @@ fn shard_annotates_explains_and_draws() {
     assert_eq!(code, 1);
     assert!(stderr.contains("model"), "{stderr}");
 }
+
+#[test]
+fn plot_marks_a_diverged_run_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("m.jsonl");
+    // What `weft train` writes when a run diverges: non-finite values as strings.
+    std::fs::write(&metrics, "{\"step\":0,\"loss\":2.5}\n{\"step\":1,\"loss\":1.5}\n{\"step\":2,\"loss\":\"inf\"}\n{\"step\":3,\"loss\":\"NaN\"}\n").unwrap();
+    let svg = dir.path().join("loss.svg");
+    let (code, _, err) = weft(&["plot", metrics.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("non-finite (diverged)"), "the divergence is marked in the legend");
+    // Nothing finite at all is a named error, not an empty chart.
+    std::fs::write(&metrics, "{\"step\":0,\"loss\":\"inf\"}\n").unwrap();
+    let (code, _, err) = weft(&["plot", metrics.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no finite `loss` values"), "{err}");
+}

@@ -18,15 +18,26 @@ pub fn plot(files: &[PathBuf], out: &Path, metric: &str, log_y: bool) -> Result<
         let label = f.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
         series.push((label, pts));
     }
+    // The axes span the finite values only: a run that diverged writes
+    // `inf`/`NaN`, which no axis can hold. Those points are drawn as
+    // crosses on the top edge, a marked divergence.
+    let scale = |y: f64| if log_y { y.max(1e-30).log10() } else { y };
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for (_, pts) in &series {
         for &(x, y) in pts {
-            let y = if log_y { y.max(1e-30).log10() } else { y };
             x0 = x0.min(x);
             x1 = x1.max(x);
-            y0 = y0.min(y);
-            y1 = y1.max(y);
+            let y = scale(y);
+            if y.is_finite() {
+                y0 = y0.min(y);
+                y1 = y1.max(y);
+            }
         }
+    }
+    if y0 > y1 {
+        return Err(Error::Usage(format!(
+            "no finite `{metric}` values to plot (the run diverged from its first step)"
+        )));
     }
     if x1 <= x0 {
         x1 = x0 + 1.0;
@@ -34,6 +45,10 @@ pub fn plot(files: &[PathBuf], out: &Path, metric: &str, log_y: bool) -> Result<
     if y1 <= y0 {
         y1 = y0 + 1.0;
     }
+    let diverged: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|(_, pts)| pts.iter().filter(|p| !scale(p.1).is_finite()).map(|&(x, _)| (x, y1)))
+        .collect();
     let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
         let root = SVGBackend::new(out, (800, 500)).into_drawing_area();
         root.fill(&WHITE)?;
@@ -47,11 +62,17 @@ pub fn plot(files: &[PathBuf], out: &Path, metric: &str, log_y: bool) -> Result<
         chart.configure_mesh().x_desc("step").draw()?;
         for (i, (label, pts)) in series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            let data = pts.iter().map(|&(x, y)| (x, if log_y { y.max(1e-30).log10() } else { y }));
+            let data = pts.iter().map(|&(x, y)| (x, scale(y))).filter(|p| p.1.is_finite());
             chart
                 .draw_series(LineSeries::new(data, color.stroke_width(2)))?
                 .label(label.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        }
+        if !diverged.is_empty() {
+            chart
+                .draw_series(diverged.iter().map(|&p| Cross::new(p, 6, RED.stroke_width(2))))?
+                .label("non-finite (diverged)")
+                .legend(|(x, y)| Cross::new((x + 8, y), 5, RED.stroke_width(2)));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
         root.present()?;
