@@ -38,7 +38,7 @@ pub fn to_standard_layout<T: Copy>(v: ArrayViewD<'_, T>) -> ArrayD<T> {
 /// row-major destination `dst`.
 unsafe fn copy_rec<T: Copy>(src: *const T, shape: &[usize], strides: &[isize], dst: *mut T) {
     match shape.len() {
-        0 => *dst = *src,
+        0 => dst.write(*src),
         1 => copy_row(src, shape[0], strides[0], dst),
         2 => copy_matrix(src, shape, strides, dst),
         _ => {
@@ -55,11 +55,13 @@ unsafe fn copy_row<T: Copy>(src: *const T, n: usize, stride: isize, dst: *mut T)
         1 => std::ptr::copy_nonoverlapping(src, dst, n),
         0 => {
             let v = *src;
-            std::slice::from_raw_parts_mut(dst, n).fill(v);
+            for j in 0..n {
+                dst.add(j).write(v);
+            }
         }
         s => {
             for j in 0..n {
-                *dst.add(j) = *src.offset(j as isize * s);
+                dst.add(j).write(*src.offset(j as isize * s));
             }
         }
     }
@@ -89,7 +91,7 @@ unsafe fn copy_matrix<T: Copy>(src: *const T, shape: &[usize], strides: &[isize]
                 let s = src.offset(i as isize * sr);
                 let d = dst.add(i * cols);
                 for j in j0..(j0 + TILE).min(cols) {
-                    *d.add(j) = *s.offset(j as isize * sc);
+                    d.add(j).write(*s.offset(j as isize * sc));
                 }
             }
         }

@@ -101,7 +101,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             let Step::Collective { output, .. } = &ctx.program.steps[i] else { unreachable!() };
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
-            let t = ctx.comm.receive(call)?;
+            let t = guard(ctx, dev.device, ctx.comm.receive(call))?;
             dev.transfers.count_upload(&t, Transfer::Collective);
             let buf =
                 guard(ctx, dev.device, dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name())))?;
@@ -111,10 +111,12 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
     Ok(())
 }
 
-/// Aborts the communicator when `r` is a failure of this device's own.
+/// Aborts the communicator when `r` is a failure of this device's own
+/// (a timeout included, so that the other members stop at once instead of
+/// each waiting out its own timeout), not an abort caused by another.
 fn guard<T>(ctx: &RunCtx<'_>, device: usize, r: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
     if let Err(e) = &r {
-        if !matches!(e, RuntimeError::Aborted { .. } | RuntimeError::CollectiveTimeout { .. }) {
+        if !matches!(e, RuntimeError::Aborted { .. }) {
             ctx.comm.abort(device, e.to_string());
         }
     }

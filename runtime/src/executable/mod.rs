@@ -256,7 +256,9 @@ where
                 Ok(Reply::Loaded(Err(e))) | Err(e) => {
                     first_err.get_or_insert(e);
                 }
-                Ok(_) => unreachable!("a worker answers the job it got"),
+                Ok(_) => {
+                    first_err.get_or_insert(mismatched());
+                }
             }
         }
         match first_err {
@@ -291,12 +293,18 @@ where
                 Ok(Reply::Read(Err(e))) | Err(e) => {
                     first_err.get_or_insert(e);
                 }
-                Ok(_) => unreachable!("a worker answers the job it got"),
+                Ok(_) => {
+                    first_err.get_or_insert(mismatched());
+                }
             }
         }
         match first_err {
             None => Ok(out),
-            Some(e) => Err(e),
+            Some(e) => {
+                // A worker that failed mid-read may have dropped its buffers.
+                self.state = StateStatus::Missing(format!("reading it back failed ({e})"));
+                Err(e)
+            }
         }
     }
 
@@ -325,7 +333,7 @@ where
                     }
                 }
                 Ok(Reply::Ran(Err(e))) | Err(e) => errors.push(e),
-                Ok(_) => unreachable!("a worker answers the job it got"),
+                Ok(_) => errors.push(mismatched()),
             }
         }
         self.shared.comm.reset();
@@ -389,6 +397,15 @@ impl Worker {
             backend: "worker".into(),
             message: "a worker thread stopped unexpectedly".into(),
         })
+    }
+}
+
+/// A reply to another job than the one asked (a broken invariant of the
+/// worker protocol, reported rather than trusted).
+fn mismatched() -> RuntimeError {
+    RuntimeError::Device {
+        backend: "worker".into(),
+        message: "a worker answered another job than the one asked".into(),
     }
 }
 
@@ -478,6 +495,11 @@ fn worker_loop<B: Backend>(shared: Arc<Shared>, owned: Vec<(usize, B)>, jobs: Re
     };
     while let Ok(job) = jobs.recv() {
         let first = lane.devices[0];
+        let kind = match &job {
+            Job::Load(_) => 0,
+            Job::Run(_) => 1,
+            Job::Read => 2,
+        };
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
             Job::Load(vals) => Reply::Loaded(load(&shared, &mut lane, vals)),
             Job::Run(vals) => Reply::Ran(run(&shared, &mut lane, vals)),
@@ -495,7 +517,13 @@ fn worker_loop<B: Backend>(shared: Arc<Shared>, owned: Vec<(usize, B)>, jobs: Re
             }
             let e =
                 RuntimeError::Device { backend: lane.backends[0].name(), message: format!("worker panicked: {msg}") };
-            Reply::Ran(Err(e))
+            // Answer the job that was asked, so the caller reads every
+            // worker's reply to it and none is left for the next job.
+            match kind {
+                0 => Reply::Loaded(Err(e)),
+                1 => Reply::Ran(Err(e)),
+                _ => Reply::Read(Err(e)),
+            }
         });
         if replies.send(reply).is_err() {
             break;

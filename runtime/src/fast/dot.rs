@@ -139,7 +139,7 @@ fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<
     if p.k == 0 {
         out.fill(T::default());
     }
-    if p.m * p.n > 0 {
+    if p.m * p.n > 0 && p.k > 0 {
         for bi in 0..p.b {
             // SAFETY: the views' strides address their own elements; batch
             // `bi` of each operand starts `bi * batch stride` past its origin.
@@ -147,9 +147,6 @@ fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<
                 let a = lv.as_ptr().offset(bi as isize * ls.strides[0]);
                 let b = rv.as_ptr().offset(bi as isize * rs.strides[0]);
                 let c = out.as_mut_ptr().add(bi * p.m * p.n);
-                if p.k == 0 {
-                    continue;
-                }
                 T::gemm(
                     p.m,
                     p.k,

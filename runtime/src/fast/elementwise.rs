@@ -215,6 +215,14 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
 /// One elementwise op on standard-layout `f32` operands of one shape, or
 /// `None` (the caller falls back to the interpreter).
 pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
+    let arity = match op {
+        Op::Unary(_) => 1,
+        Op::Binary(_) | Op::Compare(_) => 2,
+        _ => return None,
+    };
+    if inputs.len() != arity {
+        return None;
+    }
     let slices: Vec<&[f32]> = inputs
         .iter()
         .map(|t| match t {

@@ -153,6 +153,7 @@ struct Flaky {
     inner: CpuBackend,
     fail_at: Option<usize>,
     calls: Cell<usize>,
+    panic_on_upload: bool,
 }
 
 // One worker owns each backend; the cell is never shared between threads.
@@ -167,6 +168,7 @@ impl Backend for Flaky {
         self.inner.alloc(ty)
     }
     fn upload(&self, t: &HostTensor) -> Result<HostTensor, RuntimeError> {
+        assert!(!self.panic_on_upload, "simulated allocator panic");
         self.inner.upload(t)
     }
     fn download(&self, b: &HostTensor) -> Result<HostTensor, RuntimeError> {
@@ -191,7 +193,12 @@ fn a_device_failing_mid_step_stops_every_worker_with_its_error() {
         // Device 6 fails in its second compute (after the first collective),
         // while the others wait for it in the second collective.
         let backends: Vec<Flaky> = (0..8)
-            .map(|d| Flaky { inner: CpuBackend::new(), fail_at: (d == 6).then_some(1), calls: Cell::new(0) })
+            .map(|d| Flaky {
+                inner: CpuBackend::new(),
+                fail_at: (d == 6).then_some(1),
+                calls: Cell::new(0),
+                panic_on_upload: false,
+            })
             .collect();
         let mut exe = Executable::new(step_program(), backends, donating(threads)).unwrap();
         exe.load_state(state()).unwrap();
@@ -216,4 +223,18 @@ fn donation_must_pair_buffers_of_one_type() {
     assert!(Executable::new(step_program(), vec![CpuBackend::new(); 8], twice).is_err());
     let e = Executable::new(step_program(), vec![CpuBackend::new(); 3], ExecOptions::default()).err().unwrap();
     assert!(matches!(e, RuntimeError::DeviceCount { needed: 8, given: 3, .. }), "{e}");
+}
+
+#[test]
+fn a_backend_panicking_while_loading_is_an_error_and_the_executable_stays_usable() {
+    let backends: Vec<Flaky> = (0..8)
+        .map(|d| Flaky { inner: CpuBackend::new(), fail_at: None, calls: Cell::new(0), panic_on_upload: d == 3 })
+        .collect();
+    let mut exe = Executable::new(step_program(), backends, donating(Some(4))).unwrap();
+    let e = exe.load_state(state()).unwrap_err();
+    assert!(e.to_string().contains("simulated allocator panic"), "{e}");
+    // Every worker answered the load; nothing is left queued for the run,
+    // which is refused for want of state rather than misreading replies.
+    let again = exe.run(batch(0)).unwrap_err();
+    assert!(matches!(again, RuntimeError::NoState { .. }), "{again}");
 }
