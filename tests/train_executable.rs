@@ -150,3 +150,11 @@ fn the_state_stays_on_the_devices_between_checkpoints() {
         }
     }
 }
+
+#[test]
+fn zero_worker_threads_is_a_named_error() {
+    let mut c = RunConfig::from_toml(MLP).unwrap();
+    c.threads = Some(0);
+    let e = run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}).err().expect("rejected");
+    assert!(e.to_string().contains("at least 1 worker thread"), "{e}");
+}

@@ -36,6 +36,9 @@ pub fn executor(
 /// Runs a whole session; `log` receives the lines a user sees.
 pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -> Result<RunSummary> {
     let mesh = Mesh::parse(c.mesh.as_deref().unwrap_or("data=1")).map_err(|e| Error::Usage(format!("mesh: {e}")))?;
+    if c.threads == Some(0) {
+        return Err(Error::Usage("threads = 0: a runtime backend needs at least 1 worker thread".into()));
+    }
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
     let clock = std::time::Instant::now();
     let prepared = prepare(c, &axes, ov)?;
