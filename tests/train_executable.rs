@@ -155,6 +155,6 @@ fn the_state_stays_on_the_devices_between_checkpoints() {
 fn zero_worker_threads_is_a_named_error() {
     let mut c = RunConfig::from_toml(MLP).unwrap();
     c.threads = Some(0);
-    let e = run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}).err().expect("rejected");
+    let e = run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}).expect_err("rejected");
     assert!(e.to_string().contains("at least 1 worker thread"), "{e}");
 }
