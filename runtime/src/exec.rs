@@ -17,6 +17,7 @@
 use crate::backend::Backend;
 use crate::comm::InProcessComm;
 use crate::error::RuntimeError;
+use crate::executable::check_values;
 use crate::executable::lane::{run_lane, DeviceRun, RunCtx, Slots};
 use crate::executable::plan::Plan;
 use crate::verify::verify_program;
@@ -102,31 +103,6 @@ fn input_err(device: usize, p: &DeviceProgram, b: BufferId, e: RuntimeError) -> 
 }
 
 fn check_inputs(p: &DeviceProgram, inputs: &[Vec<HostTensor>]) -> Result<(), RuntimeError> {
-    if inputs.len() != p.num_devices() {
-        return Err(RuntimeError::Input {
-            device: inputs.len().min(p.num_devices()),
-            index: 0,
-            message: format!("inputs were given for {} devices, the mesh has {}", inputs.len(), p.num_devices()),
-        });
-    }
-    for (device, ins) in inputs.iter().enumerate() {
-        if ins.len() != p.inputs.len() {
-            return Err(RuntimeError::Input {
-                device,
-                index: ins.len().min(p.inputs.len()),
-                message: format!("{} inputs given, the program takes {}", ins.len(), p.inputs.len()),
-            });
-        }
-        for (index, (t, &b)) in ins.iter().zip(&p.inputs).enumerate() {
-            if !t.has_type(p.ty(b)) {
-                let name = p.buffers[b.index()].name.as_deref().map(|n| format!(" (%{n})")).unwrap_or_default();
-                return Err(RuntimeError::Input {
-                    device,
-                    index,
-                    message: format!("buffer %{}{name} is {}, given {}", b.0, p.ty(b), t.ty()),
-                });
-            }
-        }
-    }
-    Ok(())
+    let all: Vec<usize> = (0..p.inputs.len()).collect();
+    check_values(p, &all, inputs, "input")
 }

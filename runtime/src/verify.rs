@@ -11,7 +11,7 @@
 //! of a valid program: its peak of live bytes.
 
 use crate::error::RuntimeError;
-use weft_ir::device::{DeviceProgram, Step};
+use weft_ir::device::DeviceProgram;
 use weft_ir::IrError;
 
 /// What verification learns about a program.
@@ -25,7 +25,7 @@ pub struct ProgramInfo {
 /// Verifies `program` with the IR's verifier; returns its peak of live bytes.
 pub fn verify_program(program: &DeviceProgram) -> Result<ProgramInfo, RuntimeError> {
     weft_ir::device::verify_program(program).map_err(|e| invalid(program, e))?;
-    Ok(ProgramInfo { peak_live_bytes: peak_live_bytes(program) })
+    Ok(ProgramInfo { peak_live_bytes: program.peak_live_bytes() })
 }
 
 /// The first problem the verifier found, with its step.
@@ -41,20 +41,4 @@ fn invalid(p: &DeviceProgram, e: IrError) -> RuntimeError {
         other => (None, other.to_string()),
     };
     RuntimeError::InvalidProgram { program: p.name.clone(), step, message }
-}
-
-/// The peak of live bytes of a verified program (inputs live from the
-/// start, each buffer from its definition to its free).
-fn peak_live_bytes(p: &DeviceProgram) -> usize {
-    let mut live: usize = p.inputs.iter().map(|&b| p.ty(b).size_bytes()).sum();
-    let mut peak = live;
-    for s in &p.steps {
-        match s {
-            Step::Compute { outputs, .. } => live += outputs.iter().map(|&b| p.ty(b).size_bytes()).sum::<usize>(),
-            Step::ShardSlice { output, .. } | Step::Collective { output, .. } => live += p.ty(*output).size_bytes(),
-            Step::Free(bs) => live -= bs.iter().map(|&b| p.ty(b).size_bytes()).sum::<usize>(),
-        }
-        peak = peak.max(live);
-    }
-    peak
 }

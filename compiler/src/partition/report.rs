@@ -64,26 +64,18 @@ impl ProgramReport {
             output_bytes: p.outputs.iter().map(bytes).sum(),
             ..Default::default()
         };
-        let mut live = r.input_bytes;
-        let mut peak = live;
         for s in &p.steps {
             match s {
-                Step::Compute { outputs, .. } => {
-                    r.compute_steps += 1;
-                    live += outputs.iter().map(bytes).sum::<usize>();
-                }
-                Step::ShardSlice { output, .. } => live += bytes(output),
+                Step::Compute { .. } => r.compute_steps += 1,
                 Step::Collective { op, input, output } => {
-                    live += bytes(output);
                     let stat = r.collectives.entry(op.name().to_string()).or_default();
                     stat.count += 1;
                     stat.bytes_per_device += sent_bytes(p, op, bytes(input), bytes(output));
                 }
-                Step::Free(bs) => live -= bs.iter().map(bytes).sum::<usize>(),
+                Step::ShardSlice { .. } | Step::Free(_) => {}
             }
-            peak = peak.max(live);
         }
-        r.peak_live_bytes = peak;
+        r.peak_live_bytes = p.peak_live_bytes();
         r
     }
 

@@ -213,4 +213,21 @@ impl DeviceProgram {
     pub fn group_size(&self, axes: &[String]) -> usize {
         self.mesh.group_size(axes)
     }
+
+    /// The peak of live bytes on one device: inputs live from the start,
+    /// each buffer from its definition to its `free`, at dense sizes.
+    pub fn peak_live_bytes(&self) -> usize {
+        let bytes = |b: &BufferId| self.ty(*b).size_bytes();
+        let mut live: usize = self.inputs.iter().map(bytes).sum();
+        let mut peak = live;
+        for s in &self.steps {
+            match s {
+                Step::Compute { outputs, .. } => live += outputs.iter().map(bytes).sum::<usize>(),
+                Step::ShardSlice { output, .. } | Step::Collective { output, .. } => live += bytes(output),
+                Step::Free(bs) => live -= bs.iter().map(bytes).sum::<usize>(),
+            }
+            peak = peak.max(live);
+        }
+        peak
+    }
 }

@@ -118,6 +118,10 @@ struct Shared {
     donor_output: Vec<Option<usize>>,
     /// Per program output: the input it replaces, if donated.
     donated_input: Vec<Option<usize>>,
+    /// The positions of the donated inputs, in input order.
+    donated: Vec<usize>,
+    /// The positions of the other inputs (the batch), in input order.
+    others: Vec<usize>,
 }
 
 enum Job {
@@ -179,7 +183,9 @@ where
         let backend_name = backends[0].name();
         let plan = Plan::new(&program, backends[0].fuses());
         let comm: Box<dyn Communicator> = Box::new(InProcessComm::new(options.collective_timeout));
-        let shared = Arc::new(Shared { program, plan, comm, donor_output, donated_input });
+        let (donated, others): (Vec<usize>, Vec<usize>) =
+            (0..program.inputs.len()).partition(|&i| donor_output[i].is_some());
+        let shared = Arc::new(Shared { program, plan, comm, donor_output, donated_input, donated, others });
         let threads = options.threads.unwrap_or(n).clamp(1, n);
         let lanes: Vec<Vec<usize>> = (0..threads).map(|t| (t * n / threads..(t + 1) * n / threads).collect()).collect();
         let mut backends: Vec<Option<B>> = backends.into_iter().map(Some).collect();
@@ -199,7 +205,7 @@ where
                 })?;
             workers.push(Worker { jobs: Some(jobs), replies, thread: Some(thread) });
         }
-        let state = if shared.donor_output.iter().any(Option::is_some) {
+        let state = if !shared.donated.is_empty() {
             StateStatus::Missing("no state was loaded".into())
         } else {
             StateStatus::Resident
@@ -236,15 +242,14 @@ where
     }
 
     /// The positions of the donated inputs, in input order.
-    pub fn donated_inputs(&self) -> Vec<usize> {
-        (0..self.shared.program.inputs.len()).filter(|&i| self.shared.donor_output[i].is_some()).collect()
+    pub fn donated_inputs(&self) -> &[usize] {
+        &self.shared.donated
     }
 
     /// Uploads the donated inputs: `state[d]` lists device `d`'s values of
     /// [`Executable::donated_inputs`], in that order.
     pub fn load_state(&mut self, state: Vec<Vec<HostTensor>>) -> Result<(), RuntimeError> {
-        let donated = self.donated_inputs();
-        check_values(&self.shared.program, &donated, &state, "state")?;
+        check_values(&self.shared.program, &self.shared.donated, &state, "state")?;
         let mut per_lane = self.split_by_lane(state);
         for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
             w.send(Job::Load(vals));
@@ -313,9 +318,7 @@ where
     /// device, the outputs that are not donated, in output order.
     pub fn run(&mut self, inputs: Vec<Vec<HostTensor>>) -> Result<Vec<Vec<HostTensor>>, RuntimeError> {
         self.check_state()?;
-        let others: Vec<usize> =
-            (0..self.shared.program.inputs.len()).filter(|&i| self.shared.donor_output[i].is_none()).collect();
-        check_values(&self.shared.program, &others, &inputs, "input")?;
+        check_values(&self.shared.program, &self.shared.others, &inputs, "input")?;
         let mut per_lane = self.split_by_lane(inputs);
         for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
             w.send(Job::Run(vals));
@@ -342,7 +345,7 @@ where
             return Ok(outputs);
         }
         let root = root_cause(errors);
-        if self.shared.donor_output.iter().any(Option::is_some) {
+        if !self.shared.donated.is_empty() {
             self.state = StateStatus::Missing(format!("it was donated to a run that failed ({root})"));
         }
         Err(root)
@@ -441,7 +444,7 @@ fn donation_maps(p: &DeviceProgram, donate: &[(usize, usize)]) -> Result<Donatio
 }
 
 /// Checks per-device values of the program inputs at `positions`.
-fn check_values(
+pub(crate) fn check_values(
     p: &DeviceProgram,
     positions: &[usize],
     values: &[Vec<HostTensor>],
@@ -536,11 +539,10 @@ fn load<B: Backend>(
     lane: &mut Lane<B>,
     vals: Vec<Vec<HostTensor>>,
 ) -> Result<Vec<TransferStats>, RuntimeError> {
-    let donated: Vec<usize> = (0..shared.program.inputs.len()).filter(|&i| shared.donor_output[i].is_some()).collect();
     let mut stats = Vec::with_capacity(lane.devices.len());
     for (k, vs) in vals.into_iter().enumerate() {
         let mut t = TransferStats::default();
-        for (&i, v) in donated.iter().zip(vs) {
+        for (&i, v) in shared.donated.iter().zip(vs) {
             t.count_upload(&v, Transfer::State);
             lane.resident[k][i] = Some(lane.backends[k].upload_owned(v)?);
         }
