@@ -173,6 +173,22 @@ pub enum CompilerError {
         /// One line per problem, naming the instruction.
         problems: Vec<String>,
     },
+    /// Inlining every call would make the program larger than the limit
+    /// (e.g. functions that each call the next twice).
+    #[error(
+        "inlining @{func} would expand it to {} instructions, more than the limit of {limit}; the calls that \
+         multiply it: {chain}", if *insts == u64::MAX { "more than 2^64".to_string() } else { insts.to_string() }
+    )]
+    ProgramTooLarge {
+        /// The function being inlined.
+        func: String,
+        /// Its instructions once every call is inlined (saturating).
+        insts: u64,
+        /// The limit.
+        limit: u64,
+        /// The chain of calls that dominates the expansion.
+        chain: String,
+    },
     /// Differentiation was asked for something it cannot do.
     #[error("autodiff of @{func}: {message}")]
     Autodiff {

@@ -18,11 +18,18 @@
 use crate::error::{CompilerError, Result};
 use std::collections::HashSet;
 use std::ops::Range;
+use weft_ir::callgraph::CallGraph;
 use weft_ir::{Function, Module, Op, ValueDef, ValueId};
 
 /// Calls nested deeper than this are an error (the verifier rejects
-/// recursion; this guards unverified modules).
-const MAX_DEPTH: usize = 64;
+/// recursion and deeper chains; this guards unverified modules).
+const MAX_DEPTH: usize = weft_ir::callgraph::MAX_CALL_DEPTH;
+
+/// The most instructions an inlined function may have: 2^22 (a 32-layer
+/// GPT training step has tens of thousands). Checked before inlining, from
+/// the call graph, so a small module whose functions each call the next
+/// twice is an error instead of an exponential expansion.
+pub const MAX_INLINED_INSTS: u64 = 1 << 22;
 
 /// Inlines every call (transitively) into a copy of function `entry` of `m`.
 pub fn inline_calls(m: &Module, entry: &str) -> Result<Function> {
@@ -43,8 +50,10 @@ pub struct Inlined {
 
 /// Inlines every call (transitively) into a copy of `f`, whose callees are
 /// looked up in `m` (`f` itself need not be in `m`). Errors: a callee that
-/// does not exist, or calls nested more than 64 deep.
+/// does not exist, calls nested more than 64 deep, or an expansion to more
+/// than [`MAX_INLINED_INSTS`] instructions.
 pub fn inline_function(m: &Module, f: &Function) -> Result<Inlined> {
+    check_expanded_size(m, f)?;
     let mut out = Function::new(f.name.clone());
     (out.loc, out.return_loc) = (f.loc, f.return_loc);
     let mut st = State {
@@ -66,6 +75,45 @@ pub fn inline_function(m: &Module, f: &Function) -> Result<Inlined> {
     out.results = st.body(f, &args, &mut out, "", false, 0)?;
     out.result_shardings = f.result_shardings.clone();
     Ok(Inlined { function: out, remat_regions: st.regions })
+}
+
+/// Errors if inlining every call of `f` would give more than
+/// [`MAX_INLINED_INSTS`] instructions, naming the calls that multiply it.
+fn check_expanded_size(m: &Module, f: &Function) -> Result<()> {
+    if !f.insts.iter().any(|i| matches!(i.op, Op::Call { .. })) {
+        return Ok(());
+    }
+    let g = CallGraph::new(m);
+    // Unverified modules may recurse; the depth limit reports those.
+    let Some(sizes) = g.expanded_sizes() else { return Ok(()) };
+    let mut total = 0u64;
+    let mut heaviest: Option<(u64, usize)> = None;
+    for inst in &f.insts {
+        let Op::Call { callee, .. } = &inst.op else {
+            total = total.saturating_add(1);
+            continue;
+        };
+        let Some(c) = g.index(callee) else { continue };
+        total = total.saturating_add(sizes[c]);
+        if heaviest.is_none_or(|(s, _)| sizes[c] > s) {
+            heaviest = Some((sizes[c], c));
+        }
+    }
+    if total <= MAX_INLINED_INSTS {
+        return Ok(());
+    }
+    let chain = match heaviest {
+        Some((_, c)) => {
+            let calls =
+                f.insts.iter().filter(|i| matches!(&i.op, Op::Call { callee, .. } if callee == g.name(c))).count();
+            let times = if calls > 1 { format!(" ({calls} calls)") } else { String::new() };
+            let rest = g.heaviest_chain(c);
+            let rest = rest.split_once(' ').map(|(_, r)| format!(" {r}")).unwrap_or_default();
+            format!("@{} -> @{}{times}{rest}", f.name, g.name(c))
+        }
+        None => format!("@{}", f.name),
+    };
+    Err(CompilerError::ProgramTooLarge { func: f.name.clone(), insts: total, limit: MAX_INLINED_INSTS, chain })
 }
 
 struct State<'a> {

@@ -75,6 +75,23 @@ pub enum IrError {
     /// A host tensor operation or conversion failed.
     #[error("tensor: {0}")]
     Tensor(String),
+    /// Something would need more memory than the limit
+    /// ([`crate::limits::MemoryLimit`]); checked before allocating.
+    #[error(
+        "{what} needs {} ({need} bytes), more than the memory limit of {} ({limit} bytes, from {limit_source}); \
+         set WEFT_MEMORY_LIMIT (or --memory-limit / memory_limit for weft run and weft train) to change it",
+        crate::limits::human_bytes(*need), crate::limits::human_bytes(*limit)
+    )]
+    TooLarge {
+        /// What needs the memory.
+        what: String,
+        /// Bytes needed (an estimate, at least this much).
+        need: u64,
+        /// The limit in bytes.
+        limit: u64,
+        /// Where the limit comes from.
+        limit_source: String,
+    },
     /// Reading or writing a tensor file failed.
     #[error("tensor file {path}: {message}")]
     TensorFile {

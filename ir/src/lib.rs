@@ -12,12 +12,14 @@
 #![warn(missing_docs)]
 
 pub mod builder;
+pub mod callgraph;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod func;
 pub mod infer;
 pub mod interp;
+pub mod limits;
 pub mod literal;
 pub mod mesh;
 pub mod op;

@@ -15,6 +15,11 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The most positions a mesh may have: 2^20. Meshes are enumerated
+/// (device lists, collective groups), so a user-given size must stay far
+/// below what would exhaust memory; real meshes have thousands.
+pub const MAX_DEVICES: usize = 1 << 20;
+
 /// Named axes with sizes, major to minor. No axes: one position.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct MeshShape {
@@ -40,8 +45,15 @@ impl MeshShape {
     }
 
     /// Number of positions: the product of the axis sizes (1 with no axes).
+    /// For a mesh that passed [`MeshShape::check`]; see
+    /// [`MeshShape::checked_num_devices`] for one that has not.
     pub fn num_devices(&self) -> usize {
         self.axes.iter().map(|(_, s)| s).product()
+    }
+
+    /// Number of positions, `None` if the product of the sizes overflows.
+    pub fn checked_num_devices(&self) -> Option<usize> {
+        self.axes.iter().try_fold(1usize, |a, (_, s)| a.checked_mul(*s))
     }
 
     /// The index of axis `name`.
@@ -131,8 +143,13 @@ impl MeshShape {
     }
 
     /// Checks that the mesh is well formed: axis sizes at least 1, names
-    /// unique and non-empty.
+    /// unique and non-empty, at most [`MAX_DEVICES`] positions.
     pub fn check(&self) -> Result<(), String> {
+        match self.checked_num_devices() {
+            Some(n) if n <= MAX_DEVICES => {}
+            Some(n) => return Err(format!("mesh {self}: {n} devices, more than the limit of {MAX_DEVICES}")),
+            None => return Err(format!("mesh {self}: the axis sizes multiply to more than {}", usize::MAX)),
+        }
         for (i, (name, size)) in self.axes.iter().enumerate() {
             if name.is_empty() || *size == 0 {
                 return Err(format!("mesh {self}: axis {i} must have a name and a size >= 1"));
@@ -180,5 +197,9 @@ mod tests {
         assert_eq!(m.block_index(&[vec![1, 0], vec![]], 5), vec![5, 0]);
         assert_eq!(m.to_string(), "{a=2, b=3}");
         assert!(MeshShape::new(&[("a", 2), ("a", 1)]).check().is_err());
+        let huge = MeshShape::new(&[("a", 1 << 32), ("b", 1 << 32)]);
+        assert_eq!(huge.checked_num_devices(), None);
+        assert!(huge.check().unwrap_err().contains("multiply to more than"), "{:?}", huge.check());
+        assert!(MeshShape::new(&[("a", MAX_DEVICES + 1)]).check().unwrap_err().contains("limit of 1048576"));
     }
 }

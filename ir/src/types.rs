@@ -9,6 +9,12 @@ use std::fmt;
 /// A static shape: one extent per dimension, major to minor.
 pub type Shape = Vec<usize>;
 
+/// The most bytes one tensor type may occupy: 2^48 (256 TiB), far above
+/// any memory and far below `usize::MAX`, so the sizes of thousands of
+/// values still add up without overflow. The parser and the verifier
+/// reject larger types.
+pub const MAX_TENSOR_BYTES: usize = 1 << 48;
+
 /// The type of a value: element type and static shape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
@@ -44,6 +50,18 @@ impl TensorType {
         self.num_elements() * self.dtype.size_bytes()
     }
 
+    /// Number of elements, `None` if the product overflows `usize`.
+    pub fn checked_num_elements(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+    }
+
+    /// Bytes of a dense buffer of this type, `None` if that is more than
+    /// [`MAX_TENSOR_BYTES`] (so that sums of a few sizes cannot overflow
+    /// and a buffer of it could be addressed at all).
+    pub fn checked_size_bytes(&self) -> Option<usize> {
+        self.checked_num_elements()?.checked_mul(self.dtype.size_bytes()).filter(|&b| b <= MAX_TENSOR_BYTES)
+    }
+
     /// The same shape with another dtype.
     pub fn with_dtype(&self, dtype: DType) -> TensorType {
         TensorType { dtype, shape: self.shape.clone() }
@@ -76,5 +94,8 @@ mod tests {
         assert_eq!(TensorType::scalar(DType::F32).to_string(), "f32[]");
         assert_eq!(TensorType::scalar(DType::F32).num_elements(), 1);
         assert_eq!(TensorType::new(DType::F32, vec![3, 0]).num_elements(), 0);
+        assert_eq!(TensorType::new(DType::F32, vec![1 << 40, 1 << 30]).checked_num_elements(), None);
+        assert_eq!(TensorType::new(DType::F32, vec![1 << 46, 4]).checked_size_bytes(), None);
+        assert_eq!(TensorType::new(DType::F32, vec![1 << 45, 2]).checked_size_bytes(), Some(1 << 48));
     }
 }

@@ -18,14 +18,18 @@
 //!    the types [`crate::infer()`] derives (this covers dimension numbers in
 //!    range, matching extents, dtype rules, shapes that match annotations).
 //! 7. Every `call` names a function of the module with a matching
-//!    signature, and the call graph has no cycles (no recursion).
+//!    signature, and the call graph has no cycles (no recursion) and no
+//!    chain of nested calls longer than [`MAX_CALL_DEPTH`].
 //! 8. Every function result is a value of the function; `result_shardings`
 //!    is empty or has one entry per result.
-//! 9. Every sharding annotation (on a value, a result, or a
+//! 9. Every value's type occupies at most
+//!    [`MAX_TENSOR_BYTES`](crate::types::MAX_TENSOR_BYTES).
+//! 10. Every sharding annotation (on a value, a result, or a
 //!    `sharding_constraint`/`reshard` op) has the rank of its tensor and
 //!    names no mesh axis twice. (Whether the axes exist and divide the
 //!    dimensions depends on the mesh, and is checked by the compiler.)
 
+use crate::callgraph::{CallGraph, MAX_CALL_DEPTH};
 use crate::{infer, Diagnostic, Function, InstId, IrError, Module, Op, ValueDef, ValueId};
 use std::collections::{HashMap, HashSet};
 
@@ -100,6 +104,22 @@ fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
     let mut defined_by: Vec<Option<ValueDef>> = vec![None; n];
     let mut next = 0usize;
     let mut structural_ok = true;
+
+    // Every type must be addressable (its size computable without overflow).
+    for (i, v) in f.values.iter().enumerate() {
+        if v.ty.checked_size_bytes().is_none() {
+            diags.push(diag(
+                f,
+                f.loc,
+                format!("value %{i}"),
+                format!(
+                    "type {} has too many elements (a tensor may have at most {} bytes)",
+                    v.ty,
+                    crate::types::MAX_TENSOR_BYTES
+                ),
+            ));
+        }
+    }
 
     // Invariants 2 and 3 for parameters.
     for (pos, &p) in f.params.iter().enumerate() {
@@ -308,51 +328,25 @@ fn check_types(m: &Module, f: &Function, id: InstId, diags: &mut Vec<Diagnostic>
 }
 
 fn check_call_cycles(m: &Module, diags: &mut Vec<Diagnostic>) {
-    // Depth-first search over the call graph with colours.
-    let index: HashMap<&str, usize> = m.functions.iter().enumerate().map(|(i, f)| (f.name.as_str(), i)).collect();
-    let callees: Vec<Vec<usize>> = m
-        .functions
-        .iter()
-        .map(|f| {
-            f.insts
-                .iter()
-                .filter_map(|i| match &i.op {
-                    Op::Call { callee, .. } => index.get(callee.as_str()).copied(),
-                    _ => None,
-                })
-                .collect()
-        })
-        .collect();
-    let mut colour = vec![0u8; m.functions.len()];
-    fn visit(v: usize, callees: &[Vec<usize>], colour: &mut [u8], stack: &mut Vec<usize>) -> Option<Vec<usize>> {
-        colour[v] = 1;
-        stack.push(v);
-        for &w in &callees[v] {
-            if colour[w] == 1 {
-                let start = stack.iter().position(|&s| s == w).unwrap_or(0);
-                let mut cycle = stack[start..].to_vec();
-                cycle.push(w);
-                return Some(cycle);
-            }
-            if colour[w] == 0 {
-                if let Some(c) = visit(w, callees, colour, stack) {
-                    return Some(c);
-                }
-            }
-        }
-        stack.pop();
-        colour[v] = 2;
-        None
+    // Explicit worklists (crate::callgraph): a chain of thousands of
+    // functions must not overflow the verifier's stack.
+    let g = CallGraph::new(m);
+    if let Some(cycle) = g.find_cycle() {
+        let f = &m.functions[cycle[0]];
+        let names: Vec<String> = cycle.iter().map(|&i| format!("@{}", g.name(i))).collect();
+        diags.push(diag(f, f.loc, "", format!("recursive calls are not allowed: {}", names.join(" -> "))));
+        return;
     }
-    for v in 0..m.functions.len() {
-        if colour[v] == 0 {
-            let mut stack = Vec::new();
-            if let Some(cycle) = visit(v, &callees, &mut colour, &mut stack) {
-                let f = &m.functions[cycle[0]];
-                let names: Vec<String> = cycle.iter().map(|&i| format!("@{}", m.functions[i].name)).collect();
-                diags.push(diag(f, f.loc, "", format!("recursive calls are not allowed: {}", names.join(" -> "))));
-            }
-        }
+    let Some(depths) = g.depths() else { return };
+    // Report the outermost too-deep function only (its callees are deep too).
+    if let Some(i) = (0..depths.len()).filter(|&i| depths[i] > MAX_CALL_DEPTH).max_by_key(|&i| depths[i]) {
+        let f = &m.functions[i];
+        diags.push(diag(
+            f,
+            f.loc,
+            "",
+            format!("calls nested {} deep, more than the limit of {MAX_CALL_DEPTH}: {}", depths[i], g.deepest_chain(i)),
+        ));
     }
 }
 

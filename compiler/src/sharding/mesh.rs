@@ -10,7 +10,7 @@
 
 use crate::error::{CompilerError, Result};
 use std::fmt;
-use weft_ir::mesh::MeshShape;
+use weft_ir::mesh::{MeshShape, MAX_DEVICES};
 
 /// One named axis of a [`Mesh`].
 #[derive(Clone, Debug, PartialEq)]
@@ -60,7 +60,14 @@ impl Mesh {
             out.push(MeshAxis { name: name.to_string(), size, bandwidth: None, latency: None });
         }
         let shape = MeshShape { axes: out.iter().map(|a| (a.name.clone(), a.size)).collect() };
-        let n = shape.num_devices();
+        // Checked before the device list is allocated: sizes whose product
+        // overflows, or a single huge axis, are errors, not a wrapped count
+        // or an allocation of one entry per device.
+        let n = match shape.checked_num_devices() {
+            Some(n) if n <= MAX_DEVICES => n,
+            Some(n) => return Err(bad(format!("{n} devices, more than the limit of {MAX_DEVICES}"))),
+            None => return Err(bad(format!("the axis sizes multiply to more than {} devices", usize::MAX))),
+        };
         Ok(Mesh { axes: out, shape, devices: (0..n).collect() })
     }
 

@@ -9,16 +9,29 @@
 //! operand instead of copying it when this is its last use.
 
 use super::shape;
+use crate::callgraph::CallGraph;
+use crate::limits::MemoryLimit;
 use crate::tensor::HostTensor;
 use crate::{verify_module, Diagnostic, Function, Inst, IrError, Module, Op, ValueDef, ValueId};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+
+/// The most instructions one run may execute, counting every call's body
+/// each time it is called: 2^24. Checked before running, from the call
+/// graph, so a small module whose functions each call the next twice is an
+/// error instead of a run that never ends.
+pub const MAX_INTERP_INSTS: u64 = 1 << 24;
 
 /// Runs functions of one verified module. Build it once and reuse it.
 pub struct Interpreter<'m> {
     module: &'m Module,
     by_name: HashMap<&'m str, usize>,
     plans: Vec<Plan>,
+    /// Per function, its instructions with calls expanded (`None`: the
+    /// module recurses).
+    expanded: Option<Vec<u64>>,
+    /// No instruction may produce more bytes than this.
+    memory_limit: Option<MemoryLimit>,
 }
 
 /// Per-function liveness, computed once.
@@ -78,7 +91,23 @@ impl<'m> Interpreter<'m> {
     pub fn from_verified(module: &'m Module) -> Interpreter<'m> {
         let by_name = module.functions.iter().enumerate().map(|(i, f)| (f.name.as_str(), i)).collect();
         let plans = module.functions.iter().map(Plan::new).collect();
-        Interpreter { module, by_name, plans }
+        let graph = CallGraph::new(module);
+        Interpreter {
+            module,
+            by_name,
+            plans,
+            expanded: graph.expanded_sizes(),
+            memory_limit: MemoryLimit::detect().ok().flatten(),
+        }
+    }
+
+    /// The same interpreter with another memory limit (`None`: unchecked).
+    /// By default it is [`MemoryLimit::detect`]'s (`WEFT_MEMORY_LIMIT` or
+    /// the machine's memory): an instruction whose results would need more
+    /// is an [`IrError::TooLarge`] before anything is allocated.
+    pub fn with_memory_limit(mut self, limit: Option<MemoryLimit>) -> Interpreter<'m> {
+        self.memory_limit = limit;
+        self
     }
 
     /// The module this interpreter runs.
@@ -87,14 +116,34 @@ impl<'m> Interpreter<'m> {
     }
 
     fn function(&self, name: &str) -> Result<usize, IrError> {
-        self.by_name.get(name).copied().ok_or_else(|| {
+        let fi = self.by_name.get(name).copied().ok_or_else(|| {
             IrError::Interp(Diagnostic {
                 func: name.to_string(),
                 loc: None,
                 subject: String::new(),
                 message: "no function of this name in the module".into(),
             })
-        })
+        })?;
+        let size = self.expanded.as_ref().map(|s| s[fi]);
+        if size.is_none_or(|n| n > MAX_INTERP_INSTS) {
+            let graph = CallGraph::new(self.module);
+            let message = match size {
+                None => "the module has recursive calls (verify it first)".to_string(),
+                Some(n) => format!(
+                    "runs {} instructions once its calls are expanded, more than the interpreter's limit of \
+                     {MAX_INTERP_INSTS}; the calls that multiply it: {}",
+                    if n == u64::MAX { "more than 2^64".to_string() } else { n.to_string() },
+                    graph.heaviest_chain(fi)
+                ),
+            };
+            return Err(IrError::Interp(Diagnostic {
+                func: name.to_string(),
+                loc: None,
+                subject: String::new(),
+                message,
+            }));
+        }
+        Ok(fi)
     }
 
     /// Runs `func` on positional `args` (borrowed, not copied).
@@ -212,10 +261,30 @@ impl<'m> Interpreter<'m> {
             }
             _ => {}
         }
+        if let Some(limit) = &self.memory_limit {
+            let need = inst.results.iter().fold(0u64, |a, &r| a.saturating_add(f.ty(r).size_bytes() as u64));
+            if need > limit.bytes {
+                let results: Vec<String> = inst.results.iter().map(|&r| f.ty(r).to_string()).collect();
+                let subject = crate::verify::inst_subject(f, inst_id(f, inst));
+                let what = format!("in @{}: {subject} (result {})", f.name, results.join(", "));
+                return Err(IrError::TooLarge {
+                    what,
+                    need,
+                    limit: limit.bytes,
+                    limit_source: limit.source.to_string(),
+                });
+            }
+        }
         let xs: Vec<&HostTensor> = inst.operands.iter().map(|&v| operand(env, f, v)).collect();
         let out = super::eval_simple(&inst.op, &xs);
         out.map(|t| vec![t]).map_err(d)
     }
+}
+
+/// The id of `inst`, an instruction of `f`.
+fn inst_id(f: &Function, inst: &Inst) -> crate::InstId {
+    let i = f.insts.iter().position(|x| std::ptr::eq(x, inst)).unwrap_or(0);
+    crate::InstId(i as u32)
 }
 
 /// The value of operand `v`; a missing one is a broken invariant (the

@@ -8,7 +8,6 @@
 //! wrongly annotated program parses as written and is reported there.
 
 use super::ast::{FuncAst, Name};
-use super::literal::element_count;
 use crate::{infer, Function, Loc, Module, ParseError, Signature, SignatureLookup, TensorType, ValueId};
 use std::collections::HashMap;
 
@@ -141,7 +140,7 @@ fn build_function(ast: FuncAst, sigs: &HeaderSigs) -> Result<Function, ParseErro
                         ),
                     ));
                 }
-                if let Some(t) = types.iter().find(|t| element_count(&t.shape).is_none()) {
+                if let Some(t) = types.iter().find(|t| t.checked_size_bytes().is_none()) {
                     return Err(err(inst.loc, format!("the result type {t:?} has too many elements")));
                 }
                 let n = types.len();

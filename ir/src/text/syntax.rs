@@ -7,7 +7,7 @@
 use super::ast::{FuncAst, InstAst, Name, ParamAst, TypeAnn};
 use super::attrs::{take_sharding, Attr, AttrValue, Attrs, AxisItem};
 use super::lexer::{Tok, Token};
-use super::literal::{element_count, LitAst};
+use super::literal::LitAst;
 use super::ops::{make_op, mnemonics, unknown_op, OpParts, SHARDING_ATTRS};
 use crate::{DType, Loc, ParseError, TensorType};
 
@@ -171,10 +171,18 @@ impl Parser {
             _ => p.error("a dimension extent"),
         })?;
         self.expect(']')?;
-        if element_count(&shape).is_none() {
-            return Err(ParseError { loc, message: format!("type {dtype}{shape:?} has too many elements") });
+        let ty = TensorType::new(dtype, shape);
+        if ty.checked_size_bytes().is_none() {
+            return Err(ParseError {
+                loc,
+                message: format!(
+                    "type {dtype}{:?} has too many elements (a tensor may have at most {} bytes)",
+                    ty.shape,
+                    crate::types::MAX_TENSOR_BYTES
+                ),
+            });
         }
-        Ok((TensorType::new(dtype, shape), loc))
+        Ok((ty, loc))
     }
 
     /// A type with an optional value annotation `{sharding = ...}`.
