@@ -28,6 +28,22 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A config key or command-line flag has a value outside its valid
+    /// range (every range is listed in `specs/training.md`).
+    #[error("{key} = {value}: {expected}")]
+    Invalid {
+        /// The config key, with its flag where there is one
+        /// (`steps (--steps)`, `model.d`).
+        key: String,
+        /// The value given.
+        value: String,
+        /// The valid range, and why where it is not obvious.
+        expected: String,
+    },
+    /// `--resume` cannot resume: no checkpoint directory or no valid
+    /// checkpoint in it, or the checkpoint is past the configured steps.
+    #[error("--resume: {0}")]
+    Resume(String),
     /// The command line asked for something that does not exist or fit.
     #[error("{0}")]
     Usage(String),

@@ -156,5 +156,6 @@ fn zero_worker_threads_is_a_named_error() {
     let mut c = RunConfig::from_toml(MLP).unwrap();
     c.threads = Some(0);
     let e = run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}).expect_err("rejected");
-    assert!(e.to_string().contains("at least 1 worker thread"), "{e}");
+    assert!(matches!(&e, weft::Error::Invalid { key, .. } if key == "threads (--threads)"), "{e:?}");
+    assert_eq!(e.to_string(), "threads (--threads) = 0: must be an integer in [1, 1024]");
 }

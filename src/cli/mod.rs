@@ -45,6 +45,11 @@ pub enum Command {
         /// The function to run (default: `main`, else the module's only function).
         #[arg(long = "func")]
         func: Option<String>,
+        /// The memory the program may use, e.g. `16GiB` (default: the
+        /// WEFT_MEMORY_LIMIT environment variable, else the machine's
+        /// memory); its peak of live tensors is checked before it runs.
+        #[arg(long)]
+        memory_limit: Option<String>,
     },
     /// Propagate shardings over a mesh: print the program with every value's
     /// sharding and the reshards inserted, and explain or draw values.
@@ -146,10 +151,21 @@ pub struct TrainArgs {
     /// A fixed batch by input name (safetensors).
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Continue from the newest valid checkpoint.
+    /// The memory the run may use, e.g. `16GiB` (default: the
+    /// WEFT_MEMORY_LIMIT environment variable, else the machine's memory).
+    /// The run's estimated memory is checked against it before anything
+    /// is allocated.
+    #[arg(long)]
+    pub memory_limit: Option<String>,
+    /// Continue from the newest valid checkpoint. A checkpoint directory
+    /// that does not exist or holds no valid checkpoint is an error.
     #[arg(long)]
     pub resume: bool,
-    /// No progress bar.
+    /// Like --resume, but start from step 0 (with a warning) when there is
+    /// no valid checkpoint yet.
+    #[arg(long, conflicts_with = "resume")]
+    pub resume_or_start: bool,
+    /// No progress bar (warnings and the run's description still print).
     #[arg(long, short)]
     pub quiet: bool,
 }
@@ -169,7 +185,9 @@ impl TrainArgs {
             metrics: self.metrics,
             init: self.init,
             data: self.data,
+            memory_limit: self.memory_limit,
             resume: self.resume,
+            resume_or_start: self.resume_or_start,
             quiet: self.quiet,
         }
     }
@@ -180,8 +198,8 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { file } => check::check(&file),
-        Command::Run { file, inputs, output, func } => {
-            run::run(&file, inputs.as_deref(), output.as_deref(), func.as_deref())
+        Command::Run { file, inputs, output, func, memory_limit } => {
+            run::run(&file, inputs.as_deref(), output.as_deref(), func.as_deref(), memory_limit.as_deref())
         }
         Command::Shard { file, mesh, func, explain, show, auto, memory_budget } => {
             shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show, auto, memory_budget })
@@ -198,7 +216,7 @@ pub fn main() -> i32 {
         Err(e) => {
             eprintln!("error: {e}");
             match e {
-                crate::Error::Usage(_) => 2,
+                crate::Error::Usage(_) | crate::Error::Invalid { .. } => 2,
                 _ => 1,
             }
         }

@@ -1,7 +1,7 @@
 //! `weft train CONFIG.toml [flags]`.
 
 use crate::error::{read_to_string, Error, Result};
-use crate::runner::{run_session, Overrides, RunConfig};
+use crate::runner::{run_session, Line, Overrides, RunConfig};
 use std::path::Path;
 
 /// Runs an experiment. Returns the exit code.
@@ -9,11 +9,11 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
     let text = read_to_string(config)?;
     let c = RunConfig::from_toml(&text).map_err(|e| Error::Usage(format!("{}: {e}", config.display())))?;
     let c = ov.apply(c);
-    let quiet = ov.quiet;
-    let summary = run_session(&c, ov, &mut |line| {
-        if !quiet {
-            println!("{line}")
-        }
+    // `-q` hides the progress bar only: what the run does goes to stdout
+    // and warnings to stderr, always.
+    let summary = run_session(&c, ov, &mut |line| match line {
+        Line::Info(l) => println!("{l}"),
+        Line::Warn(l) => eprintln!("warning: {l}"),
     })?;
     match summary.metrics.last() {
         Some((s, m)) => println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], summary.steps_per_sec),

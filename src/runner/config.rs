@@ -25,7 +25,9 @@
 //! keep_last = 3
 //! ```
 //!
-//! Unknown keys are errors (a typo never silently does nothing).
+//! Unknown keys are errors (a typo never silently does nothing), and every
+//! value is range-checked before anything is built (`super::validate`; the
+//! ranges are listed in `specs/training.md`).
 
 use crate::models::{gpt::GptConfig, mlp::MlpConfig};
 use serde::{Deserialize, Serialize};
@@ -57,6 +59,10 @@ pub struct RunConfig {
     /// Where to append one JSON object per step.
     #[serde(default)]
     pub metrics: Option<PathBuf>,
+    /// The memory the run may need (`16GiB`); default `WEFT_MEMORY_LIMIT`,
+    /// else the machine's memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
     /// The model.
     pub model: ModelConfig,
     /// The optimizer and schedule.

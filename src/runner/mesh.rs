@@ -24,6 +24,7 @@ use weft_compiler::partition::{compile_with_stable_state, shard_tensor, unshard_
 use weft_compiler::sharding::{Mesh, PropagateOptions};
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::device::simulate;
+use weft_ir::limits::MemoryLimit;
 use weft_ir::tensor::HostTensor;
 use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, TransferStats};
 
@@ -57,10 +58,32 @@ impl MeshExecutor {
     /// to run on `backend`; `threads` is the number of worker threads
     /// (`None`: one per device).
     pub fn new(step: &TrainStep, mesh: &Mesh, backend: MeshBackend, threads: Option<usize>) -> Result<MeshExecutor> {
+        MeshExecutor::with_limit(step, mesh, backend, threads, None)
+    }
+
+    /// [`MeshExecutor::new`], checking after compilation and before any
+    /// device is opened that every device's static peak of live bytes,
+    /// together, fits `limit` (all simulated devices share the host).
+    pub fn with_limit(
+        step: &TrainStep,
+        mesh: &Mesh,
+        backend: MeshBackend,
+        threads: Option<usize>,
+        limit: Option<&MemoryLimit>,
+    ) -> Result<MeshExecutor> {
         let ns = step.state.len();
         let (pf, mut phases) =
             compile_with_stable_state(&step.module, "train_step", mesh, &PropagateOptions::default(), ns)?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
+        if let Some(limit) = limit {
+            let peak = pf.report().peak_live_bytes as u64;
+            let n = mesh.num_devices() as u64;
+            let what = format!(
+                "the partitioned training step ({n} devices x {} peak live bytes each)",
+                weft_ir::limits::human_bytes(peak)
+            );
+            limit.check(&what, peak.saturating_mul(n))?;
+        }
         if let Some(path) = std::env::var_os("WEFT_DUMP_DEVICE_PROGRAM") {
             let text = weft_ir::device::print_program(&pf.program);
             std::fs::write(&path, text).map_err(|source| crate::error::Error::Io { path: path.into(), source })?;

@@ -50,8 +50,14 @@ impl MetricsWriter {
             Err(e) => return Err(io(path, e)),
         };
         // Replace the file atomically: a kill during the rewrite must not
-        // lose the lines being kept.
-        let tmp = path.with_extension("jsonl.tmp");
+        // lose the lines being kept. The directory may not exist yet (a
+        // resumed run given a new --metrics path).
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        }
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(".tmp");
+        let tmp = path.with_file_name(tmp_name);
         {
             let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
             for l in &keep {

@@ -7,16 +7,18 @@
 //! revision, mesh, device mapping, seed) beside the checkpoints.
 
 pub mod config;
+pub mod estimate;
 mod exec;
 mod mesh;
 mod metrics;
 mod session;
+pub mod validate;
 
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use session::{default_backend, executor, run_session};
+pub use session::{default_backend, executor, run_session, Line};
 
 use crate::checkpoint::MeshSpec;
 use crate::error::{Error, Result};
@@ -52,9 +54,16 @@ pub struct Overrides {
     pub init: Option<PathBuf>,
     /// `--data FILE.safetensors`: a fixed batch by input name.
     pub data: Option<PathBuf>,
-    /// `--resume`.
+    /// `--memory-limit` (`16GiB`).
+    pub memory_limit: Option<String>,
+    /// `--resume`: continue from the newest valid checkpoint; no
+    /// checkpoint directory, or no valid checkpoint in it, is an error.
     pub resume: bool,
-    /// No progress bar (for tests and logs).
+    /// `--resume-or-start`: like `--resume`, but start from step 0 (with a
+    /// warning) when there is no checkpoint yet.
+    pub resume_or_start: bool,
+    /// No progress bar (for tests and logs); every other line is still
+    /// reported.
     pub quiet: bool,
 }
 
@@ -81,6 +90,9 @@ impl Overrides {
         }
         if let Some(m) = &self.metrics {
             c.metrics = Some(m.clone());
+        }
+        if let Some(m) = &self.memory_limit {
+            c.memory_limit = Some(m.clone());
         }
         if let Some(d) = &self.checkpoint_dir {
             let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(10);
@@ -111,20 +123,25 @@ fn usage(e: impl std::fmt::Display) -> Error {
     Error::Usage(e.to_string())
 }
 
-/// Builds the training step and initial values of a config on a mesh with
-/// axes `axes`.
+/// Builds the training step and initial values of a (validated) config on
+/// a mesh with axes `axes`. With `micro_batches = k`, the model is built for
+/// micro-batches of `batch / k` rows and the step takes the whole batch
+/// (`build_train_step` splits it), so a step equals the full-batch step.
 pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared> {
     let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(usage)?;
     let mut tc = c.optimizer.train_config().map_err(usage)?;
+    let k = c.optimizer.micro_batches.max(1);
     let slots = tc.optimizer.slots();
     let (module, params, batch) = if let Some(cfg) = c.model.mlp().map_err(usage)? {
         let sh = strategy::shardings(strategy, &strategy::mlp_params(&cfg), &strategy::MLP_BATCH, slots, axes);
         let inputs = sh.configure(&mut tc);
-        (mlp::build(&cfg, &inputs)?, mlp::init(&cfg, c.seed), mlp::synthetic_batch(&cfg, c.seed))
+        let micro = mlp::MlpConfig { batch: cfg.batch / k, ..cfg.clone() };
+        (mlp::build(&micro, &inputs)?, mlp::init(&cfg, c.seed), mlp::synthetic_batch(&cfg, c.seed))
     } else if let Some(cfg) = c.model.gpt().map_err(usage)? {
         let sh = strategy::shardings(strategy, &strategy::gpt_params(&cfg), &strategy::GPT_BATCH, slots, axes);
         let inputs = sh.configure(&mut tc);
-        (gpt::build(&cfg, &inputs)?, gpt::init(&cfg, c.seed), gpt::synthetic_batch(&cfg, c.seed))
+        let micro = gpt::GptConfig { batch: cfg.batch / k, ..cfg.clone() };
+        (gpt::build(&micro, &inputs)?, gpt::init(&cfg, c.seed), gpt::synthetic_batch(&cfg, c.seed))
     } else {
         unreachable!("ModelConfig has two kinds")
     };
@@ -137,6 +154,24 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
         Some(p) => read_safetensors(p)?,
         None => batch,
     };
+    step.check_batch(&batch).map_err(|e| match &ov.data {
+        Some(p) => Error::Usage(format!("--data {}: {e}", p.display())),
+        None => Error::from(e),
+    })?;
+    if let (Some(cfg), Some(p)) = (c.model.gpt().map_err(usage)?, &ov.data) {
+        // Token ids index the embedding and the logits: out of range, they
+        // would read another row or nothing at all.
+        for name in ["tokens", "targets"] {
+            let bad = batch[name].to_f64_vec().into_iter().find(|&t| !(t >= 0.0 && t < cfg.vocab as f64));
+            if let Some(t) = bad {
+                return Err(Error::Usage(format!(
+                    "--data {}: `{name}` holds {t}, outside the vocabulary 0..{}",
+                    p.display(),
+                    cfg.vocab
+                )));
+            }
+        }
+    }
     Ok(Prepared { step, params, batch, strategy })
 }
 

@@ -3,8 +3,73 @@
 use super::mesh::{MeshBackend, MeshExecutor};
 use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
 use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
+use crate::checkpoint::{Manifest, MeshSpec};
 use crate::error::{Error, Result};
 use weft_compiler::sharding::Mesh;
+use weft_ir::limits::MemoryLimit;
+
+/// Errors before anything is built when `--resume` cannot resume: no
+/// checkpoint directory configured, or (without `--resume-or-start`) one
+/// that does not exist.
+fn check_resumable(c: &RunConfig, ov: &Overrides) -> Result<()> {
+    let Some(k) = &c.checkpoint else {
+        return Err(Error::Resume("needs a checkpoint directory ([checkpoint] dir or --checkpoint-dir)".into()));
+    };
+    if !ov.resume_or_start && !k.dir.is_dir() {
+        return Err(Error::Resume(format!(
+            "the checkpoint directory {} does not exist; pass --resume-or-start to start from step 0 when there is \
+             no checkpoint yet",
+            k.dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Warns when the checkpoint being resumed was saved on another mesh or
+/// with other layouts (it is resharded on load).
+fn warn_layout_changes(
+    saved: &Manifest,
+    spec: &MeshSpec,
+    prepared: &super::Prepared,
+    exec: &dyn Executor,
+    log: &mut dyn FnMut(Line),
+) {
+    let fmt_mesh = |axes: &[(String, usize)]| {
+        if axes.is_empty() {
+            "one device".to_string()
+        } else {
+            axes.iter().map(|(n, s)| format!("{n}={s}")).collect::<Vec<_>>().join(",")
+        }
+    };
+    if saved.mesh != spec.axes {
+        log(Line::Warn(format!(
+            "the checkpoint at step {} was saved on mesh {}; resharding it onto mesh {}",
+            saved.step,
+            fmt_mesh(&saved.mesh),
+            fmt_mesh(&spec.axes)
+        )));
+    }
+    let layouts = exec.state_layout(&prepared.step);
+    let changed: Vec<&str> = prepared
+        .step
+        .state
+        .iter()
+        .zip(&layouts)
+        .filter(|(l, now)| {
+            let now: Vec<Vec<String>> = now.dims.iter().map(|d| d.axes.clone()).collect();
+            saved.leaves.iter().find(|e| e.name == l.name).is_some_and(|e| e.sharding != now)
+        })
+        .map(|(l, _)| l.name.as_str())
+        .collect();
+    if !changed.is_empty() {
+        let shown = changed.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+        let more = if changed.len() > 3 { format!(" and {} more", changed.len() - 3) } else { String::new() };
+        log(Line::Warn(format!(
+            "{} state leaves change layout on resume ({shown}{more}); they are resharded on load",
+            changed.len()
+        )));
+    }
+}
 
 /// Builds the executor for `backend` on `mesh`: `interp` (the unsharded
 /// interpreter, one device), `sim` (the reference device-program simulator)
@@ -14,6 +79,18 @@ pub fn executor(
     mesh: &Mesh,
     prepared: &super::Prepared,
     threads: Option<usize>,
+) -> Result<Box<dyn Executor>> {
+    executor_with_limit(backend, mesh, prepared, threads, None)
+}
+
+/// [`executor`], checking the compiled program's memory against `limit`
+/// before any device memory is allocated.
+fn executor_with_limit(
+    backend: &str,
+    mesh: &Mesh,
+    prepared: &super::Prepared,
+    threads: Option<usize>,
+    limit: Option<&MemoryLimit>,
 ) -> Result<Box<dyn Executor>> {
     match backend {
         "interp" => {
@@ -25,48 +102,59 @@ pub fn executor(
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        "sim" => Ok(Box::new(MeshExecutor::new(&prepared.step, mesh, MeshBackend::Simulator, None)?)),
+        "sim" => Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, MeshBackend::Simulator, None, limit)?)),
         other => {
             let kind = weft_runtime::select_backend(Some(other))?;
-            Ok(Box::new(MeshExecutor::new(&prepared.step, mesh, MeshBackend::Devices(kind), threads)?))
+            Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, MeshBackend::Devices(kind), threads, limit)?))
         }
     }
 }
 
+/// A line a session reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Line {
+    /// What the run does (mesh, devices, compile time, resumed step).
+    Info(String),
+    /// Something the user must see even with `-q`: checkpoints skipped as
+    /// corrupt, a start from step 0, a layout change on resume.
+    Warn(String),
+}
+
 /// Runs a whole session; `log` receives the lines a user sees.
-pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -> Result<RunSummary> {
-    let mesh = Mesh::parse(c.mesh.as_deref().unwrap_or("data=1")).map_err(|e| Error::Usage(format!("mesh: {e}")))?;
-    if c.threads == Some(0) {
-        return Err(Error::Usage("threads = 0: a runtime backend needs at least 1 worker thread".into()));
+pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> Result<RunSummary> {
+    // Everything the user gave is checked before anything is built.
+    let mesh = super::validate::validate(c)?;
+    let limit = super::estimate::memory_limit(c)?;
+    super::estimate::check(c, limit.as_ref())?;
+    let resume = ov.resume || ov.resume_or_start;
+    if resume {
+        check_resumable(c, ov)?;
     }
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
     let clock = std::time::Instant::now();
     let prepared = prepare(c, &axes, ov)?;
     let mut compile_secs = vec![("train step".to_string(), clock.elapsed().as_secs_f64())];
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
-    let mut exec = executor(&backend, &mesh, &prepared, c.threads)?;
+    let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref())?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
-    log(format!(
+    log(Line::Info(format!(
         "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
         mesh.num_devices(),
         prepared.strategy,
         c.steps,
         c.seed
-    ));
-    log(exec.describe());
+    )));
+    log(Line::Info(exec.describe()));
 
     let mut manager = match &c.checkpoint {
-        Some(k) if k.dir.as_os_str().is_empty() => {
-            return Err(Error::Usage("[checkpoint] needs a `dir` (or pass --checkpoint-dir)".into()));
-        }
         Some(k) => {
             let opts = CheckpointOptions {
-                retention: Retention { keep_last: Some(k.keep_last.max(1)), keep_every: k.keep_every },
+                retention: Retention { keep_last: Some(k.keep_last), keep_every: k.keep_every },
                 ..Default::default()
             };
             let m = CheckpointManager::open(&k.dir, opts)?;
             for p in m.cleaned() {
-                log(format!("removed the unfinished checkpoint {}", p.display()));
+                log(Line::Warn(format!("removed the unfinished checkpoint {}", p.display())));
             }
             Some(m)
         }
@@ -75,45 +163,74 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
     let spec = mesh_spec(&mesh);
     let mut first = 0;
     let mut resumed = false;
-    if ov.resume {
-        let m = manager.as_ref().ok_or_else(|| Error::Usage("--resume needs a checkpoint directory".into()))?;
+    if resume {
+        let m = manager.as_ref().ok_or_else(|| Error::Resume("needs a checkpoint directory".into()))?;
         let latest = m.latest_valid_step()?;
         for s in &latest.skipped {
-            log(format!("skipping step {}: {}", s.step, s.error));
+            log(Line::Warn(format!("skipping the checkpoint at step {}: {}", s.step, s.error)));
         }
-        if let Some(step) = latest.step {
-            // Restore onto this run's mesh and layout, whatever the saved
-            // one was (resharding on load).
-            let mut target = RestoreTarget::new(spec.clone());
-            for (l, s) in prepared.step.state.iter().zip(exec.state_layout(&prepared.step)) {
-                target.insert(l.name.clone(), l.ty.clone(), Some(s));
+        match latest.step {
+            Some(step) if step > c.steps => {
+                return Err(Error::Resume(format!(
+                    "the newest valid checkpoint in {} is at step {step}, past the run's {} steps; \
+                     raise steps (--steps) to at least {step} to continue it",
+                    m.root().display(),
+                    c.steps
+                )));
             }
-            let restored = m.restore(Some(step), &target)?;
-            let tree = restored.state.to_tree().map_err(|e| Error::Usage(format!("restoring step {step}: {e}")))?;
-            exec.load(&prepared.step, &tree)?;
-            first = step;
-            resumed = true;
-            log(format!("resuming from step {step}"));
-        } else {
-            log("no valid checkpoint: starting from step 0".into());
+            Some(step) => {
+                let saved = m.validate(step)?;
+                warn_layout_changes(&saved, &spec, &prepared, exec.as_ref(), log);
+                // Restore onto this run's mesh and layout, whatever the saved
+                // one was (resharding on load).
+                let mut target = RestoreTarget::new(spec.clone());
+                for (l, s) in prepared.step.state.iter().zip(exec.state_layout(&prepared.step)) {
+                    target.insert(l.name.clone(), l.ty.clone(), Some(s));
+                }
+                let restored = m.restore(Some(step), &target)?;
+                let tree = restored.state.to_tree().map_err(|e| Error::Usage(format!("restoring step {step}: {e}")))?;
+                exec.load(&prepared.step, &tree)?;
+                first = step;
+                resumed = true;
+                log(Line::Info(format!("resuming from step {step}")));
+            }
+            None if ov.resume_or_start => {
+                let why = if latest.skipped.is_empty() { "none yet" } else { "every one is corrupt" };
+                log(Line::Warn(format!("no valid checkpoint in {} ({why}): starting from step 0", m.root().display())));
+            }
+            None => {
+                let why = if latest.skipped.is_empty() {
+                    "it holds none".to_string()
+                } else {
+                    format!("all {} are corrupt (see the warnings above)", latest.skipped.len())
+                };
+                return Err(Error::Resume(format!(
+                    "no valid checkpoint in {}: {why}; pass --resume-or-start to start from step 0 when there \
+                     is none",
+                    m.root().display()
+                )));
+            }
         }
     }
     if !resumed {
-        let state = prepared.step.init_state(&prepared.params, c.seed, 1.0)?;
+        let state = prepared.step.init_state(&prepared.params, c.seed, 1.0).map_err(|e| match &ov.init {
+            Some(p) => Error::Usage(format!("--init {}: {e}", p.display())),
+            None => Error::from(e),
+        })?;
         exec.load(&prepared.step, &state)?;
     }
-    log(format!(
+    log(Line::Info(format!(
         "compiled in {:.2} s ({})",
         compile_secs.iter().map(|(_, t)| t).sum::<f64>(),
         compile_secs.iter().map(|(n, t)| format!("{n} {:.0} ms", t * 1e3)).collect::<Vec<_>>().join(", ")
-    ));
+    )));
     write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, None)?;
     let mut writer = match &c.metrics {
         Some(p) if resumed => Some(MetricsWriter::open_resume(p, first)?),
         Some(p) => Some(MetricsWriter::open(p, false)?),
         None => None,
     };
-    let every = c.checkpoint.as_ref().map(|k| k.every.max(1)).unwrap_or(u64::MAX);
+    let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(u64::MAX);
     let total = c.steps;
     let mut summary = run_steps(
         c,
@@ -137,11 +254,11 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(String)) -
     }
     summary.compile_secs = compile_secs;
     if let Some(t) = summary.steady_step_secs() {
-        log(format!(
+        log(Line::Info(format!(
             "steady-state step {:.2} ms (median of {} steps after the first)",
             t * 1e3,
             summary.step_secs.len().saturating_sub(1).max(1)
-        ));
+        )));
     }
     write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, Some(&summary))?;
     Ok(summary)

@@ -1,0 +1,131 @@
+//! What a training run will need in memory, estimated from the config
+//! alone (checked arithmetic, before anything is built or allocated), and
+//! compared with the memory limit.
+//!
+//! The estimate is a lower bound of what the run holds at once on the host
+//! (all simulated devices share it): the initial parameters, the initial
+//! state (parameters and optimizer slots), one device copy of that state,
+//! the batch, and the activations one step keeps for its backward pass.
+//! After compilation the partitioned program's static peak per device is
+//! checked too ([`super::MeshExecutor::with_limit`]).
+
+use super::config::{ModelConfig, RunConfig};
+use crate::error::Result;
+use weft_ir::limits::MemoryLimit;
+
+/// The parts of a run's memory estimate, in bytes (saturating).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    /// Trainable parameters (elements).
+    pub params: u64,
+    /// Training state: parameters and optimizer slots, f32.
+    pub state_bytes: u64,
+    /// The batch (inputs and targets).
+    pub batch_bytes: u64,
+    /// Activations kept for the backward pass of one step.
+    pub activation_bytes: u64,
+}
+
+impl Estimate {
+    /// The total: initial parameters, initial state, one device copy of
+    /// the state, the batch, and the activations.
+    pub fn total(&self) -> u64 {
+        let param_bytes = self.params.saturating_mul(4);
+        param_bytes
+            .saturating_add(self.state_bytes.saturating_mul(2))
+            .saturating_add(self.batch_bytes)
+            .saturating_add(self.activation_bytes)
+    }
+}
+
+fn mul(xs: &[usize]) -> u64 {
+    xs.iter().fold(1u64, |a, &x| a.saturating_mul(x as u64))
+}
+
+/// Estimates the memory of a run of `c` (whose sizes are validated).
+pub fn estimate(c: &RunConfig) -> Estimate {
+    let slots: u64 = match c.optimizer.kind.as_str() {
+        "adamw" => 2,
+        _ if c.optimizer.momentum != 0.0 => 1,
+        _ => 0,
+    };
+    let (params, batch_elems, act_elems) = match &c.model {
+        &ModelConfig::Mlp { layers, d, h, batch, .. } => {
+            let params = mul(&[layers, 2, d, h]);
+            let batch_elems = mul(&[2, batch, d]);
+            // Per layer: the input, the pre-activation and the activation.
+            let acts = mul(&[layers, batch]).saturating_mul((d as u64).saturating_add(mul(&[2, h])));
+            (params, batch_elems, acts)
+        }
+        &ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, .. } => {
+            let c2 = mul(&[d_model, d_model]);
+            // Per block: 12 C^2 weights and 9 C gains and biases.
+            let block = c2.saturating_mul(12).saturating_add(mul(&[9, d_model]));
+            let params = mul(&[layers])
+                .saturating_mul(block)
+                .saturating_add(mul(&[2, vocab, d_model]))
+                .saturating_add(mul(&[seq, d_model]))
+                .saturating_add(mul(&[2, d_model]));
+            let tokens = mul(&[batch, seq]);
+            let batch_elems = tokens.saturating_mul(2);
+            // Per block: about 16 C values per token (qkv, attention out,
+            // MLP 4C twice, norms) and the heads x T x T attention scores
+            // and probabilities; then the logits and their softmax.
+            let per_block =
+                tokens.saturating_mul(mul(&[16, d_model])).saturating_add(mul(&[2, batch, heads, seq, seq]));
+            let acts = mul(&[layers]).saturating_mul(per_block).saturating_add(tokens.saturating_mul(mul(&[2, vocab])));
+            (params, batch_elems, acts)
+        }
+    };
+    Estimate {
+        params,
+        state_bytes: params.saturating_mul(1 + slots).saturating_mul(4),
+        batch_bytes: batch_elems.saturating_mul(4),
+        activation_bytes: act_elems.saturating_mul(4),
+    }
+}
+
+/// The run's memory limit: `memory_limit` (from the config or
+/// `--memory-limit`), else `WEFT_MEMORY_LIMIT`, else the machine's memory.
+pub fn memory_limit(c: &RunConfig) -> Result<Option<MemoryLimit>> {
+    Ok(MemoryLimit::resolve(c.memory_limit.as_deref(), "memory_limit (--memory-limit)")?)
+}
+
+/// Errors if the estimate of `c` exceeds the limit.
+pub fn check(c: &RunConfig, limit: Option<&MemoryLimit>) -> Result<()> {
+    let Some(limit) = limit else { return Ok(()) };
+    let e = estimate(c);
+    let kind = match c.model {
+        ModelConfig::Mlp { .. } => "mlp",
+        ModelConfig::Gpt { .. } => "gpt",
+    };
+    let what = format!(
+        "the run ({kind} with {} parameters: state {}, batch {}, activations {}, with host copies)",
+        e.params,
+        weft_ir::limits::human_bytes(e.state_bytes),
+        weft_ir::limits::human_bytes(e.batch_bytes),
+        weft_ir::limits::human_bytes(e.activation_bytes)
+    );
+    Ok(limit.check(&what, e.total())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_counts_parameters_exactly() {
+        let c = RunConfig::from_toml("steps = 1\n[model]\nkind = \"mlp\"\nlayers = 2\nd = 16\nh = 32\nbatch = 8\n")
+            .unwrap();
+        let e = estimate(&c);
+        assert_eq!(e.params, 2 * 2 * 16 * 32);
+        assert_eq!(e.state_bytes, e.params * 4);
+        let p = crate::models::mlp::param_shapes(&c.model.mlp().unwrap().unwrap());
+        assert_eq!(e.params, p.iter().map(|(_, s)| s.iter().product::<usize>() as u64).sum::<u64>());
+        let g = RunConfig::from_toml("steps = 1\n[model]\nkind = \"gpt\"\n[optimizer]\nkind = \"adamw\"\n").unwrap();
+        let e = estimate(&g);
+        let p = crate::models::gpt::param_shapes(&g.model.gpt().unwrap().unwrap());
+        assert_eq!(e.params, p.iter().map(|(_, s)| s.iter().product::<usize>() as u64).sum::<u64>());
+        assert_eq!(e.state_bytes, e.params * 3 * 4);
+    }
+}

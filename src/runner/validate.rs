@@ -1,0 +1,340 @@
+//! The one validation layer of `weft train`: every config key (and the flag
+//! that overrides it) has a documented valid range, checked before anything
+//! is built. [`KEYS`] is the table; `specs/training.md` prints it
+//! ([`spec_table`], kept equal by a test), and [`validate`] checks a config
+//! against it plus the rules that relate keys (heads divide `d_model`,
+//! micro-batches divide the batch).
+
+use super::config::{ModelConfig, RunConfig};
+use crate::error::{Error, Result};
+use weft_compiler::sharding::Mesh;
+
+/// The valid values of a key.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Range {
+    /// An integer in `min..=max`.
+    Int {
+        /// Smallest valid value.
+        min: u64,
+        /// Largest valid value.
+        max: u64,
+    },
+    /// A finite number in `[min, max)` or `(min, max]` etc.
+    Float {
+        /// Lower bound.
+        min: f64,
+        /// Whether `min` itself is valid.
+        min_inclusive: bool,
+        /// Upper bound (`f64::INFINITY`: none; infinity itself is never valid).
+        max: f64,
+        /// Whether `max` itself is valid.
+        max_inclusive: bool,
+    },
+    /// One of these names.
+    OneOf(&'static [&'static str]),
+    /// Free text with the stated form.
+    Text(&'static str),
+}
+
+impl Range {
+    /// The range as the spec table prints it.
+    pub fn describe(&self) -> String {
+        match *self {
+            Range::Int { min, max } => format!("an integer in [{min}, {max}]"),
+            Range::Float { min, min_inclusive, max, max_inclusive } => {
+                let lo = if min_inclusive { "[" } else { "(" };
+                let hi = if max_inclusive { "]" } else { ")" };
+                let max = if max.is_infinite() { "∞".to_string() } else { max.to_string() };
+                format!("a finite number in {lo}{min}, {max}{hi}")
+            }
+            Range::OneOf(names) => names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+            Range::Text(t) => t.to_string(),
+        }
+    }
+}
+
+/// One config key.
+#[derive(Clone, Copy, Debug)]
+pub struct KeySpec {
+    /// The key as written in the TOML (`model.d` is `d` under `[model]`).
+    pub key: &'static str,
+    /// The `weft train` flag that overrides it, if any.
+    pub flag: Option<&'static str>,
+    /// Its valid values.
+    pub range: Range,
+    /// The default when absent.
+    pub default: &'static str,
+    /// Rules that relate it to other keys, or what it means.
+    pub note: &'static str,
+}
+
+const fn int(min: u64, max: u64) -> Range {
+    Range::Int { min, max }
+}
+
+/// The most training steps (and checkpoint/schedule step counts): 10^12.
+pub const MAX_STEPS: u64 = 1_000_000_000_000;
+/// The most worker threads, and devices of a `weft train` mesh.
+pub const MAX_DEVICES: u64 = super::MAX_SIMULATED_DEVICES as u64;
+/// The largest model width, hidden width or batch: 2^20.
+pub const MAX_DIM: u64 = 1 << 20;
+/// The most layers: 4096.
+pub const MAX_LAYERS: u64 = 4096;
+/// The largest vocabulary: 2^24 (token ids are exact in i32 and f32).
+pub const MAX_VOCAB: u64 = 1 << 24;
+/// The longest sequence and widest GPT model: 2^16.
+pub const MAX_SEQ: u64 = 1 << 16;
+
+const DTYPES: &[&str] = &["f32", "bf16", "f16", "f64"];
+
+/// Every config key, its flag, range and default.
+#[rustfmt::skip]
+pub const KEYS: &[KeySpec] = &[
+    KeySpec { key: "steps", flag: Some("--steps"), range: int(1, MAX_STEPS), default: "(required)", note: "with `--resume`, at least the checkpoint's step" },
+    KeySpec { key: "seed", flag: Some("--seed"), range: int(0, u64::MAX), default: "0", note: "" },
+    KeySpec { key: "mesh", flag: Some("--mesh"), range: Range::Text("`name=size,...`; sizes ≥ 1, at most 1024 devices in all"), default: "one device", note: "" },
+    KeySpec { key: "strategy", flag: Some("--strategy"), range: Range::OneOf(&["none", "dp", "tp", "fsdp", "fsdp_tp", "zero1", "zero2", "zero3"]), default: "`none`", note: "" },
+    KeySpec { key: "backend", flag: Some("--backend"), range: Range::OneOf(&["cpu", "cpu-ref", "wgpu", "cuda", "sim", "interp"]), default: "`cpu`", note: "`interp` needs a one-device mesh" },
+    KeySpec { key: "threads", flag: Some("--threads"), range: int(1, MAX_DEVICES), default: "one per device", note: "" },
+    KeySpec { key: "metrics", flag: Some("--metrics"), range: Range::Text("a file path"), default: "none", note: "" },
+    KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
+    KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt"]), default: "(required)", note: "" },
+    KeySpec { key: "model.layers", flag: None, range: int(1, MAX_LAYERS), default: "2", note: "" },
+    KeySpec { key: "model.d", flag: None, range: int(1, MAX_DIM), default: "16", note: "mlp" },
+    KeySpec { key: "model.h", flag: None, range: int(1, MAX_DIM), default: "32", note: "mlp" },
+    KeySpec { key: "model.batch", flag: None, range: int(1, MAX_DIM), default: "8", note: "a multiple of `optimizer.micro_batches`" },
+    KeySpec { key: "model.compute", flag: None, range: Range::OneOf(DTYPES), default: "`f32`", note: "" },
+    KeySpec { key: "model.vocab", flag: None, range: int(2, MAX_VOCAB), default: "32", note: "gpt" },
+    KeySpec { key: "model.seq", flag: None, range: int(1, MAX_SEQ), default: "8", note: "gpt" },
+    KeySpec { key: "model.d_model", flag: None, range: int(1, MAX_SEQ), default: "16", note: "gpt; a multiple of `model.heads`" },
+    KeySpec { key: "model.heads", flag: None, range: int(1, MAX_SEQ), default: "2", note: "gpt; divides `model.d_model`" },
+    KeySpec { key: "model.dropout", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1.0, max_inclusive: false }, default: "0", note: "gpt" },
+    KeySpec { key: "model.remat", flag: None, range: Range::OneOf(&["true", "false"]), default: "false", note: "gpt" },
+    KeySpec { key: "optimizer.kind", flag: None, range: Range::OneOf(&["sgd", "adamw"]), default: "`sgd`", note: "" },
+    KeySpec { key: "optimizer.lr", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: f64::INFINITY, max_inclusive: false }, default: "0.01", note: "" },
+    KeySpec { key: "optimizer.momentum", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1.0, max_inclusive: false }, default: "0", note: "sgd" },
+    KeySpec { key: "optimizer.weight_decay", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: f64::INFINITY, max_inclusive: false }, default: "1e-4", note: "adamw" },
+    KeySpec { key: "optimizer.warmup_steps", flag: None, range: int(0, MAX_STEPS), default: "0", note: "" },
+    KeySpec { key: "optimizer.decay_steps", flag: None, range: int(0, MAX_STEPS), default: "0", note: "0: no decay; else at least `warmup_steps`" },
+    KeySpec { key: "optimizer.end_lr", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: f64::INFINITY, max_inclusive: false }, default: "0", note: "" },
+    KeySpec { key: "optimizer.clip", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: f64::INFINITY, max_inclusive: false }, default: "none", note: "global-norm threshold" },
+    KeySpec { key: "optimizer.micro_batches", flag: None, range: int(1, MAX_DIM), default: "1", note: "divides `model.batch`" },
+    KeySpec { key: "checkpoint.dir", flag: Some("--checkpoint-dir"), range: Range::Text("a directory path, not empty"), default: "(required with `[checkpoint]`)", note: "" },
+    KeySpec { key: "checkpoint.every", flag: Some("--checkpoint-every"), range: int(1, MAX_STEPS), default: "10", note: "" },
+    KeySpec { key: "checkpoint.keep_last", flag: None, range: int(1, 1_000_000), default: "3", note: "" },
+    KeySpec { key: "checkpoint.keep_every", flag: None, range: int(1, MAX_STEPS), default: "none", note: "" },
+];
+
+/// The spec of `key` (which must be in [`KEYS`]).
+pub fn spec(key: &str) -> &'static KeySpec {
+    KEYS.iter().find(|k| k.key == key).unwrap_or_else(|| panic!("`{key}` is not in validate::KEYS"))
+}
+
+fn name(k: &KeySpec) -> String {
+    match k.flag {
+        Some(f) => format!("{} ({f})", k.key),
+        None => k.key.to_string(),
+    }
+}
+
+fn invalid(key: &str, value: impl ToString, expected: String) -> Error {
+    Error::Invalid { key: name(spec(key)), value: value.to_string(), expected }
+}
+
+/// Checks an integer against its key's range.
+pub fn check_int(key: &str, v: u64) -> Result<()> {
+    match spec(key).range {
+        Range::Int { min, max } if v < min || v > max => {
+            Err(invalid(key, v, format!("must be {}", spec(key).range.describe())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a number against its key's range (NaN and infinities never pass).
+pub fn check_float(key: &str, v: f64) -> Result<()> {
+    let r = spec(key).range;
+    let ok = match r {
+        Range::Float { min, min_inclusive, max, max_inclusive } => {
+            v.is_finite() && (v > min || (min_inclusive && v == min)) && (v < max || (max_inclusive && v == max))
+        }
+        _ => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(key, v, format!("must be {}", r.describe())))
+    }
+}
+
+fn check_name(key: &str, v: &str) -> Result<()> {
+    match spec(key).range {
+        Range::OneOf(names) if !names.contains(&v) => {
+            Err(invalid(key, format!("`{v}`"), format!("must be one of {}", spec(key).range.describe())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks every key of `c` (after command-line overrides) and the rules
+/// that relate keys; returns the parsed mesh.
+pub fn validate(c: &RunConfig) -> Result<Mesh> {
+    check_int("steps", c.steps)?;
+    check_int("seed", c.seed)?;
+    let mesh_text = c.mesh.as_deref().unwrap_or("data=1");
+    let mesh = Mesh::parse(mesh_text).map_err(|e| {
+        let why = match e {
+            weft_compiler::CompilerError::InvalidMesh { message, .. } => message,
+            other => other.to_string(),
+        };
+        invalid("mesh", format!("`{mesh_text}`"), why)
+    })?;
+    if mesh.num_devices() as u64 > MAX_DEVICES {
+        return Err(invalid(
+            "mesh",
+            format!("`{mesh_text}`"),
+            format!("{} devices, more than the {MAX_DEVICES} a training run may have", mesh.num_devices()),
+        ));
+    }
+    if let Some(s) = &c.strategy {
+        check_name("strategy", s)?;
+    }
+    if let Some(b) = &c.backend {
+        check_name("backend", b)?;
+    }
+    if let Some(t) = c.threads {
+        check_int("threads", t as u64)?;
+    }
+    if let Some(m) = &c.memory_limit {
+        weft_ir::limits::parse_bytes(m).map_err(|e| invalid("memory_limit", format!("`{m}`"), e))?;
+    }
+    let batch = match &c.model {
+        ModelConfig::Mlp { layers, d, h, batch, compute } => {
+            check_int("model.layers", *layers as u64)?;
+            check_int("model.d", *d as u64)?;
+            check_int("model.h", *h as u64)?;
+            check_int("model.batch", *batch as u64)?;
+            if let Some(t) = compute {
+                check_name("model.compute", t)?;
+            }
+            *batch
+        }
+        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, remat: _, compute } => {
+            check_int("model.vocab", *vocab as u64)?;
+            check_int("model.seq", *seq as u64)?;
+            check_int("model.d_model", *d_model as u64)?;
+            check_int("model.heads", *heads as u64)?;
+            if d_model % heads != 0 {
+                return Err(invalid("model.heads", heads, format!("must divide model.d_model = {d_model}")));
+            }
+            check_int("model.layers", *layers as u64)?;
+            check_int("model.batch", *batch as u64)?;
+            check_float("model.dropout", *dropout)?;
+            if let Some(t) = compute {
+                check_name("model.compute", t)?;
+            }
+            *batch
+        }
+    };
+    let o = &c.optimizer;
+    check_name("optimizer.kind", &o.kind)?;
+    check_float("optimizer.lr", o.lr)?;
+    check_float("optimizer.momentum", o.momentum)?;
+    check_float("optimizer.weight_decay", o.weight_decay)?;
+    check_int("optimizer.warmup_steps", o.warmup_steps)?;
+    check_int("optimizer.decay_steps", o.decay_steps)?;
+    if o.decay_steps != 0 && o.decay_steps < o.warmup_steps {
+        return Err(invalid(
+            "optimizer.decay_steps",
+            o.decay_steps,
+            format!("must be 0 (no decay) or at least optimizer.warmup_steps = {}", o.warmup_steps),
+        ));
+    }
+    check_float("optimizer.end_lr", o.end_lr)?;
+    if let Some(clip) = o.clip {
+        check_float("optimizer.clip", clip)?;
+    }
+    check_int("optimizer.micro_batches", o.micro_batches as u64)?;
+    if batch % o.micro_batches != 0 {
+        return Err(invalid(
+            "optimizer.micro_batches",
+            o.micro_batches,
+            format!("must divide model.batch = {batch} (each micro-batch has batch / micro_batches rows)"),
+        ));
+    }
+    if let Some(k) = &c.checkpoint {
+        if k.dir.as_os_str().is_empty() {
+            return Err(invalid(
+                "checkpoint.dir",
+                "\"\"",
+                "[checkpoint] needs a `dir` (or pass --checkpoint-dir)".into(),
+            ));
+        }
+        check_int("checkpoint.every", k.every)?;
+        check_int("checkpoint.keep_last", k.keep_last as u64)?;
+        if let Some(e) = k.keep_every {
+            check_int("checkpoint.keep_every", e)?;
+        }
+    }
+    Ok(mesh)
+}
+
+/// The table of [`KEYS`] as `specs/training.md` prints it.
+pub fn spec_table() -> String {
+    let mut out = String::from("| key | flag | valid values | default | notes |\n|---|---|---|---|---|\n");
+    for k in KEYS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            k.key,
+            k.flag.map(|f| format!("`{f}`")).unwrap_or_default(),
+            k.range.describe(),
+            k.default,
+            k.note
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_ranges_accept_their_bounds_and_reject_one_past() {
+        for k in KEYS {
+            if let Range::Int { min, max } = k.range {
+                assert!(check_int(k.key, min).is_ok() && check_int(k.key, max).is_ok(), "{}", k.key);
+                if min > 0 {
+                    assert!(check_int(k.key, min - 1).is_err(), "{}", k.key);
+                }
+                if max < u64::MAX {
+                    let e = check_int(k.key, max + 1).unwrap_err().to_string();
+                    assert!(e.contains(&max.to_string()), "{}: {e}", k.key);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn floats_reject_nan_infinities_and_out_of_range() {
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0] {
+            assert!(check_float("optimizer.lr", bad).is_err(), "{bad}");
+            assert!(check_float("optimizer.clip", bad).is_err(), "{bad}");
+        }
+        assert!(check_float("optimizer.lr", 0.0).is_err());
+        assert!(check_float("model.dropout", 1.0).is_err());
+        assert!(check_float("model.dropout", 0.0).is_ok());
+        let e = check_float("model.dropout", -0.5).unwrap_err().to_string();
+        assert_eq!(e, "model.dropout = -0.5: must be a finite number in [0, 1)");
+    }
+
+    #[test]
+    fn the_spec_lists_every_key() {
+        let spec = include_str!("../../specs/training.md");
+        assert!(
+            spec.contains(&spec_table()),
+            "specs/training.md must contain validate::spec_table():\n{}",
+            spec_table()
+        );
+    }
+}
