@@ -73,6 +73,7 @@ fn run_executes_on_safetensors_inputs() {
     // x @ w = [[-4, -4], [4.5, 6]]
     let expected: Vec<f64> = [-4.0f64, -4.0, 4.5, 6.0].iter().map(|v| (*v as f32).tanh() as f64).collect();
     let got = out["out"].to_f64_vec();
+    assert_eq!(got.len(), expected.len(), "{got:?} vs {expected:?}");
     for (g, e) in got.iter().zip(&expected) {
         assert!((g - e).abs() < 1e-6, "{got:?} vs {expected:?}");
     }

@@ -168,6 +168,9 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
         let pf = compile(&ts.module, "train_step", &mesh, &PropagateOptions::default()).unwrap();
         let got = run_steps(&ts, Some(&pf), &params, &batch);
         let tag = format!("{label} {}", st.strategy);
+        if got.len() != want.len() {
+            failures.push(format!("{tag}: {} steps vs {} unsharded", got.len(), want.len()));
+        }
         for (k, ((gs, gl), (ws, wl))) in got.iter().zip(&want).enumerate() {
             if (gl - wl).abs() > 1e-5 * wl.abs() {
                 failures.push(format!("{tag}: step {k} loss {gl} vs {wl}"));

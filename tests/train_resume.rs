@@ -36,7 +36,8 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-fn train(root: &Path, resume: bool) -> Command {
+/// `weft train` on `root`; `resume`: the resume flag to pass, if any.
+fn train(root: &Path, resume: Option<&str>) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
     c.arg("train")
         .arg(root.join("run.toml"))
@@ -45,12 +46,22 @@ fn train(root: &Path, resume: bool) -> Command {
         .arg("--metrics")
         .arg(root.join("metrics.jsonl"))
         .arg("-q")
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if resume {
-        c.arg("--resume");
+    if let Some(flag) = resume {
+        c.arg(flag);
     }
     c
+}
+
+/// The newest valid checkpoint step under `root`, if any.
+fn latest(root: &Path) -> Option<u64> {
+    let ckpt = root.join("ckpt");
+    if ckpt.exists() {
+        latest_valid_step(&ckpt).unwrap().step
+    } else {
+        None
+    }
 }
 
 /// A small deterministic generator for kill delays.
@@ -68,7 +79,7 @@ fn delays(seed: u64) -> impl Iterator<Item = u64> {
 fn killed_and_resumed_runs_equal_the_uninterrupted_run() {
     let full = dir("full");
     std::fs::write(full.join("run.toml"), CONFIG).unwrap();
-    let out = train(&full, false).output().unwrap();
+    let out = train(&full, None).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let expected = std::fs::read(full.join("metrics.jsonl")).unwrap();
     assert_eq!(String::from_utf8_lossy(&expected).lines().count(), 120);
@@ -77,10 +88,15 @@ fn killed_and_resumed_runs_equal_the_uninterrupted_run() {
     std::fs::write(root.join("run.toml"), CONFIG).unwrap();
     let mut kills = 0;
     let mut completed = 0;
+    let mut resumes_seen = 0;
     let mut delay = delays(0x5EED);
     let mut fresh = true;
     for round in 0..400 {
-        let mut child = train(&root, !fresh).spawn().unwrap();
+        // The step the run must resume from (none: it starts from 0).
+        let from = latest(&root);
+        // A kill may come before the first checkpoint: --resume-or-start.
+        let flag = if fresh { None } else { Some("--resume-or-start") };
+        let mut child = train(&root, flag).spawn().unwrap();
         fresh = false;
         std::thread::sleep(Duration::from_millis(delay.next().unwrap()));
         let finished = child.try_wait().unwrap().is_some();
@@ -88,7 +104,17 @@ fn killed_and_resumed_runs_equal_the_uninterrupted_run() {
             child.kill().unwrap(); // SIGKILL
             kills += 1;
         }
-        let status = child.wait().unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // Whatever it printed of where it started agrees with the checkpoints.
+        if let Some(line) = stdout.lines().find(|l| l.starts_with("resuming from step ")) {
+            assert_eq!(
+                line,
+                format!("resuming from step {}", from.expect("resumed without a checkpoint")),
+                "round {round}"
+            );
+            resumes_seen += 1;
+        }
         // The newest committed checkpoint validates and loads.
         let ckpt = root.join("ckpt");
         if ckpt.exists() {
@@ -101,7 +127,10 @@ fn killed_and_resumed_runs_equal_the_uninterrupted_run() {
             }
         }
         if finished {
-            assert!(status.success(), "round {round}: the run failed");
+            assert!(out.status.success(), "round {round}: the run failed: {}", String::from_utf8_lossy(&out.stderr));
+            if let (Some(s), true) = (from, flag.is_some()) {
+                assert!(stdout.contains(&format!("resuming from step {s}\n")), "round {round}: {stdout}");
+            }
             // A completed (killed and resumed) run equals the uninterrupted one.
             let got = std::fs::read(root.join("metrics.jsonl")).unwrap();
             assert!(got == expected, "round {round}: the resumed run's metrics differ from the uninterrupted run's");
@@ -117,9 +146,18 @@ fn killed_and_resumed_runs_equal_the_uninterrupted_run() {
     }
     assert!(kills >= 20, "only {kills} kills");
     assert!(completed >= 1);
-    // Finish the run if the last round was killed.
-    let out = train(&root, true).output().unwrap();
+    assert!(resumes_seen >= 1, "no run resumed from a checkpoint");
+    // Finish the run if the last round was killed: --resume now resumes
+    // from the newest checkpoint, and says from which step.
+    let from = latest(&root);
+    let flag = if from.is_some() { "--resume" } else { "--resume-or-start" };
+    let out = train(&root, Some(flag)).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    if let Some(s) = from {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let resumed = stdout.contains(&format!("resuming from step {s}\n"));
+        assert!(resumed, "the final run did not resume from step {s}: {stdout}");
+    }
     let got = std::fs::read(root.join("metrics.jsonl")).unwrap();
     assert!(got == expected, "the resumed run's metrics differ from the uninterrupted run's");
 }

@@ -30,8 +30,10 @@ fn run(config: &str, mesh: &str, strategy: &str, backend: &str, ov: Overrides) -
 }
 
 fn close(a: &[(u64, f64)], b: &[(u64, f64)], what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}");
-    for ((s, x), (_, y)) in a.iter().zip(b) {
+    assert_eq!(a.len(), b.len(), "{what}: step counts");
+    assert!(!b.is_empty(), "{what}: no steps to compare");
+    for ((s, x), (t, y)) in a.iter().zip(b) {
+        assert_eq!(s, t, "{what}: step numbers");
         assert!((x - y).abs() <= 1e-5 * y.abs(), "{what}: step {s}: loss {x} vs {y}");
     }
 }
@@ -79,6 +81,9 @@ fn a_checkpoint_saved_on_one_mesh_resumes_on_another() {
     let first = run(MLP, "data=2,model=4", "fsdp_tp", "cpu", ov(3, false));
     // ... resumed on data=8 (data parallel) and on a single device.
     let second = run(MLP, "data=8", "dp", "cpu", ov(6, true));
+    // The second run resumed: it starts at the checkpoint's step.
+    assert_eq!(first.iter().map(|m| m.0).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(second.iter().map(|m| m.0).collect::<Vec<_>>(), vec![3, 4, 5], "the resumed run must start at step 3");
     let mut all = first.clone();
     all.extend(second);
     close(&all, &reference, "fsdp_tp on data=2,model=4 then dp on data=8");

@@ -196,6 +196,7 @@ fn gradient_accumulation_equals_the_full_batch_step() {
     let (full, s_full) = train(&m, &tc, &params, &batch, 3);
     let tc2 = TrainConfig { micro_batches: 2, ..tc.clone() };
     let (acc, s_acc) = train(&m_half, &tc2, &params, &batch, 3);
+    assert_eq!((full.len(), acc.len()), (3, 3), "steps of the full-batch and accumulated runs");
     for (a, b) in full.iter().zip(&acc) {
         assert!((a["loss"] - b["loss"]).abs() <= 1e-6 * a["loss"].abs(), "{} vs {}", a["loss"], b["loss"]);
     }
