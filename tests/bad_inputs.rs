@@ -1,0 +1,439 @@
+//! Every bad input gets a named error: no panic, abort, hang or silent
+//! wrong result. A table of cases — configs, flags, meshes, IR text, data
+//! files, checkpoints, metrics — each run through the `weft` binary with
+//! the exit code and the words of the error it must give.
+//!
+//! Exit codes: 2 for a value outside its documented range or a malformed
+//! flag (`Error::Invalid`, `Error::Usage`), 1 for everything else (memory
+//! limits, program errors, resume errors); 101 (a panic) or a signal
+//! (abort) never.
+
+use std::path::Path;
+use std::process::Command;
+
+const MLP: &str = "steps = 2\n[model]\nkind = \"mlp\"\n";
+
+/// One case: files to write (name, contents; `{dir}` is replaced by the
+/// case's directory), the arguments, environment, and what must come out.
+struct Case {
+    name: &'static str,
+    files: &'static [(&'static str, &'static str)],
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    code: i32,
+    stderr: &'static [&'static str],
+}
+
+const fn case(
+    name: &'static str,
+    files: &'static [(&'static str, &'static str)],
+    args: &'static [&'static str],
+    code: i32,
+    stderr: &'static [&'static str],
+) -> Case {
+    Case { name, files, args, env: &[], code, stderr }
+}
+
+fn weft(dir: &Path, args: &[String], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+    c.args(args).current_dir(dir).env_remove("WEFT_MEMORY_LIMIT");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("weft runs");
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// `n` functions, each calling the next `calls` times; `@main` is the first.
+fn call_chain(n: usize, calls: usize) -> String {
+    let mut s = String::from("func @main() -> (f32[2]) {\n  %x = constant 1.0 : f32[2]\n");
+    let body = |s: &mut String, next: usize| {
+        let mut prev = "%x".to_string();
+        for c in 0..calls {
+            s.push_str(&format!("  %c{c} = call @f{next}({prev})\n"));
+            prev = format!("%c{c}");
+        }
+        s.push_str(&format!("  return {prev}\n}}\n"));
+    };
+    body(&mut s, 1);
+    for i in 1..n {
+        s.push_str(&format!("func @f{i}(%x: f32[2]) -> (f32[2]) {{\n"));
+        body(&mut s, i + 1);
+    }
+    s + &format!("func @f{n}(%x: f32[2]) -> (f32[2]) {{\n  %y = tanh %x\n  return %y\n}}\n")
+}
+
+fn run_cases(cases: &[Case], extra_files: &[(&str, String)]) {
+    let mut failures = Vec::new();
+    for c in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        for (name, text) in c.files {
+            std::fs::write(dir.path().join(name), text.replace("{dir}", &d)).unwrap();
+        }
+        for (name, text) in extra_files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let args: Vec<String> = c.args.iter().map(|a| a.replace("{dir}", &d)).collect();
+        let (code, _stdout, stderr) = weft(dir.path(), &args, c.env);
+        if code != Some(c.code) {
+            failures.push(format!("{}: exit {code:?}, expected {}; stderr:\n{stderr}", c.name, c.code));
+            continue;
+        }
+        if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
+            failures.push(format!("{}: panicked:\n{stderr}", c.name));
+        }
+        for want in c.stderr {
+            if !stderr.contains(want) {
+                failures.push(format!("{}: stderr lacks `{want}`:\n{stderr}", c.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n\n{}", failures.len(), cases.len(), failures.join("\n\n"));
+}
+
+#[test]
+fn bad_configs_and_flags_name_the_key_value_and_range() {
+    run_cases(
+        &[
+            case("mlp width 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nd = 0\n")], &["train", "c.toml"], 2,
+                &["error: model.d = 0: must be an integer in [1, 1048576]"]),
+            case("mlp hidden 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nh = 0\n")], &["train", "c.toml"], 2,
+                &["model.h = 0"]),
+            case("mlp batch 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nbatch = 0\n")], &["train", "c.toml"], 2,
+                &["model.batch = 0"]),
+            case("gpt vocabulary 0", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\nvocab = 0\n")], &["train", "c.toml"], 2,
+                &["model.vocab = 0: must be an integer in [2, 16777216]"]),
+            case("gpt sequence 0", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\nseq = 0\n")], &["train", "c.toml"], 2,
+                &["model.seq = 0"]),
+            case("gpt model dim 0", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\nd_model = 0\n")], &["train", "c.toml"], 2,
+                &["model.d_model = 0"]),
+            case("gpt heads do not divide", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\nheads = 3\n")], &["train", "c.toml"], 2,
+                &["model.heads = 3: must divide model.d_model = 16"]),
+            case("batch of i64::MAX", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nbatch = 9223372036854775807\n")],
+                &["train", "c.toml"], 2, &["model.batch = 9223372036854775807: must be an integer in [1, 1048576]"]),
+            case("negative batch", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nbatch = -1\n")], &["train", "c.toml"], 2,
+                &["c.toml", "invalid value"]),
+            case("NaN learning rate", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nlr = nan\n")],
+                &["train", "c.toml"], 2, &["optimizer.lr = NaN: must be a finite number in (0, ∞)"]),
+            case("infinite learning rate", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nlr = inf\n")],
+                &["train", "c.toml"], 2, &["optimizer.lr = inf"]),
+            case("negative clip norm", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nclip = -1.0\n")],
+                &["train", "c.toml"], 2, &["optimizer.clip = -1: must be a finite number in (0, ∞)"]),
+            case("negative dropout", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\ndropout = -0.5\n")], &["train", "c.toml"], 2,
+                &["model.dropout = -0.5: must be a finite number in [0, 1)"]),
+            case("dropout 1", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\ndropout = 1.0\n")], &["train", "c.toml"], 2,
+                &["model.dropout = 1"]),
+            case("momentum 1", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nmomentum = 1.0\n")],
+                &["train", "c.toml"], 2, &["optimizer.momentum = 1"]),
+            case("micro-batches do not divide", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nmicro_batches = 3\n")],
+                &["train", "c.toml"], 2, &["optimizer.micro_batches = 3: must divide model.batch = 8"]),
+            case("decay before warmup", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nwarmup_steps = 10\ndecay_steps = 5\n")],
+                &["train", "c.toml"], 2, &["optimizer.decay_steps = 5: must be 0 (no decay) or at least optimizer.warmup_steps = 10"]),
+            case("compute dtype", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\ncompute = \"i32\"\n")], &["train", "c.toml"], 2,
+                &["model.compute = `i32`: must be one of `f32`, `bf16`, `f16`, `f64`"]),
+            case("optimizer kind", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nkind = \"adam\"\n")],
+                &["train", "c.toml"], 2, &["optimizer.kind = `adam`: must be one of `sgd`, `adamw`"]),
+            case("unknown key", &[("c.toml", "steps = 2\nstpes = 3\n[model]\nkind = \"mlp\"\n")], &["train", "c.toml"], 2,
+                &["c.toml", "unknown field `stpes`"]),
+            case("keep_last 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[checkpoint]\ndir = \"ck\"\nkeep_last = 0\n")],
+                &["train", "c.toml"], 2, &["checkpoint.keep_last = 0"]),
+            case("checkpoint without dir", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[checkpoint]\nevery = 1\n")],
+                &["train", "c.toml"], 2, &["checkpoint.dir (--checkpoint-dir)", "needs a `dir`"]),
+            case("--steps 0", &[("c.toml", MLP)], &["train", "c.toml", "--steps", "0"], 2,
+                &["steps (--steps) = 0: must be an integer in [1, 1000000000000]"]),
+            case("--steps u64::MAX", &[("c.toml", MLP)], &["train", "c.toml", "--steps", "18446744073709551615"], 2,
+                &["steps (--steps) = 18446744073709551615"]),
+            case("--threads 0", &[("c.toml", MLP)], &["train", "c.toml", "--threads", "0"], 2, &["threads (--threads) = 0"]),
+            case("--checkpoint-every 0", &[("c.toml", MLP)], &["train", "c.toml", "--checkpoint-dir", "ck", "--checkpoint-every", "0"],
+                2, &["checkpoint.every (--checkpoint-every) = 0"]),
+            case("--strategy unknown", &[("c.toml", MLP)], &["train", "c.toml", "--strategy", "zero4"], 2,
+                &["strategy (--strategy) = `zero4`: must be one of `none`, `dp`"]),
+            case("--backend unknown", &[("c.toml", MLP)], &["train", "c.toml", "--backend", "tpu"], 2,
+                &["backend (--backend) = `tpu`"]),
+            case("--memory-limit malformed", &[("c.toml", MLP)], &["train", "c.toml", "--memory-limit", "lots"], 2,
+                &["memory_limit (--memory-limit) = `lots`: unknown unit"]),
+            case("--memory-limit NaN", &[("c.toml", MLP)], &["train", "c.toml", "--memory-limit", "nan"], 2,
+                &["memory_limit (--memory-limit) = `nan`"]),
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn sizes_beyond_memory_are_refused_before_allocating() {
+    let big_mlp = "steps = 2\n[model]\nkind = \"mlp\"\nd = 1000000\nh = 1000000\n";
+    let big_gpt = "steps = 2\n[model]\nkind = \"gpt\"\nvocab = 16777216\nd_model = 65536\nheads = 1\n";
+    let cases = [
+        Case {
+            name: "mlp widths in the millions, machine memory",
+            files: &[],
+            args: &["train", "big_mlp.toml"],
+            env: &[],
+            code: 1,
+            stderr: &["the run (mlp with 4000000000000 parameters", "more than the memory limit of", "MemTotal"],
+        },
+        case("mlp widths in the millions, --memory-limit", &[], &["train", "big_mlp.toml", "--memory-limit", "1GiB"], 1,
+            &["needs 43.7 TiB (48000256000000 bytes), more than the memory limit of 1.0 GiB (1073741824 bytes, from memory_limit (--memory-limit))"]),
+        case("gpt vocabulary in the millions", &[], &["train", "big_gpt.toml", "--memory-limit", "16GiB"], 1,
+            &["the run (gpt with", "more than the memory limit of 16.0 GiB"]),
+        Case {
+            name: "WEFT_MEMORY_LIMIT below a small run",
+            files: &[("c.toml", MLP)],
+            args: &["train", "c.toml"],
+            env: &[("WEFT_MEMORY_LIMIT", "1KiB")],
+            code: 1,
+            stderr: &["more than the memory limit of 1.0 KiB (1024 bytes, from WEFT_MEMORY_LIMIT)"],
+        },
+        Case {
+            name: "WEFT_MEMORY_LIMIT malformed",
+            files: &[("c.toml", MLP)],
+            args: &["train", "c.toml"],
+            env: &[("WEFT_MEMORY_LIMIT", "-3GiB")],
+            code: 1,
+            stderr: &["WEFT_MEMORY_LIMIT", "`-3GiB`: must be a size between 1 byte"],
+        },
+        case("the compiled step over the limit", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nd = 256\nh = 1024\nbatch = 64\n")],
+            &["train", "c.toml", "--mesh", "data=8", "--strategy", "dp", "--memory-limit", "30MiB"], 1,
+            &["the partitioned training step (8 devices x", "more than the memory limit of 30.0 MiB"]),
+        case("a 1e13-element constant", &[("p.weft", "func @main() -> (f32[10000000000000]) {\n  %c = constant 1.0 : f32[10000000000000]\n  return %c\n}\n")],
+            &["run", "p.weft"], 1, &["@main (peak of live tensors) needs 36.4 TiB (40000000000000 bytes), more than the memory limit"]),
+        case("a 1e10-element iota", &[("p.weft", "func @main() -> (i32[100000,100000]) {\n  %c = iota {dim = 0} : i32[100000,100000]\n  return %c\n}\n")],
+            &["run", "p.weft", "--memory-limit", "1GiB"], 1, &["needs 37.3 GiB (40000000000 bytes), more than the memory limit of 1.0 GiB"]),
+        case("a 1e18-element constant", &[("p.weft", "func @main() -> (f32[1000000000000000000]) {\n  %c = constant 1.0 : f32[1000000000000000000]\n  return %c\n}\n")],
+            &["run", "p.weft"], 1, &["p.weft:1:18: error: type f32[1000000000000000000] has too many elements"]),
+        case("a type whose size overflows", &[("p.weft", "func @main(%x: f32[4294967296,4294967296,16]) -> (f32[2]) {\n  %c = constant 1.0 : f32[2]\n  return %c\n}\n")],
+            &["check", "p.weft"], 1, &["has too many elements"]),
+        case("run --memory-limit malformed", &[("p.weft", "func @main() -> (f32[2]) {\n  %c = constant 1.0 : f32[2]\n  return %c\n}\n")],
+            &["run", "p.weft", "--memory-limit", "1 parsec"], 2, &["--memory-limit", "unknown unit `parsec`"]),
+    ];
+    run_cases(&cases, &[("big_mlp.toml", big_mlp.to_string()), ("big_gpt.toml", big_gpt.to_string())]);
+}
+
+const PROGRAM: &str = "func @main(%x: f32[8,16], %w: f32[16,4]) -> (f32[8,4]) {
+  %y = dot_general %x, %w {lhs_contract = [1], rhs_contract = [0]}
+  return %y
+}
+";
+
+#[test]
+fn bad_meshes_are_named_errors() {
+    run_cases(
+        &[
+            case("train: axis sizes whose product overflows", &[("c.toml", MLP)],
+                &["train", "c.toml", "--mesh", "data=4294967296,model=4294967296"], 2,
+                &["mesh (--mesh) = `data=4294967296,model=4294967296`: the axis sizes multiply to more than 18446744073709551615 devices"]),
+            case("train: one huge axis", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=100000000000"], 2,
+                &["100000000000 devices, more than the limit of 1048576"]),
+            case("train: more devices than a run may simulate", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=2048"], 2,
+                &["2048 devices, more than the 1024 a training run may have"]),
+            case("train: axis of size 0", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=0"], 2, &["axis `data` has size 0"]),
+            case("train: negative size", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=-2"], 2,
+                &["size of axis `data` is not a number"]),
+            case("train: axis twice", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=2,data=2"], 2,
+                &["axis `data` appears twice"]),
+            case("shard: product overflows", &[("p.weft", PROGRAM)], &["shard", "p.weft", "--mesh", "a=4294967296,b=4294967296"], 2,
+                &["--mesh", "multiply to more than"]),
+            case("shard --auto: product overflows", &[("p.weft", PROGRAM)],
+                &["shard", "p.weft", "--auto", "--mesh", "a=4294967296,b=4294967296"], 2, &["multiply to more than"]),
+            case("shard --auto: one huge axis", &[("p.weft", PROGRAM)], &["shard", "p.weft", "--auto", "--mesh", "a=100000000000"], 2,
+                &["more than the limit of 1048576"]),
+            case("lower: mesh comment overflows", &[("p.weft", "// mesh: a=4294967296,b=4294967296\nfunc @main(%x: f32[8]) -> (f32[8]) {\n  %y = tanh %x\n  return %y\n}\n")],
+                &["lower", "p.weft"], 1, &["multiply to more than"]),
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn bad_programs_are_named_errors_without_recursion_or_blow_up() {
+    let deep = call_chain(20_000, 1);
+    let too_deep = call_chain(100, 1);
+    let doubling = call_chain(60, 2);
+    let nested = format!("func @main() -> (f32[1]) {{\n  %c = constant {}1{} : f32[1]\n  return %c\n}}\n", "[".repeat(100_000), "]".repeat(100_000));
+    run_cases(
+        &[
+            case("a chain of 20000 calls", &[], &["check", "deep.weft"], 1,
+                &["error: in @main: calls nested 20000 deep, more than the limit of 64: @main -> @f1 -> @f2 -> @f3 -> ... -> @f19999 -> @f20000"]),
+            case("a chain of 100 calls, run", &[], &["run", "too_deep.weft"], 1, &["calls nested 100 deep, more than the limit of 64"]),
+            case("each function calls the next twice, run", &[], &["run", "doubling.weft"], 1,
+                &["inlining @main would expand it to 1152921504606846977 instructions, more than the limit of 4194304; the calls that multiply it: @main -> @f1 (2 calls) -> @f2 (2 calls)"]),
+            case("each function calls the next twice, shard", &[], &["shard", "doubling.weft", "--mesh", "a=2"], 1,
+                &["inlining @main would expand it"]),
+            case("each function calls the next twice, lower", &[], &["lower", "doubling.weft", "--mesh", "a=2"], 1,
+                &["inlining @main would expand it"]),
+            case("literal nested 100000 deep", &[], &["check", "nested.weft"], 1, &["nesting deeper than 256 levels"]),
+            case("recursion", &[("p.weft", "func @a(%x: f32[2]) -> (f32[2]) {\n  %y = call @b(%x)\n  return %y\n}\nfunc @b(%x: f32[2]) -> (f32[2]) {\n  %y = call @a(%x)\n  return %y\n}\n")],
+                &["check", "p.weft"], 1, &["recursive calls are not allowed: @a -> @b -> @a"]),
+        ],
+        &[("deep.weft", deep), ("too_deep.weft", too_deep), ("doubling.weft", doubling), ("nested.weft", nested)],
+    );
+}
+
+/// A safetensors file with the given header and data (to forge bad ones).
+fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+#[test]
+fn bad_data_files_are_named_errors() {
+    use std::collections::BTreeMap;
+    use weft::ir::tensor::{write_safetensors, HostTensor};
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    std::fs::write(p("huge.safetensors"), safetensors(r#"{"x":{"dtype":"F32","shape":[1000000000000],"data_offsets":[0,4000000000000]}}"#, &[])).unwrap();
+    std::fs::write(p("overflow.safetensors"), safetensors(r#"{"x":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,16]}}"#, &[0; 16])).unwrap();
+    std::fs::write(p("garbage.safetensors"), b"hello").unwrap();
+    let t = |shape: &[usize]| HostTensor::from_f32(shape, vec![0.5; shape.iter().product()]).unwrap();
+    write_safetensors(&p("wrong_shape.safetensors"), &BTreeMap::from([("x".into(), t(&[4, 16])), ("y".into(), t(&[4, 16]))])).unwrap();
+    let toks = |v: i32| HostTensor::from_i32(&[8, 8], vec![v; 64]).unwrap();
+    write_safetensors(&p("tokens.safetensors"), &BTreeMap::from([("tokens".into(), toks(1000)), ("targets".into(), toks(1))])).unwrap();
+    write_safetensors(&p("params.safetensors"), &BTreeMap::from([("params.nothing".into(), t(&[2]))])).unwrap();
+    std::fs::write(p("c.toml"), MLP).unwrap();
+    std::fs::write(p("g.toml"), "steps = 2\n[model]\nkind = \"gpt\"\nbatch = 8\n").unwrap();
+    std::fs::write(p("p.weft"), "func @main(%x: f32[2]) -> (f32[2]) {\n  %y = tanh %x\n  return %y\n}\n").unwrap();
+    let d = dir.path();
+    let cases: &[(&[&str], i32, &[&str])] = &[
+        (&["run", "p.weft", "--inputs", "huge.safetensors"], 1, &["tensor file huge.safetensors: not a safetensors file"]),
+        (&["run", "p.weft", "--inputs", "overflow.safetensors"], 1, &["tensor file overflow.safetensors", "overflow"]),
+        (&["run", "p.weft", "--inputs", "garbage.safetensors"], 1, &["tensor file garbage.safetensors"]),
+        (&["run", "p.weft", "--inputs", "missing.safetensors"], 1, &["missing.safetensors"]),
+        (&["run", "p.weft", "--inputs", "wrong_shape.safetensors"], 1, &["input `x`"]),
+        (&["train", "c.toml", "--data", "wrong_shape.safetensors"], 2, &["--data wrong_shape.safetensors", "leaf `x`"]),
+        (&["train", "c.toml", "--data", "garbage.safetensors"], 1, &["tensor file garbage.safetensors"]),
+        (&["train", "g.toml", "--data", "tokens.safetensors"], 2, &["--data tokens.safetensors: `tokens` holds 1000, outside the vocabulary 0..32"]),
+        (&["train", "c.toml", "--init", "params.safetensors"], 2, &["--init params.safetensors"]),
+    ];
+    let mut failures = Vec::new();
+    for (args, code, want) in cases {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (got, _, stderr) = weft(d, &args, &[]);
+        if got != Some(*code) || !want.iter().all(|w| stderr.contains(w)) || stderr.contains("panicked") {
+            failures.push(format!("{args:?}: exit {got:?} (expected {code}), stderr:\n{stderr}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Trains `steps` steps of the MLP with checkpoints every 2 under `dir/ck`.
+fn train_with_checkpoints(dir: &Path, steps: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+    let mut args: Vec<String> =
+        ["train", "c.toml", "--checkpoint-dir", "ck", "--checkpoint-every", "2", "-q", "--steps", steps].map(String::from).to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    weft(dir, &args, &[])
+}
+
+#[test]
+fn resume_means_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("c.toml"), MLP).unwrap();
+    // No directory: an error, unless asked to start fresh.
+    let (code, _, err) = train_with_checkpoints(d, "4", &["--resume"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("error: --resume: the checkpoint directory ck does not exist; pass --resume-or-start"), "{err}");
+    assert!(!d.join("ck").exists(), "a failed --resume must not create the directory");
+    // An empty directory: no valid checkpoint.
+    std::fs::create_dir(d.join("ck")).unwrap();
+    let (code, _, err) = train_with_checkpoints(d, "4", &["--resume"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--resume: no valid checkpoint in ck: it holds none"), "{err}");
+    // --resume-or-start starts from 0, with a warning even under -q; with
+    // --metrics in a directory that does not exist yet.
+    let (code, out, err) = train_with_checkpoints(d, "4", &["--resume-or-start", "--metrics", "new/dir/m.jsonl"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("warning: no valid checkpoint in ck (none yet): starting from step 0"), "{err}");
+    assert!(out.contains("step 4 loss"), "{out}");
+    assert_eq!(std::fs::read_to_string(d.join("new/dir/m.jsonl")).unwrap().lines().count(), 4);
+    // Fewer steps than the checkpoint holds: an error that says so.
+    let (code, _, err) = train_with_checkpoints(d, "3", &["--resume"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--resume: the newest valid checkpoint in ck is at step 4, past the run's 3 steps"), "{err}");
+    // Resuming with --metrics in a directory that does not exist yet.
+    let (code, out, err) = train_with_checkpoints(d, "6", &["--resume", "--metrics", "other/m.jsonl"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("resuming from step 4\n") && out.contains("step 6 loss"), "{out}");
+    assert_eq!(std::fs::read_to_string(d.join("other/m.jsonl")).unwrap().lines().count(), 2);
+    // Onto another mesh: a warning that the layout changes.
+    let (code, out, err) = train_with_checkpoints(d, "8", &["--resume", "--mesh", "data=2", "--strategy", "fsdp"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("resuming from step 6\n"), "{out}");
+    assert!(err.contains("warning: the checkpoint at step 6 was saved on mesh data=1; resharding it onto mesh data=2"), "{err}");
+    assert!(err.contains("state leaves change layout on resume"), "{err}");
+    // Every checkpoint corrupt: the skips are reported under -q, and the run
+    // is an error, not a silent restart from 0.
+    let steps = weft::checkpoint::list_steps(&d.join("ck")).unwrap();
+    assert!(steps.len() >= 2, "{steps:?}");
+    for s in &steps {
+        let m = d.join("ck").join(weft::checkpoint::step_dir_name(*s)).join(weft::checkpoint::MANIFEST);
+        std::fs::write(m, "{ corrupt").unwrap();
+    }
+    let (code, _, err) = train_with_checkpoints(d, "10", &["--resume"]);
+    assert_eq!(code, Some(1), "{err}");
+    for s in &steps {
+        assert!(err.contains(&format!("warning: skipping the checkpoint at step {s}:")), "{err}");
+    }
+    assert!(err.contains(&format!("no valid checkpoint in ck: all {} are corrupt", steps.len())), "{err}");
+    let (code, _, err) = train_with_checkpoints(d, "10", &["--resume-or-start"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("warning: no valid checkpoint in ck (every one is corrupt): starting from step 0"), "{err}");
+    // --resume and --resume-or-start together are a usage error.
+    let (code, _, err) = train_with_checkpoints(d, "10", &["--resume", "--resume-or-start"]);
+    assert_eq!(code, Some(2), "{err}");
+}
+
+#[test]
+fn bad_metrics_files_are_named_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("garbage.jsonl"), "{\"step\": 0, \"loss\": 1.0}\nnot json\n").unwrap();
+    std::fs::write(d.join("nostep.jsonl"), "{\"loss\": 1.0}\n").unwrap();
+    std::fs::write(d.join("array.jsonl"), "[1, 2]\n").unwrap();
+    std::fs::write(d.join("inf.jsonl"), "{\"step\": 0, \"loss\": \"inf\"}\n").unwrap();
+    let cases: &[(&str, &str)] = &[
+        ("garbage.jsonl", "garbage.jsonl:2:"),
+        ("nostep.jsonl", "nostep.jsonl:1: no integer `step`"),
+        ("array.jsonl", "array.jsonl:1: not a JSON object"),
+        ("inf.jsonl", "no finite"),
+        ("missing.jsonl", "missing.jsonl"),
+    ];
+    for (file, want) in cases {
+        let args: Vec<String> = ["plot", file, "-o", "out.svg"].map(String::from).to_vec();
+        let (code, _, err) = weft(d, &args, &[]);
+        assert!(matches!(code, Some(1) | Some(2)), "{file}: exit {code:?}: {err}");
+        assert!(err.contains(want), "{file}: {err}");
+    }
+}
+
+#[test]
+fn library_errors_are_named_variants() {
+    use weft::compiler::sharding::Mesh;
+    use weft::compiler::CompilerError;
+    use weft::ir::IrError;
+    use weft::runner::{run_session, Overrides, RunConfig};
+    let quiet = Overrides { quiet: true, ..Default::default() };
+    let c = RunConfig::from_toml("steps = 2\n[model]\nkind = \"mlp\"\nd = 0\n").unwrap();
+    let e = run_session(&c, &quiet, &mut |_| {}).unwrap_err();
+    assert!(matches!(&e, weft::Error::Invalid { key, value, .. } if key == "model.d" && value == "0"), "{e:?}");
+    let mut c = RunConfig::from_toml("steps = 2\n[model]\nkind = \"mlp\"\nd = 1000000\nh = 1000000\n").unwrap();
+    c.memory_limit = Some("1GiB".into());
+    let e = run_session(&c, &quiet, &mut |_| {}).unwrap_err();
+    assert!(matches!(&e, weft::Error::Ir(IrError::TooLarge { need, limit, .. }) if *need == 48000256000000 && *limit == 1 << 30), "{e:?}");
+    let c = RunConfig::from_toml(MLP).unwrap();
+    let e = run_session(&c, &Overrides { resume: true, ..quiet.clone() }, &mut |_| {}).unwrap_err();
+    assert!(matches!(&e, weft::Error::Resume(_)), "{e:?}");
+    let e = Mesh::parse("a=4294967296,b=4294967296").unwrap_err();
+    assert!(matches!(&e, CompilerError::InvalidMesh { message, .. } if message.contains("multiply")), "{e:?}");
+    assert!(Mesh::new(&[("a", usize::MAX), ("b", 2)]).is_err());
+    let m = weft::ir::text::parse_module(&call_chain(60, 2)).unwrap();
+    let e = weft::compiler::inline_calls(&m, "main").unwrap_err();
+    assert!(matches!(&e, CompilerError::ProgramTooLarge { insts, limit, .. } if *insts > *limit), "{e:?}");
+    let e = weft::ir::interp::Interpreter::new(&m).unwrap().run("main", &[]).unwrap_err();
+    assert!(matches!(&e, IrError::Interp(d) if d.message.contains("more than the interpreter's limit of 16777216")), "{e:?}");
+    let m = weft::ir::text::parse_module(&call_chain(100, 1)).unwrap();
+    let e = weft::ir::verify_module(&m).unwrap_err();
+    assert!(matches!(&e, IrError::Verify(d) if d[0].message.contains("calls nested 100 deep")), "{e:?}");
+}
