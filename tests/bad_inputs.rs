@@ -93,6 +93,7 @@ fn run_cases(cases: &[Case], extra_files: &[(&str, String)]) {
 }
 
 #[test]
+#[rustfmt::skip] // one case per line
 fn bad_configs_and_flags_name_the_key_value_and_range() {
     run_cases(
         &[
@@ -161,6 +162,7 @@ fn bad_configs_and_flags_name_the_key_value_and_range() {
 }
 
 #[test]
+#[rustfmt::skip] // one case per line
 fn sizes_beyond_memory_are_refused_before_allocating() {
     let big_mlp = "steps = 2\n[model]\nkind = \"mlp\"\nd = 1000000\nh = 1000000\n";
     let big_gpt = "steps = 2\n[model]\nkind = \"gpt\"\nvocab = 16777216\nd_model = 65536\nheads = 1\n";
@@ -217,6 +219,7 @@ const PROGRAM: &str = "func @main(%x: f32[8,16], %w: f32[16,4]) -> (f32[8,4]) {
 ";
 
 #[test]
+#[rustfmt::skip] // one case per line
 fn bad_meshes_are_named_errors() {
     run_cases(
         &[
@@ -246,6 +249,7 @@ fn bad_meshes_are_named_errors() {
 }
 
 #[test]
+#[rustfmt::skip] // one case per line
 fn bad_programs_are_named_errors_without_recursion_or_blow_up() {
     let deep = call_chain(20_000, 1);
     let too_deep = call_chain(100, 1);
@@ -279,6 +283,7 @@ fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
 }
 
 #[test]
+#[rustfmt::skip] // one case per line
 fn bad_data_files_are_named_errors() {
     use std::collections::BTreeMap;
     use weft::ir::tensor::{write_safetensors, HostTensor};
@@ -321,7 +326,9 @@ fn bad_data_files_are_named_errors() {
 /// Trains `steps` steps of the MLP with checkpoints every 2 under `dir/ck`.
 fn train_with_checkpoints(dir: &Path, steps: &str, extra: &[&str]) -> (Option<i32>, String, String) {
     let mut args: Vec<String> =
-        ["train", "c.toml", "--checkpoint-dir", "ck", "--checkpoint-every", "2", "-q", "--steps", steps].map(String::from).to_vec();
+        ["train", "c.toml", "--checkpoint-dir", "ck", "--checkpoint-every", "2", "-q", "--steps", steps]
+            .map(String::from)
+            .to_vec();
     args.extend(extra.iter().map(|s| s.to_string()));
     weft(dir, &args, &[])
 }
@@ -334,7 +341,10 @@ fn resume_means_resume() {
     // No directory: an error, unless asked to start fresh.
     let (code, _, err) = train_with_checkpoints(d, "4", &["--resume"]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("error: --resume: the checkpoint directory ck does not exist; pass --resume-or-start"), "{err}");
+    assert!(
+        err.contains("error: --resume: the checkpoint directory ck does not exist; pass --resume-or-start"),
+        "{err}"
+    );
     assert!(!d.join("ck").exists(), "a failed --resume must not create the directory");
     // An empty directory: no valid checkpoint.
     std::fs::create_dir(d.join("ck")).unwrap();
@@ -361,7 +371,10 @@ fn resume_means_resume() {
     let (code, out, err) = train_with_checkpoints(d, "8", &["--resume", "--mesh", "data=2", "--strategy", "fsdp"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("resuming from step 6\n"), "{out}");
-    assert!(err.contains("warning: the checkpoint at step 6 was saved on mesh data=1; resharding it onto mesh data=2"), "{err}");
+    assert!(
+        err.contains("warning: the checkpoint at step 6 was saved on mesh data=1; resharding it onto mesh data=2"),
+        "{err}"
+    );
     assert!(err.contains("state leaves change layout on resume"), "{err}");
     // Every checkpoint corrupt: the skips are reported under -q, and the run
     // is an error, not a silent restart from 0.
@@ -421,7 +434,10 @@ fn library_errors_are_named_variants() {
     let mut c = RunConfig::from_toml("steps = 2\n[model]\nkind = \"mlp\"\nd = 1000000\nh = 1000000\n").unwrap();
     c.memory_limit = Some("1GiB".into());
     let e = run_session(&c, &quiet, &mut |_| {}).unwrap_err();
-    assert!(matches!(&e, weft::Error::Ir(IrError::TooLarge { need, limit, .. }) if *need == 48000256000000 && *limit == 1 << 30), "{e:?}");
+    assert!(
+        matches!(&e, weft::Error::Ir(IrError::TooLarge { need, limit, .. }) if *need == 48000256000000 && *limit == 1 << 30),
+        "{e:?}"
+    );
     let c = RunConfig::from_toml(MLP).unwrap();
     let e = run_session(&c, &Overrides { resume: true, ..quiet.clone() }, &mut |_| {}).unwrap_err();
     assert!(matches!(&e, weft::Error::Resume(_)), "{e:?}");
@@ -432,7 +448,10 @@ fn library_errors_are_named_variants() {
     let e = weft::compiler::inline_calls(&m, "main").unwrap_err();
     assert!(matches!(&e, CompilerError::ProgramTooLarge { insts, limit, .. } if *insts > *limit), "{e:?}");
     let e = weft::ir::interp::Interpreter::new(&m).unwrap().run("main", &[]).unwrap_err();
-    assert!(matches!(&e, IrError::Interp(d) if d.message.contains("more than the interpreter's limit of 16777216")), "{e:?}");
+    assert!(
+        matches!(&e, IrError::Interp(d) if d.message.contains("more than the interpreter's limit of 16777216")),
+        "{e:?}"
+    );
     let m = weft::ir::text::parse_module(&call_chain(100, 1)).unwrap();
     let e = weft::ir::verify_module(&m).unwrap_err();
     assert!(matches!(&e, IrError::Verify(d) if d[0].message.contains("calls nested 100 deep")), "{e:?}");
