@@ -123,6 +123,8 @@ fn bad_configs_and_flags_name_the_key_value_and_range() {
                 &["train", "c.toml"], 2, &["optimizer.clip = -1: must be a finite number in (0, ∞)"]),
             case("negative dropout", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\ndropout = -0.5\n")], &["train", "c.toml"], 2,
                 &["model.dropout = -0.5: must be a finite number in [0, 1)"]),
+            case("dropout masks past 2^32 elements", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\ndropout = 0.1\nbatch = 65536\nseq = 256\n")],
+                &["train", "c.toml"], 2, &["model.dropout = 0.1: dropout needs fewer than 2^32 elements per mask, but batch x heads x seq x seq = 8589934592"]),
             case("dropout 1", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\ndropout = 1.0\n")], &["train", "c.toml"], 2,
                 &["model.dropout = 1"]),
             case("momentum 1", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[optimizer]\nmomentum = 1.0\n")],
@@ -293,10 +295,10 @@ fn bad_data_files_are_named_errors() {
     std::fs::write(p("overflow.safetensors"), safetensors(r#"{"x":{"dtype":"F32","shape":[4294967296,4294967296,4],"data_offsets":[0,16]}}"#, &[0; 16])).unwrap();
     std::fs::write(p("garbage.safetensors"), b"hello").unwrap();
     let t = |shape: &[usize]| HostTensor::from_f32(shape, vec![0.5; shape.iter().product()]).unwrap();
-    write_safetensors(&p("wrong_shape.safetensors"), &BTreeMap::from([("x".into(), t(&[4, 16])), ("y".into(), t(&[4, 16]))])).unwrap();
+    write_safetensors(p("wrong_shape.safetensors"), &BTreeMap::from([("x".into(), t(&[4, 16])), ("y".into(), t(&[4, 16]))])).unwrap();
     let toks = |v: i32| HostTensor::from_i32(&[8, 8], vec![v; 64]).unwrap();
-    write_safetensors(&p("tokens.safetensors"), &BTreeMap::from([("tokens".into(), toks(1000)), ("targets".into(), toks(1))])).unwrap();
-    write_safetensors(&p("params.safetensors"), &BTreeMap::from([("params.nothing".into(), t(&[2]))])).unwrap();
+    write_safetensors(p("tokens.safetensors"), &BTreeMap::from([("tokens".into(), toks(1000)), ("targets".into(), toks(1))])).unwrap();
+    write_safetensors(p("params.safetensors"), &BTreeMap::from([("params.nothing".into(), t(&[2]))])).unwrap();
     std::fs::write(p("c.toml"), MLP).unwrap();
     std::fs::write(p("g.toml"), "steps = 2\n[model]\nkind = \"gpt\"\nbatch = 8\n").unwrap();
     std::fs::write(p("p.weft"), "func @main(%x: f32[2]) -> (f32[2]) {\n  %y = tanh %x\n  return %y\n}\n").unwrap();

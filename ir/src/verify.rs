@@ -25,9 +25,9 @@
 //! 9. Every value's type occupies at most
 //!    [`MAX_TENSOR_BYTES`](crate::types::MAX_TENSOR_BYTES).
 //! 10. Every sharding annotation (on a value, a result, or a
-//!    `sharding_constraint`/`reshard` op) has the rank of its tensor and
-//!    names no mesh axis twice. (Whether the axes exist and divide the
-//!    dimensions depends on the mesh, and is checked by the compiler.)
+//!     `sharding_constraint`/`reshard` op) has the rank of its tensor and
+//!     names no mesh axis twice. (Whether the axes exist and divide the
+//!     dimensions depends on the mesh, and is checked by the compiler.)
 
 use crate::callgraph::{CallGraph, MAX_CALL_DEPTH};
 use crate::{infer, Diagnostic, Function, InstId, IrError, Module, Op, ValueDef, ValueId};

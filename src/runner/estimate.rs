@@ -49,15 +49,15 @@ pub fn estimate(c: &RunConfig) -> Estimate {
         _ if c.optimizer.momentum != 0.0 => 1,
         _ => 0,
     };
-    let (params, batch_elems, act_elems) = match &c.model {
-        &ModelConfig::Mlp { layers, d, h, batch, .. } => {
+    let (params, batch_elems, act_elems) = match c.model {
+        ModelConfig::Mlp { layers, d, h, batch, .. } => {
             let params = mul(&[layers, 2, d, h]);
             let batch_elems = mul(&[2, batch, d]);
             // Per layer: the input, the pre-activation and the activation.
             let acts = mul(&[layers, batch]).saturating_mul((d as u64).saturating_add(mul(&[2, h])));
             (params, batch_elems, acts)
         }
-        &ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, .. } => {
+        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, .. } => {
             let c2 = mul(&[d_model, d_model]);
             // Per block: 12 C^2 weights and 9 C gains and biases.
             let block = c2.saturating_mul(12).saturating_add(mul(&[9, d_model]));

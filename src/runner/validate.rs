@@ -95,7 +95,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "mesh", flag: Some("--mesh"), range: Range::Text("`name=size,...`; sizes ≥ 1, at most 1024 devices in all"), default: "one device", note: "" },
     KeySpec { key: "strategy", flag: Some("--strategy"), range: Range::OneOf(&["none", "dp", "tp", "fsdp", "fsdp_tp", "zero1", "zero2", "zero3"]), default: "`none`", note: "" },
     KeySpec { key: "backend", flag: Some("--backend"), range: Range::OneOf(&["cpu", "cpu-ref", "wgpu", "cuda", "sim", "interp"]), default: "`cpu`", note: "`interp` needs a one-device mesh" },
-    KeySpec { key: "threads", flag: Some("--threads"), range: int(1, MAX_DEVICES), default: "one per device", note: "" },
+    KeySpec { key: "threads", flag: Some("--threads"), range: int(1, MAX_DEVICES), default: "one per core (cpu), one per device (GPU)", note: "" },
     KeySpec { key: "metrics", flag: Some("--metrics"), range: Range::Text("a file path"), default: "none", note: "" },
     KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
     KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt"]), default: "(required)", note: "" },
@@ -108,7 +108,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "model.seq", flag: None, range: int(1, MAX_SEQ), default: "8", note: "gpt" },
     KeySpec { key: "model.d_model", flag: None, range: int(1, MAX_SEQ), default: "16", note: "gpt; a multiple of `model.heads`" },
     KeySpec { key: "model.heads", flag: None, range: int(1, MAX_SEQ), default: "2", note: "gpt; divides `model.d_model`" },
-    KeySpec { key: "model.dropout", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1.0, max_inclusive: false }, default: "0", note: "gpt" },
+    KeySpec { key: "model.dropout", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1.0, max_inclusive: false }, default: "0", note: "gpt; with dropout, batch × heads × seq² and batch × seq × 4 d_model below 2^32" },
     KeySpec { key: "model.remat", flag: None, range: Range::OneOf(&["true", "false"]), default: "false", note: "gpt" },
     KeySpec { key: "optimizer.kind", flag: None, range: Range::OneOf(&["sgd", "adamw"]), default: "`sgd`", note: "" },
     KeySpec { key: "optimizer.lr", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: f64::INFINITY, max_inclusive: false }, default: "0.01", note: "" },
@@ -230,6 +230,19 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             check_int("model.layers", *layers as u64)?;
             check_int("model.batch", *batch as u64)?;
             check_float("model.dropout", *dropout)?;
+            // Dropout masks draw one 32-bit counter per element.
+            let mask = [*batch, *heads, *seq, *seq].iter().fold(1u64, |a, &x| a.saturating_mul(x as u64));
+            let mlp = [*batch, *seq, 4, *d_model].iter().fold(1u64, |a, &x| a.saturating_mul(x as u64));
+            if *dropout > 0.0 && mask.max(mlp) >= 1 << 32 {
+                return Err(invalid(
+                    "model.dropout",
+                    dropout,
+                    format!(
+                        "dropout needs fewer than 2^32 elements per mask, but batch x heads x seq x seq = {mask} and \
+                         batch x seq x 4 d_model = {mlp}; use dropout = 0 or smaller sizes"
+                    ),
+                ));
+            }
             if let Some(t) = compute {
                 check_name("model.compute", t)?;
             }

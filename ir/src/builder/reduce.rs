@@ -88,7 +88,8 @@ impl FunctionBuilder {
         self.scope("mean", || {
             let Some(t) = self.float_input("mean", x) else { return self.poison() };
             let Some(ax) = self.axes("mean", &t, axes) else { return self.poison() };
-            let n: usize = ax.iter().map(|&d| t.shape[d]).product();
+            // Saturating: an oversized type is reported by the verifier.
+            let n = ax.iter().fold(1usize, |a, &d| a.saturating_mul(t.shape[d]));
             let m = self.div_scalar(self.reduce_sum(x, &ax), n as f64);
             if keepdims {
                 self.reshape(m, &kept_shape(&t.shape, &ax))
