@@ -29,8 +29,11 @@ pub enum Strategy {
     /// Megatron tensor parallelism over `model` (column- then row-parallel
     /// layers), batch over `data` when the mesh has it.
     TensorParallel,
-    /// Fully sharded data parallel: parameters and optimizer state split
-    /// over `data` along dimension 0, gathered before use.
+    /// Fully sharded data parallel over the whole mesh: the batch and
+    /// dimension 0 of every parameter and optimizer-state leaf split over
+    /// all mesh axes together (`data` first, as JAX's
+    /// `P(("data", "model"))`), parameters gathered before use. No device
+    /// repeats another's work.
     Fsdp,
     /// FSDP over `data` combined with Megatron over `model`.
     FsdpTp,
@@ -152,17 +155,29 @@ pub fn shardings(
         return out;
     }
     let has = |a: &str| axes.contains(&a);
-    if has("data") {
+    // The axes that split the batch and the FSDP/ZeRO state: `data`, or for
+    // pure FSDP every axis of the mesh (`data` first), so that the `model`
+    // axis does not compute the same batch block four times over.
+    let shard_axes: Vec<&str> = if strategy == Strategy::Fsdp {
+        let mut v: Vec<&str> = axes.iter().copied().filter(|&a| a == "data").collect();
+        v.extend(axes.iter().copied().filter(|&a| a != "data"));
+        v
+    } else if has("data") {
+        vec!["data"]
+    } else {
+        vec![]
+    };
+    if !shard_axes.is_empty() {
         for &(name, rank) in batch {
             let mut dims: Vec<Vec<&str>> = vec![vec![]; rank];
             if rank > 0 {
-                dims[0] = vec!["data"];
+                dims[0] = shard_axes.clone();
             }
             out.inputs.insert(name.to_string(), sharding(&dims));
         }
     }
     let tp = has("model") && matches!(strategy, Strategy::TensorParallel | Strategy::FsdpTp);
-    let fsdp = has("data") && matches!(strategy, Strategy::Fsdp | Strategy::FsdpTp | Strategy::Zero3);
+    let fsdp = !shard_axes.is_empty() && matches!(strategy, Strategy::Fsdp | Strategy::FsdpTp | Strategy::Zero3);
     let zero_state = has("data") && matches!(strategy, Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3);
     let zero_grads = has("data") && matches!(strategy, Strategy::Zero2 | Strategy::Zero3);
     for (name, shape, role) in params {
@@ -181,7 +196,9 @@ pub fn shardings(
         let data_dim = (0..rank).find(|&d| dims[d].is_empty() && rank >= 1);
         let mut data_dims = dims.clone();
         if let Some(d) = data_dim {
-            data_dims[d].insert(0, "data");
+            for (i, a) in shard_axes.iter().enumerate() {
+                data_dims[d].insert(i, a);
+            }
         }
         // Every parameter and optimizer-state leaf is annotated, replicated
         // where the strategy does not split it: left open, propagation
@@ -260,6 +277,12 @@ mod tests {
         assert!(z1.grads.is_empty());
         let z2 = s(Strategy::Zero2);
         assert_eq!(z2.grads["params.layers.0.w2"].to_string(), "[{data}, {}]");
+        let fsdp = s(Strategy::Fsdp);
+        assert_eq!(fsdp.inputs["x"].to_string(), "[{data, model}, {}]");
+        assert_eq!(fsdp.inputs["params.layers.0.w2"].to_string(), "[{data, model}, {}]");
+        assert_eq!(fsdp.state["opt.m.layers.0.w1"].to_string(), "[{data, model}, {}]");
+        let fsdp_model_first = shardings(Strategy::Fsdp, &params, &batch, &["opt.m"], &["model", "data"]);
+        assert_eq!(fsdp_model_first.inputs["x"].to_string(), "[{data, model}, {}]");
         let z3 = s(Strategy::Zero3);
         assert_eq!(z3.inputs["params.layers.0.w1"].to_string(), "[{data}, {}]");
         assert_eq!("zero2".parse::<Strategy>().unwrap(), Strategy::Zero2);

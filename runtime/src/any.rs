@@ -71,6 +71,10 @@ impl Backend for AnyBackend {
         dispatch!(self, b => b.name())
     }
 
+    fn default_lanes(&self, devices: usize) -> usize {
+        dispatch!(self, b => b.default_lanes(devices))
+    }
+
     fn alloc(&self, ty: &TensorType) -> Result<AnyBuffer, RuntimeError> {
         Ok(match self {
             AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.alloc(ty)?),

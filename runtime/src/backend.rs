@@ -83,6 +83,13 @@ pub trait Backend {
         drop(b);
     }
 
+    /// How many worker threads an executable drives `devices` of these
+    /// devices with when the caller does not say ([`crate::ExecOptions`]).
+    /// Default: one per device, each device being its own processor.
+    fn default_lanes(&self, devices: usize) -> usize {
+        devices
+    }
+
     /// Waits until all work submitted to the device has finished (for
     /// timing; downloads synchronise on their own).
     fn sync(&self) -> Result<(), RuntimeError> {

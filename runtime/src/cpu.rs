@@ -16,6 +16,16 @@ use weft_ir::{Op, TensorType};
 /// (moves for the owned variants).
 macro_rules! host_memory {
     () => {
+        /// Logical devices in host memory share the host's cores: one
+        /// worker per core, each driving a contiguous run of devices. More
+        /// threads than cores only adds context switches and leaves a core
+        /// idle whenever the last runnable thread of a collective group
+        /// finishes alone (MLP TP step on 2 cores: 93 ms with 8 threads,
+        /// 86 ms with 2; BENCHMARKS.md).
+        fn default_lanes(&self, devices: usize) -> usize {
+            devices.min(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        }
+
         fn alloc(&self, ty: &TensorType) -> Result<HostTensor, RuntimeError> {
             Ok(HostTensor::zeros(ty))
         }

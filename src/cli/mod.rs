@@ -130,7 +130,7 @@ pub struct TrainArgs {
     /// unsharded interpreter, one device).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Worker threads for a runtime backend (default: one per device).
+    /// Worker threads for a runtime backend (default: one per core for cpu, one per device for GPUs)
     #[arg(long)]
     pub threads: Option<usize>,
     /// Seed.

@@ -53,7 +53,7 @@ pub struct RunConfig {
     /// Execution backend.
     #[serde(default)]
     pub backend: Option<String>,
-    /// Worker threads of a runtime backend (default: one per device).
+    /// Worker threads of a runtime backend (default: one per core for the CPU backends, one per device for GPUs).
     #[serde(default)]
     pub threads: Option<usize>,
     /// Where to append one JSON object per step.

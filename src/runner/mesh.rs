@@ -56,7 +56,7 @@ pub struct MeshExecutor {
 impl MeshExecutor {
     /// Compiles `step` for `mesh` (state layouts pinned) and makes it ready
     /// to run on `backend`; `threads` is the number of worker threads
-    /// (`None`: one per device).
+    /// (`None`: the backend's default, one per core for CPU devices).
     pub fn new(step: &TrainStep, mesh: &Mesh, backend: MeshBackend, threads: Option<usize>) -> Result<MeshExecutor> {
         MeshExecutor::with_limit(step, mesh, backend, threads, None)
     }

@@ -96,8 +96,10 @@ pub struct ExecOptions {
     /// `(input, output)` pairs: input `i` is donated and output `o`
     /// replaces it after each run (same local type on every device).
     pub donate: Vec<(usize, usize)>,
-    /// Worker threads. `None`: one per device. Devices are dealt to the
-    /// workers in contiguous runs; the results do not depend on the count.
+    /// Worker threads. `None`: the backend's choice
+    /// ([`Backend::default_lanes`]: one per device, or one per core for
+    /// devices in host memory). Devices are dealt to the workers in
+    /// contiguous runs; the results do not depend on the count.
     pub threads: Option<usize>,
     /// How long a device waits at a collective for the rest of its group.
     pub collective_timeout: Duration,
@@ -186,7 +188,7 @@ where
         let (donated, others): (Vec<usize>, Vec<usize>) =
             (0..program.inputs.len()).partition(|&i| donor_output[i].is_some());
         let shared = Arc::new(Shared { program, plan, comm, donor_output, donated_input, donated, others });
-        let threads = options.threads.unwrap_or(n).clamp(1, n);
+        let threads = options.threads.unwrap_or_else(|| backends[0].default_lanes(n)).clamp(1, n);
         let lanes: Vec<Vec<usize>> = (0..threads).map(|t| (t * n / threads..(t + 1) * n / threads).collect()).collect();
         let mut backends: Vec<Option<B>> = backends.into_iter().map(Some).collect();
         let mut workers = Vec::with_capacity(threads);

@@ -100,7 +100,7 @@ fn assert_bitwise(a: &[Vec<HostTensor>], b: &[Vec<HostTensor>], what: &str) {
 #[test]
 fn state_stays_resident_and_results_do_not_depend_on_threads() {
     let (ref_metrics, ref_state) = reference();
-    for threads in [Some(1), Some(2), Some(3), None] {
+    for threads in [Some(1), Some(2), Some(3), Some(8), None] {
         let (metrics, final_state, t) = three_steps(vec![CpuBackend::new(); 8], threads);
         for (s, (m, r)) in metrics.iter().zip(&ref_metrics).enumerate() {
             assert_bitwise(m, r, &format!("{threads:?} threads, step {s} metrics"));
@@ -110,6 +110,15 @@ fn state_stays_resident_and_results_do_not_depend_on_threads() {
         assert_eq!((t.state_uploads, t.state_downloads), (8, 0), "{threads:?} threads: {t:?}");
         assert_eq!((t.input_uploads, t.output_downloads), (24, 24));
     }
+}
+
+#[test]
+fn host_devices_default_to_one_worker_per_core() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let exe = Executable::new(step_program(), vec![CpuBackend::new(); 8], donating(None)).unwrap();
+    assert_eq!(exe.threads(), cores.min(8));
+    let exe = Executable::new(step_program(), vec![CpuBackend::new(); 8], donating(Some(8))).unwrap();
+    assert_eq!(exe.threads(), 8);
 }
 
 #[test]
