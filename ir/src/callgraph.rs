@@ -65,9 +65,16 @@ impl CallGraph {
 
     /// A cycle of calls (`[a, b, a]`, function indices), if any.
     pub fn find_cycle(&self) -> Option<Vec<usize>> {
+        self.find_cycles().into_iter().next()
+    }
+
+    /// Cycles of calls, at most one per depth-first search from each
+    /// function not reached before (so disjoint cycles are all reported).
+    pub fn find_cycles(&self) -> Vec<Vec<usize>> {
         let n = self.names.len();
         // 0 unvisited, 1 on the stack, 2 done.
         let mut colour = vec![0u8; n];
+        let mut cycles = Vec::new();
         for root in 0..n {
             if colour[root] != 0 {
                 continue;
@@ -83,7 +90,12 @@ impl CallGraph {
                             let start = stack.iter().position(|&(s, _)| s == w).unwrap_or(0);
                             let mut cycle: Vec<usize> = stack[start..].iter().map(|&(s, _)| s).collect();
                             cycle.push(w);
-                            return Some(cycle);
+                            cycles.push(cycle);
+                            // One cycle per search: the rest of it is done.
+                            for &(s, _) in &stack {
+                                colour[s] = 2;
+                            }
+                            break;
                         }
                         0 => {
                             colour[w] = 1;
@@ -97,7 +109,7 @@ impl CallGraph {
                 }
             }
         }
-        None
+        cycles
     }
 
     /// Functions in an order where every callee comes before its callers

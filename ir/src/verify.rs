@@ -331,10 +331,13 @@ fn check_call_cycles(m: &Module, diags: &mut Vec<Diagnostic>) {
     // Explicit worklists (crate::callgraph): a chain of thousands of
     // functions must not overflow the verifier's stack.
     let g = CallGraph::new(m);
-    if let Some(cycle) = g.find_cycle() {
+    let cycles = g.find_cycles();
+    for cycle in &cycles {
         let f = &m.functions[cycle[0]];
         let names: Vec<String> = cycle.iter().map(|&i| format!("@{}", g.name(i))).collect();
         diags.push(diag(f, f.loc, "", format!("recursive calls are not allowed: {}", names.join(" -> "))));
+    }
+    if !cycles.is_empty() {
         return;
     }
     let Some(depths) = g.depths() else { return };

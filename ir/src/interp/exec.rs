@@ -78,16 +78,20 @@ impl Plan {
 }
 
 impl<'m> Interpreter<'m> {
-    /// Verifies `module` ([`verify_module`]) and prepares to run it.
+    /// Verifies `module` ([`verify_module`]) and prepares to run it, with
+    /// [`MemoryLimit::detect`]'s memory limit (`WEFT_MEMORY_LIMIT`, else the
+    /// machine's memory; a malformed `WEFT_MEMORY_LIMIT` is an error).
     pub fn new(module: &'m Module) -> Result<Interpreter<'m>, IrError> {
         verify_module(module)?;
-        Ok(Interpreter::from_verified(module))
+        Ok(Interpreter::from_verified(module).with_memory_limit(MemoryLimit::detect()?))
     }
 
     /// Prepares to run a module that has already passed [`verify_module`],
-    /// without verifying it again. On an unverified module, ill-typed
-    /// instructions are reported as [`IrError::Interp`] where detected, and
-    /// a use before definition panics.
+    /// without verifying it again, and without a memory limit (for callers
+    /// that checked the program's memory already and run it many times; see
+    /// [`Interpreter::with_memory_limit`]). On an unverified module,
+    /// ill-typed instructions are reported as [`IrError::Interp`] where
+    /// detected, and a use before definition panics.
     pub fn from_verified(module: &'m Module) -> Interpreter<'m> {
         let by_name = module.functions.iter().enumerate().map(|(i, f)| (f.name.as_str(), i)).collect();
         let plans = module.functions.iter().map(Plan::new).collect();
@@ -97,14 +101,13 @@ impl<'m> Interpreter<'m> {
             by_name,
             plans,
             expanded: graph.expanded_sizes(),
-            memory_limit: MemoryLimit::detect().ok().flatten(),
+            memory_limit: None,
         }
     }
 
-    /// The same interpreter with another memory limit (`None`: unchecked).
-    /// By default it is [`MemoryLimit::detect`]'s (`WEFT_MEMORY_LIMIT` or
-    /// the machine's memory): an instruction whose results would need more
-    /// is an [`IrError::TooLarge`] before anything is allocated.
+    /// The same interpreter with another memory limit (`None`: unchecked):
+    /// an instruction whose results would need more is an
+    /// [`IrError::TooLarge`] before anything is allocated.
     pub fn with_memory_limit(mut self, limit: Option<MemoryLimit>) -> Interpreter<'m> {
         self.memory_limit = limit;
         self
