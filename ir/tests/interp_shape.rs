@@ -112,6 +112,28 @@ fn concatenate_along_each_dim() {
 }
 
 #[test]
+fn concatenate_results_are_row_major_whatever_the_operands_layout() {
+    // Inner-dimension concatenation of a column-major operand and a plain
+    // one: the values are right and the result is in standard layout
+    // (later ops read it as one slice).
+    let cols = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2, 3]), vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .unwrap()
+        .reversed_axes();
+    assert!(!cols.is_standard_layout());
+    let t = HostTensor::F32(cols);
+    let b = f32t(&[3, 1], &[7.0, 8.0, 9.0]);
+    let mut r = weft_ir::interp::eval_op(&Op::Concatenate { dim: 1 }, &[&t, &b]).unwrap();
+    let r = r.remove(0);
+    assert_bits(&r, &f32t(&[3, 3], &[1.0, 4.0, 7.0, 2.0, 5.0, 8.0, 3.0, 6.0, 9.0]));
+    let HostTensor::F32(a) = &r else { panic!("f32") };
+    assert!(a.is_standard_layout());
+    let err = |xs: &[&HostTensor]| weft_ir::interp::eval_op(&Op::Concatenate { dim: 1 }, xs).unwrap_err().to_string();
+    assert!(err(&[&b, &i32t(&[3, 1], &[1, 2, 3])]).contains("incompatible"));
+    let ragged = err(&[&b, &f32t(&[2, 1], &[1.0, 2.0])]);
+    assert!(ragged.contains("f32[2,1]"), "{ragged}");
+}
+
+#[test]
 fn pad_low_high_interior() {
     let x = f32t(&[3], &[1.0, 2.0, 3.0]);
     let z = scalar(DType::F32, 0.0);

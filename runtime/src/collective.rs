@@ -42,36 +42,45 @@ fn reduce_in_rank_order(blocks: &[HostTensor], op: ReduceOp, what: &str) -> Resu
     rest.iter().try_fold(first.clone(), |acc, b| eval1(&bin, &[&acc, b], what))
 }
 
-/// An `f32` all-reduce without allocating: the rank-order fold accumulates
-/// into member 0's contribution with the interpreter's scalar op (the same
-/// arithmetic in the same order as [`reduce_in_rank_order`], so the same
-/// bits), and every other member receives the result in its own
-/// contribution's storage. Gives the blocks back for other dtypes or
-/// layouts.
-fn all_reduce_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Vec<HostTensor>, Vec<HostTensor>> {
+/// The accumulated array, and the other members' arrays.
+type Folded = (ndarray::ArrayD<f32>, Vec<ndarray::ArrayD<f32>>);
+
+/// The rank-order fold of `f32` contributions into member 0's storage, with
+/// the interpreter's scalar op (the same arithmetic in the same order as
+/// [`reduce_in_rank_order`], so the same bits), without allocating.
+/// Returns the accumulated array and the other members' arrays, or gives
+/// the blocks back for other dtypes, layouts or mismatched shapes.
+fn fold_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Folded, Vec<HostTensor>> {
     let fits = |t: &HostTensor| matches!(t, HostTensor::F32(a) if a.is_standard_layout());
-    if !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
+    if blocks.is_empty() || !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
         return Err(blocks);
     }
-    let mut arrays: Vec<ndarray::ArrayD<f32>> = blocks
-        .into_iter()
-        .map(|b| match b {
-            HostTensor::F32(a) => a,
-            _ => unreachable!("checked above"),
-        })
-        .collect();
+    let mut arrays = blocks.into_iter().map(|b| match b {
+        HostTensor::F32(a) => a,
+        _ => unreachable!("checked above"),
+    });
+    let mut first = arrays.next().expect("checked non-empty");
+    let rest: Vec<ndarray::ArrayD<f32>> = arrays.collect();
     let bin = combiner(op);
-    let (first, rest) = arrays.split_first_mut().expect("a group has at least one member");
     let acc = first.as_slice_mut().expect("standard layout");
-    for b in rest.iter() {
+    for b in &rest {
         for (x, &y) in acc.iter_mut().zip(b.as_slice().expect("standard layout")) {
             *x = binary_f32(bin, *x, y).expect("a float reduction");
         }
     }
+    Ok((first, rest))
+}
+
+/// An `f32` all-reduce without allocating: the fold accumulates into
+/// member 0's contribution and every other member receives the result in
+/// its own contribution's storage.
+fn all_reduce_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Vec<HostTensor>, Vec<HostTensor>> {
+    let (first, mut rest) = fold_f32_in_place(blocks, op)?;
+    let acc = first.as_slice().expect("standard layout");
     for b in rest.iter_mut() {
         b.as_slice_mut().expect("standard layout").copy_from_slice(acc);
     }
-    Ok(arrays.into_iter().map(HostTensor::F32).collect())
+    Ok(std::iter::once(first).chain(rest).map(HostTensor::F32).collect())
 }
 
 /// Block `i` of `n` equal blocks of `t` along `dim`.
@@ -97,6 +106,13 @@ pub fn combine(op: &Collective, blocks: Vec<HostTensor>) -> Result<Vec<HostTenso
     let blocks = match op {
         Collective::AllReduce { op, .. } => match all_reduce_f32_in_place(blocks, *op) {
             Ok(out) => return Ok(out),
+            Err(blocks) => blocks,
+        },
+        Collective::ReduceScatter { dim, op, .. } => match fold_f32_in_place(blocks, *op) {
+            Ok((sum, _)) => {
+                let sum = HostTensor::F32(sum);
+                return (0..n).map(|r| block(&sum, *dim, r, n, what)).collect();
+            }
             Err(blocks) => blocks,
         },
         _ => blocks,

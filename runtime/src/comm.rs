@@ -159,20 +159,31 @@ impl Communicator for InProcessComm {
         });
         r.contributions[call.rank] = Some(input);
         r.arrived += 1;
-        if r.arrived == n {
-            // The last member computes the group's results once.
-            let blocks: Vec<HostTensor> = r.contributions.iter_mut().map(|c| c.take().expect("every member")).collect();
-            match results_of(&call, blocks) {
-                Ok(res) => r.results = Some(res.into_iter().map(Some).collect()),
-                Err(e) => {
-                    s.aborted = Some((call.device(), e.to_string()));
-                    self.changed.notify_all();
-                    return Err(e.at_step(call.device(), call.step, call.op.name()));
-                }
-            }
-            self.changed.notify_all();
+        if r.arrived < n {
+            return Ok(());
         }
-        Ok(())
+        // The last member computes the group's results once, outside the
+        // lock: other groups' members keep contributing and receiving
+        // meanwhile, and this group's members wait for `results`.
+        let blocks: Vec<HostTensor> = r.contributions.iter_mut().map(|c| c.take().expect("every member")).collect();
+        drop(s);
+        let res = results_of(&call, blocks);
+        let mut s = self.lock();
+        match res {
+            Ok(res) => {
+                let r = s.open.get_mut(&key).expect("a rendezvous stays open until its results are taken");
+                r.results = Some(res.into_iter().map(Some).collect());
+                self.changed.notify_all();
+                Ok(())
+            }
+            Err(e) => {
+                if s.aborted.is_none() {
+                    s.aborted = Some((call.device(), e.to_string()));
+                }
+                self.changed.notify_all();
+                Err(e.at_step(call.device(), call.step, call.op.name()))
+            }
+        }
     }
 
     fn receive(&self, call: CollectiveCall<'_>) -> Result<HostTensor, RuntimeError> {

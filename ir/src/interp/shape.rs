@@ -103,19 +103,52 @@ pub(crate) fn slice(x: &HostTensor, start: &[usize], limit: &[usize], stride: &[
 }
 
 /// Concatenates tensors of one dtype along `dim`.
+///
+/// Row-major throughout: for each index of the dimensions before `dim`,
+/// each operand contributes one contiguous run (its extent along `dim`
+/// times the inner extents), copied whole. The result is in standard
+/// layout whatever the operands' layouts (`ndarray::concatenate` grows
+/// the result along `dim` and leaves it in a transposed layout when `dim`
+/// is not the outermost, which every later consumer then pays for).
 pub(crate) fn concatenate(xs: &[&HostTensor], dim: usize) -> Result<HostTensor, String> {
     let first = xs.first().ok_or("concatenate needs at least one operand")?;
-    if dim >= first.shape().len() {
+    let rank = first.shape().len();
+    if dim >= rank {
         return Err(format!("concatenate dimension {dim} is out of range for {}", first.ty()));
     }
+    for x in xs {
+        let compatible = x.shape().len() == rank
+            && (0..rank).all(|d| d == dim || x.shape()[d] == first.shape()[d]);
+        if !compatible {
+            return Err(format!("concatenate of {} and {} along dimension {dim}", first.ty(), x.ty()));
+        }
+    }
     fn typed<T: Element>(xs: &[&HostTensor], dim: usize) -> Result<ArrayD<T>, String> {
-        let views = xs
+        let arrays = xs
             .iter()
             .map(|x| {
-                x.as_array::<T>().map(|a| a.view()).ok_or_else(|| format!("concatenate of mixed dtypes ({})", x.ty()))
+                let a = x.as_array::<T>().ok_or_else(|| format!("concatenate of mixed dtypes ({})", x.ty()))?;
+                Ok(if a.is_standard_layout() {
+                    std::borrow::Cow::Borrowed(a)
+                } else {
+                    std::borrow::Cow::Owned(materialize(a.view()))
+                })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        ndarray::concatenate(Axis(dim), &views).map_err(|e| format!("concatenate: {e}"))
+        let mut shape = arrays[0].shape().to_vec();
+        shape[dim] = arrays.iter().map(|a| a.shape()[dim]).sum();
+        let outer: usize = shape[..dim].iter().product();
+        let runs: Vec<(&[T], usize)> = arrays
+            .iter()
+            .map(|a| (a.as_slice().expect("standard layout"), a.shape()[dim..].iter().product()))
+            .collect();
+        let mut out: Vec<T> = Vec::with_capacity(shape.iter().product());
+        for o in 0..outer {
+            for &(data, run) in &runs {
+                out.extend_from_slice(&data[o * run..(o + 1) * run]);
+            }
+        }
+        Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).expect("element count matches shape"))
     }
     with_element_type!(first.dtype(), T => typed::<T>(xs, dim).map(T::wrap))
 }

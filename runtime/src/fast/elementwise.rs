@@ -174,9 +174,9 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
     let data: Vec<InputData<'_>> = inputs
         .iter()
         .map(|t| match t {
-            HostTensor::F32(a) => {
-                a.as_slice().map(InputData::F32).unwrap_or_else(|| InputData::Owned(a.iter().copied().collect()))
-            }
+            HostTensor::F32(a) => a.as_slice().map(InputData::F32).unwrap_or_else(|| {
+                InputData::Owned(weft_ir::tensor::to_standard_layout(a.view()).into_raw_vec_and_offset().0)
+            }),
             HostTensor::Bool(a) => InputData::Owned(a.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
             _ => unreachable!("checked by `supported`"),
         })
