@@ -21,15 +21,18 @@
 //! rank order (a fixed, deterministic order); gathers concatenate blocks in
 //! rank order.
 //!
-//! Submodules: [`printer`] (the text form, `specs/device-program.md`),
+//! Submodules: [`printer`] and [`parser`] (the text form, which round-trips,
+//! `specs/device-program.md`),
 //! [`verify`] (every step's types and every collective's groups checked
 //! before anything runs) and [`sim`] (a reference executor for N simulated
 //! devices in one process, built on the interpreter's per-op semantics).
 
+pub mod parser;
 pub mod printer;
 pub mod sim;
 pub mod verify;
 
+pub use parser::parse_program;
 pub use printer::print_program;
 pub use sim::simulate;
 pub use verify::verify_program;

@@ -40,14 +40,15 @@
 //! assert_eq!(err.to_string(), "parse error at 2:8: unknown op `ad`; did you mean `add`?");
 //! ```
 
-mod ast;
-mod attrs;
+pub(crate) mod ast;
+pub(crate) mod attrs;
 mod build;
-mod lexer;
+// The lexer and the parser's cursor are shared with the device-program parser.
+pub(crate) mod lexer;
 mod literal;
 mod ops;
 mod printer;
-mod syntax;
+pub(crate) mod syntax;
 
 pub use printer::{print_function, print_module};
 // For the device-program printer, which prints compute ops the same way.

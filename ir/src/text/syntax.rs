@@ -28,11 +28,11 @@ impl Parser {
         Parser { toks, pos: 0 }
     }
 
-    fn peek(&self) -> &Token {
+    pub(crate) fn peek(&self) -> &Token {
         &self.toks[self.pos.min(self.toks.len() - 1)]
     }
 
-    fn next(&mut self) -> Token {
+    pub(crate) fn next(&mut self) -> Token {
         let t = self.peek().clone();
         if self.pos < self.toks.len() - 1 {
             self.pos += 1;
@@ -40,11 +40,11 @@ impl Parser {
         t
     }
 
-    fn is(&self, c: char) -> bool {
+    pub(crate) fn is(&self, c: char) -> bool {
         self.peek().tok == Tok::Punct(c)
     }
 
-    fn eat(&mut self, c: char) -> bool {
+    pub(crate) fn eat(&mut self, c: char) -> bool {
         let yes = self.is(c);
         if yes {
             self.next();
@@ -52,12 +52,12 @@ impl Parser {
         yes
     }
 
-    fn error<T>(&self, what: &str) -> PResult<T> {
+    pub(crate) fn error<T>(&self, what: &str) -> PResult<T> {
         let t = self.peek();
         Err(ParseError { loc: t.loc, message: format!("expected {what}, found {}", t.tok) })
     }
 
-    fn expect(&mut self, c: char) -> PResult<Loc> {
+    pub(crate) fn expect(&mut self, c: char) -> PResult<Loc> {
         if self.is(c) {
             Ok(self.next().loc)
         } else {
@@ -65,14 +65,14 @@ impl Parser {
         }
     }
 
-    fn ident(&mut self, what: &str) -> PResult<(String, Loc)> {
+    pub(crate) fn ident(&mut self, what: &str) -> PResult<(String, Loc)> {
         match self.peek().tok.clone() {
             Tok::Ident(s) => Ok((s, self.next().loc)),
             _ => self.error(what),
         }
     }
 
-    fn value(&mut self, what: &str) -> PResult<Name> {
+    pub(crate) fn value(&mut self, what: &str) -> PResult<Name> {
         match self.peek().tok.clone() {
             Tok::Value(text) => Ok(Name { text, loc: self.next().loc }),
             _ => self.error(what),
@@ -80,7 +80,7 @@ impl Parser {
     }
 
     /// A comma-separated list of `item` up to (not including) `close`.
-    fn list<T>(&mut self, close: char, mut item: impl FnMut(&mut Self) -> PResult<T>) -> PResult<Vec<T>> {
+    pub(crate) fn list<T>(&mut self, close: char, mut item: impl FnMut(&mut Self) -> PResult<T>) -> PResult<Vec<T>> {
         let mut out = Vec::new();
         if self.is(close) {
             return Ok(out);
@@ -148,7 +148,7 @@ impl Parser {
     }
 
     /// `f32[2,3]`.
-    fn tensor_type(&mut self) -> PResult<(TensorType, Loc)> {
+    pub(crate) fn tensor_type(&mut self) -> PResult<(TensorType, Loc)> {
         const WHAT: &str = "a type such as `f32[2,3]`";
         let is_type_name = self.toks.get(self.pos + 1).is_some_and(|t| t.tok == Tok::Punct('['));
         if matches!(&self.peek().tok, Tok::Ident(n) if DType::from_name(n).is_none() && !is_type_name) {
@@ -197,7 +197,7 @@ impl Parser {
         Ok(TypeAnn { ty, loc, sharding })
     }
 
-    fn instruction(&mut self) -> PResult<InstAst> {
+    pub(crate) fn instruction(&mut self) -> PResult<InstAst> {
         let loc = self.peek().loc;
         let mut results = Vec::new();
         if matches!(self.peek().tok, Tok::Value(_)) {
