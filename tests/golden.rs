@@ -25,6 +25,7 @@ const STAGES: &[(&str, Stage)] = &[
     ("verify", verify_stage),
     ("shard", shard_stage),
     ("lower", lower_stage),
+    ("cleanup", cleanup_stage),
 ];
 
 /// The mesh from a first-line comment `// mesh: x=2,y=2`.
@@ -109,6 +110,45 @@ fn lower_stage(text: &str) -> String {
         Err(LowerError::Ir(e)) => error_lines(e),
         Err(LowerError::Usage(e)) => format!("{e}\n"),
         Err(LowerError::Compiler(e)) => format!("{e}\n"),
+    }
+}
+
+/// A device program (text) run through the partitioner's clean-up passes
+/// named in the first line (`// passes: fuse_reduce_scatter, compact`), in
+/// that order: the program after them, which must verify, or the error. The
+/// input must verify too (the passes take verified programs).
+fn cleanup_stage(text: &str) -> String {
+    use weft_compiler::partition::{cleanup_pass, CLEANUPS};
+    use weft_ir::device::{parse_program, print_program, verify_program};
+    let line = text.lines().next().unwrap_or("");
+    let Some(names) = line.strip_prefix("// passes:") else {
+        return "the first line must be `// passes: <pass>, ...`\n".into();
+    };
+    let mut passes = Vec::new();
+    for name in names.split(',').map(str::trim) {
+        match cleanup_pass(name) {
+            Some(p) => passes.push(p),
+            None => {
+                let all: Vec<&str> = CLEANUPS.iter().map(|(n, _)| *n).collect();
+                return format!("unknown pass `{name}` (passes: {})\n", all.join(", "));
+            }
+        }
+    }
+    let mut p = match parse_program(text) {
+        Ok(p) => p,
+        Err(e) => return format!("{e}\n"),
+    };
+    if let Err(e) = verify_program(&p) {
+        return format!("input: {}", error_lines(e));
+    }
+    for pass in passes {
+        pass(&mut p);
+    }
+    let out = print_program(&p);
+    assert_eq!(parse_program(&out).map(|q| print_program(&q)).ok().as_deref(), Some(out.as_str()), "round trip");
+    match verify_program(&p) {
+        Ok(()) => out,
+        Err(e) => format!("{out}output: {}", error_lines(e)),
     }
 }
 

@@ -161,6 +161,15 @@ pub enum CompilerError {
         /// The mesh.
         mesh: String,
     },
+    /// The compiler broke one of its own invariants (a bug, never the
+    /// user's mistake): named by the stage that found it.
+    #[error("internal error after {stage}: {message}")]
+    Internal {
+        /// The pass or stage after which the invariant failed.
+        stage: String,
+        /// What failed.
+        message: String,
+    },
     /// A request outside what a helper supports (e.g. drawing a rank-3 grid).
     #[error("{0}")]
     Unsupported(String),

@@ -13,7 +13,7 @@
 //! on every device) and let executors reuse memory.
 
 use weft_ir::device::{BufferId, Collective, DeviceProgram, Step};
-use weft_ir::{Op, ReduceOp};
+use weft_ir::Op;
 
 /// Whether a compute step returns its operand unchanged.
 fn is_identity(p: &DeviceProgram, step: &Step) -> Option<(BufferId, BufferId)> {
@@ -131,7 +131,8 @@ fn use_counts(p: &DeviceProgram) -> Vec<usize> {
 
 /// `t = all_reduce(x) over A; y = shard_slice(t)` splitting one dimension
 /// over exactly `A` (in order), with `t` used nowhere else, becomes
-/// `y = reduce_scatter(x)` over `A` along that dimension.
+/// `y = reduce_scatter(x)` over `A` along that dimension, with the same
+/// combining op (`sum`, `max` or `min`).
 pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
     let uses = use_counts(p);
     let mut producer: Vec<Option<usize>> = vec![None; p.buffers.len()];
@@ -146,7 +147,7 @@ pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
         let Step::ShardSlice { input, output, dims } = step else { continue };
         let split: Vec<usize> = (0..dims.len()).filter(|&d| !dims[d].is_empty()).collect();
         let (Some(j), [d]) = (producer[input.index()], split.as_slice()) else { continue };
-        let Step::Collective { op: Collective::AllReduce { axes, op: ReduceOp::Sum }, input: x, .. } = &p.steps[j]
+        let Step::Collective { op: Collective::AllReduce { axes, op }, input: x, .. } = &p.steps[j]
         else {
             continue;
         };
@@ -154,7 +155,7 @@ pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
             continue;
         }
         let step = Step::Collective {
-            op: Collective::ReduceScatter { dim: *d, axes: axes.clone(), op: ReduceOp::Sum },
+            op: Collective::ReduceScatter { dim: *d, axes: axes.clone(), op: *op },
             input: *x,
             output: *output,
         };

@@ -36,6 +36,46 @@ use weft_ir::device::{simulate, verify_program, DeviceProgram};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{IrError, Module, TensorSharding, TensorType};
 
+/// A clean-up pass over a lowered device program (`specs/device-program.md`
+/// §5). Each takes a verified program to a verified program with the same
+/// semantics.
+pub type Cleanup = fn(&mut DeviceProgram);
+
+/// The clean-ups [`partition_function`] runs after lowering, by name, in
+/// order: forward identity steps, fold transposes into the dots that read
+/// them, remove dead steps, fuse all-reduce + shard slice into
+/// reduce-scatter, compact (renumber buffers in definition order), insert
+/// frees after last uses.
+pub const CLEANUPS: &[(&str, Cleanup)] = &[
+    ("forward_identities", liveness::forward_identities),
+    ("fold_transposes", liveness::fold_transposes_into_dots),
+    ("remove_dead_steps", liveness::remove_dead_steps),
+    ("fuse_reduce_scatter", liveness::fuse_reduce_scatter),
+    ("compact", liveness::compact),
+    ("insert_frees", liveness::insert_frees),
+];
+
+/// The clean-up named `name` (see [`CLEANUPS`]).
+pub fn cleanup_pass(name: &str) -> Option<Cleanup> {
+    CLEANUPS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
+}
+
+/// Debug builds check that every program the partitioner produces reads
+/// back from its text form to the same program and the same text.
+#[cfg(debug_assertions)]
+fn check_text_round_trip(program: &DeviceProgram) -> Result<()> {
+    let text = weft_ir::device::print_program(program);
+    let back = weft_ir::device::parse_program(&text)?;
+    let again = weft_ir::device::print_program(&back);
+    if back != *program || again != text {
+        return Err(CompilerError::Internal {
+            stage: "partition".into(),
+            message: format!("the device program's text does not read back to the same program:\n{text}"),
+        });
+    }
+    Ok(())
+}
+
 /// A global input or output of a partitioned function: its name, global
 /// type and sharding.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,13 +116,12 @@ pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<Partition
     crate::sharding::check_locally_computable(f, mesh)?;
     let lowered = lower::lower_function(f, mesh)?;
     let mut program = lowered.program;
-    liveness::forward_identities(&mut program);
-    liveness::fold_transposes_into_dots(&mut program);
-    liveness::remove_dead_steps(&mut program);
-    liveness::fuse_reduce_scatter(&mut program);
-    liveness::compact(&mut program);
-    liveness::insert_frees(&mut program);
+    for (_, pass) in CLEANUPS {
+        pass(&mut program);
+    }
     verify_program(&program)?;
+    #[cfg(debug_assertions)]
+    check_text_round_trip(&program)?;
     let layout =
         |name: String, ty: &TensorType, s: &MeshSharding| GlobalValue { name, ty: ty.clone(), sharding: s.to_ir(mesh) };
     let inputs =
