@@ -44,6 +44,19 @@ pub enum Error {
     /// checkpoint in it, or the checkpoint is past the configured steps.
     #[error("--resume: {0}")]
     Resume(String),
+    /// A dataset file is missing, truncated, or does not fit the model
+    /// (dtype, shape, token ids, too few examples).
+    #[error("{}: {message}", path.display())]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// `--resume` onto data other than the data the checkpoint was trained
+    /// on (other files, contents, seed or order).
+    #[error("--resume: {0}")]
+    DataChanged(String),
     /// The command line asked for something that does not exist or fit.
     #[error("{0}")]
     Usage(String),

@@ -6,6 +6,7 @@
 
 pub mod checkpoint;
 pub mod cli;
+pub mod data;
 pub mod diagnostics;
 pub mod error;
 pub mod models;

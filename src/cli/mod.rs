@@ -5,6 +5,7 @@
 //! (0 success, 1 a problem in the user's program or data, 2 bad usage).
 
 mod check;
+mod data;
 pub mod lower;
 mod plot;
 mod run;
@@ -87,12 +88,19 @@ pub enum Command {
         /// The SVG to write.
         #[arg(short, long)]
         output: PathBuf,
-        /// Which metric.
-        #[arg(long, default_value = "loss")]
-        metric: String,
+        /// Which metrics (repeatable). Default: `loss`, and `val_loss`
+        /// where a file has it (a run with a validation split).
+        #[arg(long)]
+        metric: Vec<String>,
         /// Logarithmic y axis.
         #[arg(long)]
         log: bool,
+    },
+    /// Dataset tools (`weft data prepare`).
+    Data {
+        /// What to do.
+        #[command(subcommand)]
+        command: DataCommand,
     },
     /// Propagate shardings and partition a function for a device mesh;
     /// print the program each device runs and a summary (collectives by
@@ -108,6 +116,26 @@ pub enum Command {
         /// The function to lower (default: `main`, else the module's only function).
         #[arg(long = "func")]
         func: Option<String>,
+    },
+}
+
+/// `weft data` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Turn text files into train/validation token files for a `[data]`
+    /// table: a byte-level vocabulary (256 ids), u16 token files in
+    /// nanoGPT's layout, the last `--val-fraction` of each file held out
+    /// for validation, and meta.json (sources and their sha256).
+    Prepare {
+        /// Text files, in order.
+        #[arg(required = true)]
+        texts: Vec<PathBuf>,
+        /// Output directory (train.bin, val.bin, meta.json).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Fraction of each file for validation, in (0, 1).
+        #[arg(long, default_value_t = 0.1)]
+        val_fraction: f64,
     },
 }
 
@@ -209,6 +237,9 @@ pub fn main() -> i32 {
             train::train(&config, &args.overrides())
         }
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
+        Command::Data { command: DataCommand::Prepare { texts, output, val_fraction } } => {
+            data::prepare_cmd(&texts, &output, val_fraction)
+        }
         Command::Lower { file, mesh, func } => lower::lower(&file, mesh.as_deref(), func.as_deref()),
     };
     match result {

@@ -6,18 +6,34 @@ use crate::runner::read_metrics;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
-/// Draws `metric` against step for every file onto an SVG at `out`.
-pub fn plot(files: &[PathBuf], out: &Path, metric: &str, log_y: bool) -> Result<i32> {
+/// Draws each of `metrics` against step for every file onto an SVG at
+/// `out`. No metrics named: `loss`, plus `val_loss` for files that have it.
+pub fn plot(files: &[PathBuf], out: &Path, metrics: &[String], log_y: bool) -> Result<i32> {
     let mut series = Vec::new();
+    let named = !metrics.is_empty();
+    let wanted: Vec<String> = if named { metrics.to_vec() } else { vec!["loss".into(), "val_loss".into()] };
+    let mut drawn: Vec<String> = Vec::new();
     for f in files {
-        let pts: Vec<(f64, f64)> =
-            read_metrics(f)?.into_iter().filter_map(|(s, m)| m.get(metric).map(|&v| (s as f64, v))).collect();
-        if pts.is_empty() {
-            return Err(Error::Usage(format!("{}: no `{metric}` values", f.display())));
+        let rows = read_metrics(f)?;
+        for metric in &wanted {
+            let pts: Vec<(f64, f64)> =
+                rows.iter().filter_map(|(s, m)| m.get(metric).map(|&v| (*s as f64, v))).collect();
+            if pts.is_empty() {
+                if !named && metric == "val_loss" {
+                    continue;
+                }
+                return Err(Error::Usage(format!("{}: no `{metric}` values", f.display())));
+            }
+            let stem = f.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            let label = if wanted.len() == 1 { stem } else { format!("{stem} {metric}") };
+            series.push((label, pts));
+            if !drawn.contains(metric) {
+                drawn.push(metric.clone());
+            }
         }
-        let label = f.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-        series.push((label, pts));
     }
+    let metric = drawn.join(", ");
+    let metric = metric.as_str();
     // The axes span the finite values only: a run that diverged writes
     // `inf`/`NaN`, which no axis can hold. Those points are drawn as
     // crosses on the top edge, a marked divergence.

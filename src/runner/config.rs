@@ -71,6 +71,10 @@ pub struct RunConfig {
     /// Checkpointing.
     #[serde(default)]
     pub checkpoint: Option<CheckpointConfig>,
+    /// The dataset (`[data]`, see `crate::data::config`); without it the
+    /// run trains on the model's fixed synthetic batch (or `--data`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<crate::data::DataConfig>,
 }
 
 /// The model and its sizes.

@@ -7,6 +7,7 @@
 //! revision, mesh, device mapping, seed) beside the checkpoints.
 
 pub mod config;
+pub mod data;
 pub mod estimate;
 mod exec;
 mod mesh;
@@ -188,6 +189,24 @@ pub struct RunSummary {
     /// Wall time of each compile phase, in seconds (building the training
     /// step, then the executor's phases).
     pub compile_secs: Vec<(String, f64)>,
+    /// With `[data]`: the validation metrics (`val_loss`, ...) by the
+    /// number of completed steps they were evaluated after.
+    pub evals: Vec<(u64, Metrics)>,
+    /// With `[data]`: a 64-bit digest (sha256 prefix) of each step's batch,
+    /// in step order: what the run read, comparable across runs and meshes.
+    pub batch_digests: Vec<u64>,
+}
+
+/// The first 8 bytes of the sha256 of a batch's tensors (names, types and
+/// little-endian bytes, in name order).
+pub fn batch_digest(batch: &Tree) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (name, t) in batch {
+        h.update(format!("{name}:{}\n", t.ty()));
+        h.update(t.to_bytes_le());
+    }
+    u64::from_be_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
 }
 
 impl RunSummary {
@@ -206,13 +225,18 @@ impl RunSummary {
 
 /// Runs steps on the executor's loaded state from step `first` until
 /// `c.steps`; `on_step(next_step, executor)` runs after every step (for
-/// checkpoints).
+/// checkpoints). With a `feed` (`[data]`), each step trains on the feed's
+/// next batch (its wait is the metric `data_wait_ms`) and the validation
+/// metrics evaluated before a step join that step's line; the evaluation
+/// after the last step is a line of its own at step `c.steps`. Without one,
+/// every step trains on `prepared.batch`.
 pub fn run_steps(
     c: &RunConfig,
     prepared: &Prepared,
     exec: &mut dyn Executor,
     first: u64,
     mut metrics_out: Option<&mut MetricsWriter>,
+    mut feed: Option<&mut data::Feed>,
     mut on_step: impl FnMut(u64, &mut dyn Executor) -> Result<()>,
     quiet: bool,
 ) -> Result<RunSummary> {
@@ -230,11 +254,25 @@ pub fn run_steps(
     };
     let mut all = Vec::new();
     let mut step_secs = Vec::new();
+    let (mut evals, mut batch_digests) = (Vec::new(), Vec::new());
     let start = std::time::Instant::now();
     for s in first..total {
+        let (fed, val) = match feed.as_deref_mut() {
+            Some(f) => (Some(f.next_batch()?), f.evaluate_at(s, total, &prepared.step, exec)?),
+            None => (None, None),
+        };
+        let batch = fed.as_ref().map(|(b, _)| b).unwrap_or(&prepared.batch);
         let clock = std::time::Instant::now();
-        let m = exec.step(&prepared.step, &prepared.batch)?;
+        let mut m = exec.step(&prepared.step, batch)?;
         step_secs.push(clock.elapsed().as_secs_f64());
+        if let Some((b, waited)) = &fed {
+            m.insert("data_wait_ms".into(), waited.as_secs_f64() * 1e3);
+            batch_digests.push(batch_digest(b));
+        }
+        if let Some(v) = val {
+            m.extend(v.clone());
+            evals.push((s, v));
+        }
         if let Some(w) = metrics_out.as_deref_mut() {
             w.write(s, &m)?;
         }
@@ -245,6 +283,14 @@ pub fn run_steps(
         all.push((s, m));
         on_step(s + 1, exec)?;
     }
+    if let (Some(f), true) = (feed, total > first) {
+        if let Some(v) = f.evaluate_at(total, total, &prepared.step, exec)? {
+            if let Some(w) = metrics_out.as_deref_mut() {
+                w.write(total, &v)?;
+            }
+            evals.push((total, v));
+        }
+    }
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     let n = total.saturating_sub(first);
@@ -253,6 +299,8 @@ pub fn run_steps(
         steps_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 },
         step_secs,
         compile_secs: Vec::new(),
+        evals,
+        batch_digests,
     })
 }
 

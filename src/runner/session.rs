@@ -134,6 +134,9 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
     let clock = std::time::Instant::now();
     let prepared = prepare(c, &axes, ov)?;
     let mut compile_secs = vec![("train step".to_string(), clock.elapsed().as_secs_f64())];
+    // The dataset is opened and checked before the executor is compiled.
+    let dataset = super::data::open_dataset(c, &prepared, ov)?;
+    let identity = dataset.as_ref().map(|d| d.identity.clone());
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
     let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref())?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
@@ -180,6 +183,7 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
             }
             Some(step) => {
                 let saved = m.validate(step)?;
+                super::data::check_saved(&saved, identity.as_ref(), m.root())?;
                 warn_layout_changes(&saved, &spec, &prepared, exec.as_ref(), log);
                 // Restore onto this run's mesh and layout, whatever the saved
                 // one was (resharding on load).
@@ -187,8 +191,14 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
                 for (l, s) in prepared.step.state.iter().zip(exec.state_layout(&prepared.step)) {
                     target.insert(l.name.clone(), l.ty.clone(), Some(s));
                 }
+                if identity.is_some() {
+                    let replicated = Some(weft_ir::TensorSharding::replicated(1));
+                    target.insert(super::data::IDENTITY_LEAF, super::data::identity_type(), replicated);
+                }
                 let restored = m.restore(Some(step), &target)?;
-                let tree = restored.state.to_tree().map_err(|e| Error::Usage(format!("restoring step {step}: {e}")))?;
+                let mut tree =
+                    restored.state.to_tree().map_err(|e| Error::Usage(format!("restoring step {step}: {e}")))?;
+                super::data::check_restored(&mut tree, identity.as_ref(), step, m.root())?;
                 exec.load(&prepared.step, &tree)?;
                 first = step;
                 resumed = true;
@@ -224,7 +234,12 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
         compile_secs.iter().map(|(_, t)| t).sum::<f64>(),
         compile_secs.iter().map(|(n, t)| format!("{n} {:.0} ms", t * 1e3)).collect::<Vec<_>>().join(", ")
     )));
-    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, None)?;
+    let data_json = identity.as_ref().map(|i| i.to_json());
+    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), None)?;
+    let mut feed = match dataset {
+        Some(d) => Some(super::data::Feed::start(c, d, &backend, first)?),
+        None => None,
+    };
     let mut writer = match &c.metrics {
         Some(p) if resumed => Some(MetricsWriter::open_resume(p, first)?),
         Some(p) => Some(MetricsWriter::open(p, false)?),
@@ -238,10 +253,14 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
         exec.as_mut(),
         first,
         writer.as_mut(),
+        feed.as_mut(),
         |next, ex| {
             if let Some(m) = manager.as_mut() {
                 if next % every == 0 || next == total {
-                    let state = ex.checkpoint_state(&prepared.step)?;
+                    let mut state = ex.checkpoint_state(&prepared.step)?;
+                    if let Some(id) = &identity {
+                        super::data::add_identity(&mut state, id);
+                    }
                     m.save_async(next, &state)?;
                 }
             }
@@ -260,7 +279,7 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
             summary.step_secs.len().saturating_sub(1).max(1)
         )));
     }
-    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, Some(&summary))?;
+    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), Some(&summary))?;
     Ok(summary)
 }
 
@@ -275,6 +294,7 @@ fn write_manifest(
     exec: &dyn Executor,
     backend: &str,
     prepared: &super::Prepared,
+    data: Option<&serde_json::Value>,
     summary: Option<&RunSummary>,
 ) -> Result<()> {
     let dir = match (&c.checkpoint, &c.metrics) {
@@ -298,6 +318,9 @@ fn write_manifest(
             "sharding": l.sharding.as_ref().map(|s| s.to_string()),
         })).collect::<Vec<_>>(),
     });
+    if let Some(d) = data {
+        manifest["data"] = d.clone();
+    }
     if let Some(s) = summary {
         manifest["timings"] = serde_json::json!({
             "compile_s": s.compile_secs.iter().map(|(n, t)| (n.clone(), serde_json::json!(t))).collect::<serde_json::Map<_, _>>(),

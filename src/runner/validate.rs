@@ -85,6 +85,9 @@ pub const MAX_VOCAB: u64 = 1 << 24;
 /// The longest sequence and widest GPT model: 2^16.
 pub const MAX_SEQ: u64 = 1 << 16;
 
+/// The most batches a data reader may keep ready.
+pub const MAX_PREFETCH: u64 = 1024;
+
 const DTYPES: &[&str] = &["f32", "bf16", "f16", "f64"];
 
 /// Every config key, its flag, range and default.
@@ -123,6 +126,14 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "checkpoint.every", flag: Some("--checkpoint-every"), range: int(1, MAX_STEPS), default: "10", note: "" },
     KeySpec { key: "checkpoint.keep_last", flag: None, range: int(1, 1_000_000), default: "3", note: "" },
     KeySpec { key: "checkpoint.keep_every", flag: None, range: int(1, MAX_STEPS), default: "none", note: "" },
+    KeySpec { key: "data.source", flag: None, range: Range::OneOf(&["tokens", "table"]), default: "(required with `[data]`)", note: "`tokens` needs model.kind = `gpt`" },
+    KeySpec { key: "data.train", flag: None, range: Range::Text("a token file, a `.safetensors` file, or `{ input = \"file.npy\", ... }`"), default: "(required with `[data]`)", note: "" },
+    KeySpec { key: "data.val", flag: None, range: Range::Text("as `data.train`"), default: "none", note: "needed when `data.eval_every` > 0" },
+    KeySpec { key: "data.dtype", flag: None, range: Range::OneOf(&["u16", "u32"]), default: "`u16`", note: "token files" },
+    KeySpec { key: "data.shuffle", flag: None, range: Range::OneOf(&["true", "false"]), default: "true", note: "" },
+    KeySpec { key: "data.prefetch", flag: None, range: int(0, MAX_PREFETCH), default: "2", note: "batches read ahead; 0: read in the step loop" },
+    KeySpec { key: "data.eval_every", flag: None, range: int(0, MAX_STEPS), default: "0", note: "0: never" },
+    KeySpec { key: "data.eval_batches", flag: None, range: int(1, 1_000_000), default: "4", note: "" },
 ];
 
 /// The spec of `key` (which must be in [`KEYS`]).
@@ -289,7 +300,43 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             check_int("checkpoint.keep_every", e)?;
         }
     }
+    if let Some(d) = &c.data {
+        validate_data(d, &c.model)?;
+    }
     Ok(mesh)
+}
+
+/// The `[data]` keys.
+fn validate_data(d: &crate::data::DataConfig, model: &ModelConfig) -> Result<()> {
+    check_name("data.source", &d.source)?;
+    if d.source == "tokens" && !matches!(model, ModelConfig::Gpt { .. }) {
+        return Err(invalid(
+            "data.source",
+            "`tokens`",
+            "token streams feed a model with inputs tokens and targets: needs model.kind = `gpt`".into(),
+        ));
+    }
+    for (key, p) in std::iter::once(("data.train", &d.train)).chain(d.val.as_ref().map(|v| ("data.val", v))) {
+        let empty = match p {
+            crate::data::DataPath::File(f) => f.as_os_str().is_empty(),
+            crate::data::DataPath::Inputs(m) => m.is_empty() || m.values().any(|f| f.as_os_str().is_empty()),
+        };
+        if empty {
+            return Err(invalid(key, format!("`{}`", p.describe()), format!("must be {}", spec(key).range.describe())));
+        }
+    }
+    check_name("data.dtype", &d.dtype)?;
+    check_int("data.prefetch", d.prefetch as u64)?;
+    check_int("data.eval_every", d.eval_every)?;
+    check_int("data.eval_batches", d.eval_batches as u64)?;
+    if d.eval_every > 0 && d.val.is_none() {
+        return Err(invalid(
+            "data.eval_every",
+            d.eval_every,
+            "needs a validation split to evaluate: set data.val (or eval_every = 0)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The table of [`KEYS`] as `specs/training.md` prints it.

@@ -1,0 +1,212 @@
+//! The runner's side of `[data]`: opening the dataset before anything is
+//! compiled, feeding one batch per step through the prefetcher, evaluating
+//! the validation split, and the data identity that checkpoints carry.
+//!
+//! Evaluation runs the model's loss function (built for the global batch,
+//! without dropout) on one device of the CPU backend (the interpreter for
+//! `interp`/`sim` runs) with the parameters the training executor holds.
+//! It never touches the training state, and on one device its result does
+//! not depend on the training mesh beyond the parameters themselves.
+
+use super::config::RunConfig;
+use super::exec::{Executor, InterpExecutor};
+use super::mesh::{MeshBackend, MeshExecutor};
+use super::{Overrides, Prepared};
+use crate::checkpoint::{CheckpointState, Manifest};
+use crate::data::{input_specs, Dataset, Identity, Prefetcher, Split};
+use crate::error::{Error, Result};
+use crate::models::{gpt, mlp, Shardings};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use weft_compiler::sharding::Mesh;
+use weft_compiler::train::{Metrics, TrainStep, Tree};
+use weft_ir::tensor::HostTensor;
+use weft_ir::{DType, TensorType};
+
+/// The checkpoint leaf holding the data identity's digest (`u32[8]`).
+pub const IDENTITY_LEAF: &str = "data.identity";
+
+/// Opens and checks the configured dataset for the prepared step (before
+/// the executor is compiled, so bad data fails fast). `None` without `[data]`.
+pub fn open_dataset(c: &RunConfig, prepared: &Prepared, ov: &Overrides) -> Result<Option<Dataset>> {
+    let Some(d) = &c.data else { return Ok(None) };
+    if let Some(p) = &ov.data {
+        return Err(Error::Usage(format!(
+            "--data {} (one fixed batch) and a [data] table (a dataset) cannot both be given",
+            p.display()
+        )));
+    }
+    let vocab = c.model.gpt().map_err(Error::Usage)?.map(|g| g.vocab);
+    Dataset::open(d, &input_specs(&prepared.step.batch, vocab), c.seed).map(Some)
+}
+
+/// The identity digest as a checkpoint leaf.
+pub fn identity_leaf(id: &Identity) -> HostTensor {
+    HostTensor::from_u32(&[8], id.digest().to_vec()).expect("8 words")
+}
+
+/// Adds the identity leaf to a state being checkpointed.
+pub fn add_identity(state: &mut CheckpointState, id: &Identity) {
+    state.insert_global(IDENTITY_LEAF, identity_leaf(id));
+}
+
+/// The type of [`IDENTITY_LEAF`].
+pub fn identity_type() -> TensorType {
+    TensorType::new(DType::U32, vec![8])
+}
+
+/// What `run.json` beside the checkpoints says the data was, for messages.
+fn recorded(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map(|v| match v.get("data") {
+            Some(d) => format!("; {} records the data it was trained on: {d}", dir.join("run.json").display()),
+            None => String::new(),
+        })
+        .unwrap_or_default()
+}
+
+/// Before restoring step `saved.step`: a checkpoint saved with data needs
+/// this run to have data and vice versa (`Error::DataChanged`).
+pub fn check_saved(saved: &Manifest, ours: Option<&Identity>, dir: &std::path::Path) -> Result<()> {
+    let has = saved.leaves.iter().any(|l| l.name == IDENTITY_LEAF);
+    match (has, ours) {
+        (true, None) => Err(Error::DataChanged(format!(
+            "the checkpoint at step {} was trained on a [data] dataset, but this run has no [data] table{}",
+            saved.step,
+            recorded(dir)
+        ))),
+        (false, Some(id)) => Err(Error::DataChanged(format!(
+            "the checkpoint at step {} was trained without a [data] dataset (the synthetic batch or --data), but \
+             this run reads {}",
+            saved.step,
+            id.train.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// After restoring: the saved digest must equal this run's.
+pub fn check_restored(tree: &mut Tree, ours: Option<&Identity>, step: u64, dir: &std::path::Path) -> Result<()> {
+    let (Some(saved), Some(id)) = (tree.remove(IDENTITY_LEAF), ours) else { return Ok(()) };
+    if saved.bitwise_eq(&identity_leaf(id)) {
+        return Ok(());
+    }
+    let hex: String = saved.to_f64_vec().iter().map(|&w| format!("{:08x}", w as u32)).collect();
+    Err(Error::DataChanged(format!(
+        "the checkpoint at step {step} was trained on other data (data identity {hex}); this run's data is {} \
+         ({}, seed {}, shuffle {}: {}){}. Resume with the same files, seed and order, or start a new run",
+        id.digest_hex(),
+        id.source,
+        id.seed,
+        id.shuffle,
+        id.train.iter().chain(&id.val).map(|f| format!("{} sha256 {}", f.path, f.sha256)).collect::<Vec<_>>().join(", "),
+        recorded(dir)
+    )))
+}
+
+/// Evaluates the validation split with the training executor's parameters.
+struct Evaluator {
+    step: TrainStep,
+    exec: Box<dyn Executor>,
+    val: Split,
+    batches: usize,
+}
+
+/// The model's loss function as a step with no state: every parameter and
+/// the batch are its inputs, the loss and auxiliary results its metrics.
+fn eval_step(c: &RunConfig) -> Result<TrainStep> {
+    let none = Shardings::new();
+    let mut module = if let Some(cfg) = c.model.mlp().map_err(Error::Usage)? {
+        mlp::build(&cfg, &none)?
+    } else if let Some(cfg) = c.model.gpt().map_err(Error::Usage)? {
+        gpt::build(&gpt::GptConfig { dropout: 0.0, remat: false, ..cfg }, &none)?
+    } else {
+        unreachable!("ModelConfig has two kinds")
+    };
+    let f = module.functions.iter_mut().find(|f| f.name == "loss").expect("models define @loss");
+    f.name = "train_step".into();
+    let f = module.function("train_step").expect("renamed");
+    let batch = (0..f.params.len()).map(|i| (f.param_name(i), f.ty(f.params[i]).clone())).collect();
+    let mut metrics = vec!["loss".to_string()];
+    for (a, &r) in f.results[1..].iter().enumerate() {
+        metrics.push(f.value(r).name.clone().unwrap_or_else(|| format!("metric{}", a + 1)));
+    }
+    Ok(TrainStep { module, state: Vec::new(), batch, metrics })
+}
+
+impl Evaluator {
+    fn new(c: &RunConfig, backend: &str, val: Split, batches: usize) -> Result<Evaluator> {
+        let step = eval_step(c)?;
+        let exec: Box<dyn Executor> = match backend {
+            "interp" | "sim" => Box::new(InterpExecutor::new(&step)?),
+            other => {
+                let kind = if other == "cpu-ref" { other } else { "cpu" };
+                let kind = weft_runtime::select_backend(Some(kind))?;
+                let one = Mesh::parse("data=1")?;
+                Box::new(MeshExecutor::new(&step, &one, MeshBackend::Devices(kind), Some(1))?)
+            }
+        };
+        Ok(Evaluator { step, exec, val, batches })
+    }
+
+    /// Mean loss (and other results) over the evaluation batches, named `val_*`.
+    fn evaluate(&mut self, train: &TrainStep, exec: &mut dyn Executor) -> Result<Metrics> {
+        let mut inputs: Tree = exec.global_state(train)?.into_iter().filter(|(k, _)| k.starts_with("params.")).collect();
+        let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+        for b in 0..self.batches {
+            inputs.extend(self.val.batch(b as u64)?);
+            for (k, v) in self.exec.step(&self.step, &inputs)? {
+                *sums.entry(format!("val_{k}")).or_default() += v;
+            }
+        }
+        Ok(sums.into_iter().map(|(k, v)| (k, v / self.batches as f64)).collect())
+    }
+}
+
+/// One batch per step and the evaluations of a run with `[data]`.
+pub struct Feed {
+    prefetch: Prefetcher,
+    eval: Option<Evaluator>,
+    eval_every: u64,
+    /// The data identity (recorded in `run.json` and the checkpoints).
+    pub identity: Identity,
+}
+
+impl Feed {
+    /// Starts feeding steps `first..c.steps` of `data`.
+    pub fn start(c: &RunConfig, data: Dataset, backend: &str, first: u64) -> Result<Feed> {
+        let d = c.data.as_ref().expect("a dataset comes from [data]");
+        let Dataset { train, val, identity } = data;
+        let prefetch = Prefetcher::new(Arc::new(train), first, c.steps, d.prefetch)?;
+        let eval = match val {
+            Some(v) if d.eval_every > 0 => Some(Evaluator::new(c, backend, v, d.eval_batches)?),
+            _ => None,
+        };
+        Ok(Feed { prefetch, eval, eval_every: d.eval_every, identity })
+    }
+
+    /// The batch of the next step and how long the loop waited for it.
+    pub fn next_batch(&mut self) -> Result<(Tree, Duration)> {
+        let (_, b, waited) = self.prefetch.next_batch()?;
+        Ok((b, waited))
+    }
+
+    /// The validation metrics with the current parameters, if `step` (the
+    /// number of completed steps) is an evaluation point: a multiple of
+    /// `eval_every`, or the run's last step `total`.
+    pub fn evaluate_at(
+        &mut self,
+        step: u64,
+        total: u64,
+        train: &TrainStep,
+        exec: &mut dyn Executor,
+    ) -> Result<Option<Metrics>> {
+        match &mut self.eval {
+            Some(e) if step % self.eval_every == 0 || step == total => e.evaluate(train, exec).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
