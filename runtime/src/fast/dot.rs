@@ -13,8 +13,8 @@
 //! mesh already fill the cores. Its summation order is fixed for given
 //! extents, so results are reproducible run to run.
 
+use super::halves::{narrow, widen};
 use super::pool::Pool;
-use half::{bf16, f16};
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DotDims, MatmulLayout};
@@ -175,13 +175,12 @@ pub(crate) fn dot_general(l: &HostTensor, r: &HostTensor, dims: &DotDims, pool: 
     Some(match (l, r) {
         (HostTensor::F32(a), HostTensor::F32(b)) => HostTensor::F32(batched(&p, dims, a, b, pool.take(len))),
         (HostTensor::F64(a), HostTensor::F64(b)) => HostTensor::F64(batched(&p, dims, a, b, vec![0.0; len])),
-        (HostTensor::BF16(a), HostTensor::BF16(b)) => {
-            let out = batched(&p, dims, &a.mapv(bf16::to_f32), &b.mapv(bf16::to_f32), pool.take(len));
-            HostTensor::BF16(out.mapv(bf16::from_f32))
-        }
-        (HostTensor::F16(a), HostTensor::F16(b)) => {
-            let out = batched(&p, dims, &a.mapv(f16::to_f32), &b.mapv(f16::to_f32), pool.take(len));
-            HostTensor::F16(out.mapv(f16::from_f32))
+        (HostTensor::BF16(_), HostTensor::BF16(_)) | (HostTensor::F16(_), HostTensor::F16(_)) => {
+            let (a, b) = (widen(l, pool)?, widen(r, pool)?);
+            let out = batched(&p, dims, &a, &b, pool.take(len));
+            pool.give(HostTensor::F32(a));
+            pool.give(HostTensor::F32(b));
+            narrow(out, l.dtype(), pool)
         }
         _ => return None,
     })

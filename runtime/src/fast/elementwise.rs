@@ -5,10 +5,12 @@
 //!
 //! Every element is computed with the interpreter's own scalar functions
 //! ([`weft_ir::interp::scalar`]), so the results are bit for bit the
-//! interpreter's. `bool` values inside a chain are carried as `0.0`/`1.0`.
-//! Anything else (integer or half-precision chains, integer ops) returns
-//! `None` and the caller falls back to the interpreter.
+//! interpreter's. `bool` values inside a chain are carried as `0.0`/`1.0`,
+//! `bf16`/`f16` values as `f32` rounded after each op ([`super::halves`]).
+//! Anything else (integer or `f64` chains, integer ops) returns `None` and
+//! the caller falls back to the interpreter.
 
+use super::halves::{narrow, widen, Carry};
 use super::pool::Pool;
 use crate::fusion::{Arg, FusedChain};
 use ndarray::{ArrayD, IxDyn};
@@ -116,39 +118,30 @@ fn node_block(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()> {
     Some(())
 }
 
-/// Whether a chain computes only in `f32` (with `bool` intermediates) and
-/// uses only ops [`node_block`] knows, with operands of the output's shape.
+/// Whether a chain computes in `f32` — `f32`, `bool` (as 0/1) and the half
+/// types ([`Carry`]) — and uses only ops [`node_block`] knows, with
+/// operands of the output's shape.
 fn supported(chain: &FusedChain, inputs: &[&HostTensor]) -> bool {
-    let ok_dtype = |d: DType| d == DType::F32 || d == DType::Bool;
+    let carried = |d: DType| Carry::of(d).is_some();
     let full = chain.nodes.last().map(|n| n.ty.shape.clone());
-    inputs.iter().all(|t| ok_dtype(t.dtype()) && Some(t.shape().to_vec()) == full.as_ref().map(|s| s.to_vec()))
+    inputs.iter().all(|t| carried(t.dtype()) && Some(t.shape().to_vec()) == full.as_ref().map(|s| s.to_vec()))
         && chain.nodes.iter().all(|n| {
-            ok_dtype(n.ty.dtype)
+            carried(n.ty.dtype)
                 && match &n.op {
                     Op::Unary(u) => !matches!(u, UnaryOp::Not),
                     Op::Binary(b) => binary_f32(*b, 0.0, 0.0).is_some(),
                     Op::Compare(_) | Op::Select => true,
-                    // Only f32 <-> bool conversions are the identity on 0/1 values.
-                    Op::Convert { to } => ok_dtype(*to),
+                    // Conversions to a float type copy the value and round it
+                    // like any node of that type (exact from bool); a
+                    // conversion to bool is `x != 0`, not a copy.
+                    Op::Convert { to } => *to != DType::Bool,
                     _ => false,
                 }
         })
-        // A convert from bool to f32 and back is exact; from f32 to bool it
-        // must see 0/1 or be checked: allow only bool -> f32.
-        && chain.nodes.iter().all(|n| match &n.op {
-            Op::Convert { to } => *to == DType::F32 && n.args.iter().all(|a| arg_dtype(chain, inputs, *a) == DType::Bool),
-            _ => true,
-        })
 }
 
-fn arg_dtype(chain: &FusedChain, inputs: &[&HostTensor], a: Arg) -> DType {
-    match a {
-        Arg::Input(k) => inputs[k].dtype(),
-        Arg::Node(j) => chain.nodes[j].ty.dtype,
-    }
-}
-
-/// An input as `f32` elements: f32 tensors in place, bool as 0/1 copies.
+/// An input as `f32` elements: f32 tensors in place; strided f32, bool
+/// (0/1) and half-precision (widened) tensors as copies.
 enum InputData<'a> {
     F32(&'a [f32]),
     Owned(Vec<f32>),
@@ -163,8 +156,9 @@ impl InputData<'_> {
     }
 }
 
-/// Computes a fused chain, or `None` if it is not an `f32` chain (the
-/// caller then runs it node by node).
+/// Computes a fused chain, or `None` if it does not compute in `f32` (the
+/// caller then runs it node by node). Nodes of a half type are rounded to
+/// it after each op, as the interpreter does.
 pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
     if !supported(chain, inputs) {
         return None;
@@ -178,9 +172,10 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
                 InputData::Owned(weft_ir::tensor::to_standard_layout(a.view()).into_raw_vec_and_offset().0)
             }),
             HostTensor::Bool(a) => InputData::Owned(a.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
-            _ => unreachable!("checked by `supported`"),
+            half => InputData::Owned(widen(half, pool).expect("checked by `supported`").into_raw_vec_and_offset().0),
         })
         .collect();
+    let carry: Vec<Carry> = chain.nodes.iter().map(|n| Carry::of(n.ty.dtype).expect("checked")).collect();
     let mut out = pool.take(len);
     let mut scratch = vec![0f32; chain.nodes.len() * BLOCK];
     let mut start = 0;
@@ -198,22 +193,29 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
                 })
                 .collect();
             node_block(&node.op, &args, dst)?;
+            carry[j].round(dst);
         }
         let j = chain.nodes.len() - 1;
         out[start..start + n].copy_from_slice(&scratch[j * BLOCK..j * BLOCK + n]);
         start += n;
     }
-    let shape = IxDyn(&last.ty.shape);
-    Some(match last.ty.dtype {
-        DType::F32 => HostTensor::F32(ArrayD::from_shape_vec(shape, out).expect("sized from the type")),
-        _ => {
-            HostTensor::Bool(ArrayD::from_shape_vec(shape, out.into_iter().map(|x| x != 0.0).collect()).expect("sized"))
+    for d in data {
+        if let InputData::Owned(v) = d {
+            let n = v.len();
+            pool.give(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&[n]), v).expect("1-d")));
         }
+    }
+    let shape = IxDyn(&last.ty.shape);
+    let out = ArrayD::from_shape_vec(shape, out).expect("sized from the type");
+    Some(match last.ty.dtype {
+        DType::Bool => HostTensor::Bool(out.mapv(|x| x != 0.0)),
+        d => narrow(out, d, pool),
     })
 }
 
-/// One elementwise op on standard-layout `f32` operands of one shape, or
-/// `None` (the caller falls back to the interpreter).
+/// One elementwise op on standard-layout `f32` operands of one shape, or on
+/// half-precision operands of one dtype (widened, computed in `f32`,
+/// rounded once), or `None` (the caller falls back to the interpreter).
 pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
     let arity = match op {
         Op::Unary(_) => 1,
@@ -223,15 +225,9 @@ pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option
     if inputs.len() != arity {
         return None;
     }
-    let slices: Vec<&[f32]> = inputs
-        .iter()
-        .map(|t| match t {
-            HostTensor::F32(a) => a.as_slice(),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    let shape = inputs.first()?.shape().to_vec();
-    if inputs.iter().any(|t| t.shape() != shape.as_slice()) {
+    let dtype = inputs[0].dtype();
+    let shape = inputs[0].shape().to_vec();
+    if inputs.iter().any(|t| t.shape() != shape.as_slice() || t.dtype() != dtype) {
         return None;
     }
     let bool_out = match op {
@@ -239,11 +235,59 @@ pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option
         Op::Unary(_) | Op::Binary(_) => false,
         _ => return None,
     };
-    let mut out = pool.take(slices[0].len());
-    node_block(op, &slices, &mut out)?;
-    Some(if bool_out {
-        HostTensor::Bool(ArrayD::from_shape_vec(IxDyn(&shape), out.into_iter().map(|x| x != 0.0).collect()).ok()?)
+    let widened: Vec<ArrayD<f32>> = match dtype {
+        DType::F32 => Vec::new(),
+        DType::BF16 | DType::F16 => inputs.iter().map(|t| widen(t, pool)).collect::<Option<_>>()?,
+        _ => return None,
+    };
+    let slices: Vec<&[f32]> = if widened.is_empty() {
+        inputs
+            .iter()
+            .map(|t| match t {
+                HostTensor::F32(a) => a.as_slice(),
+                _ => None,
+            })
+            .collect::<Option<_>>()?
     } else {
-        HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&shape), out).ok()?)
-    })
+        widened.iter().map(|a| a.as_slice().expect("fresh storage")).collect()
+    };
+    let mut out = pool.take(slices[0].len());
+    let done = node_block(op, &slices, &mut out);
+    for a in widened {
+        pool.give(HostTensor::F32(a));
+    }
+    done?;
+    let out = ArrayD::from_shape_vec(IxDyn(&shape), out).ok()?;
+    Some(if bool_out { HostTensor::Bool(out.mapv(|x| x != 0.0)) } else { narrow(out, dtype, pool) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fusion::FusedNode;
+    use weft_ir::TensorType;
+
+    /// The half-precision paths are taken, not left to the interpreter
+    /// (the equality tests in `tests/kernels/fast_cpu.rs` would pass either way).
+    #[test]
+    fn half_chains_and_ops_run_on_the_fast_path() {
+        let h = TensorType::new(DType::BF16, vec![3, 5]);
+        let x = HostTensor::zeros(&TensorType::new(DType::F32, vec![3, 5])).convert(DType::BF16);
+        let node = |op, args| FusedNode { op, args, ty: h.clone() };
+        let chain = FusedChain {
+            inputs: vec![],
+            nodes: vec![
+                node(Op::Unary(UnaryOp::Exp), vec![Arg::Input(0)]),
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(0)]),
+            ],
+            output: weft_ir::device::BufferId(0),
+            intermediates: vec![],
+            steps: 0..=0,
+        };
+        let mut pool = Pool::default();
+        assert_eq!(fused(&chain, &[&x], &mut pool).map(|t| t.dtype()), Some(DType::BF16));
+        assert!(single(&Op::Unary(UnaryOp::Exp), &[&x], &mut pool).is_some());
+        let i = HostTensor::zeros(&TensorType::new(DType::I32, vec![3, 5]));
+        assert!(single(&Op::Binary(BinaryOp::Add), &[&i, &i], &mut pool).is_none());
+    }
 }

@@ -14,6 +14,9 @@
 //!   kernels, which copy views row by row or in tiles
 //!   ([`weft_ir::tensor::to_standard_layout`]).
 //!
+//! `bf16`/`f16` tensors are stored as such and computed in `f32`, rounded
+//! where the interpreter rounds ([`halves`]).
+//!
 //! Everything else falls back to the interpreter's [`eval_op`]. Elementwise
 //! results are bit for bit the interpreter's (the same scalar functions);
 //! matrix products differ only in the GEMM's summation order, so results
@@ -22,6 +25,7 @@
 
 mod dot;
 mod elementwise;
+mod halves;
 mod pool;
 mod reduce;
 

@@ -1,4 +1,5 @@
-//! `reduce` over `f32` for the two shapes training steps use: the leading
+//! `reduce` over `f32` (and `bf16`/`f16`, widened to `f32` and rounded once
+//! at the end, as the interpreter accumulates them) for the two shapes training steps use: the leading
 //! dimensions (a column sum, e.g. a bias gradient over the batch) and the
 //! trailing dimensions (a row sum, or a whole-tensor sum such as a squared
 //! norm).
@@ -12,6 +13,7 @@
 //! by rounding. Max and min are exact in any order. Other layouts return
 //! `None` (the interpreter runs them).
 
+use super::halves::{narrow, widen};
 use super::pool::Pool;
 use ndarray::{ArrayD, IxDyn};
 use weft_ir::interp::scalar::binary_f32;
@@ -21,7 +23,20 @@ use weft_ir::{BinaryOp, ReduceOp};
 const LANES: usize = 16;
 
 pub(crate) fn reduce(op: ReduceOp, x: &HostTensor, dims: &[usize], pool: &mut Pool) -> Option<HostTensor> {
-    let HostTensor::F32(a) = x else { return None };
+    match x {
+        HostTensor::F32(a) => reduce_f32(op, a, dims, pool).map(HostTensor::F32),
+        // Half types accumulate in f32 and round once, as the interpreter.
+        HostTensor::BF16(_) | HostTensor::F16(_) => {
+            let wide = widen(x, pool)?;
+            let r = reduce_f32(op, &wide, dims, pool);
+            pool.give(HostTensor::F32(wide));
+            Some(narrow(r?, x.dtype(), pool))
+        }
+        _ => None,
+    }
+}
+
+fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) -> Option<ArrayD<f32>> {
     let data = a.as_slice()?;
     let shape = a.shape();
     let rank = shape.len();
@@ -57,7 +72,7 @@ pub(crate) fn reduce(op: ReduceOp, x: &HostTensor, dims: &[usize], pool: &mut Po
     } else {
         return None;
     }
-    Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&kept_shape), out).expect("sized")))
+    Some(ArrayD::from_shape_vec(IxDyn(&kept_shape), out).expect("sized"))
 }
 
 /// Folds a row with `LANES` interleaved partial results, combined in lane order.

@@ -46,6 +46,33 @@ fn elementwise_ops_are_bit_exact() {
 }
 
 #[test]
+fn half_precision_elementwise_ops_are_bit_exact() {
+    // Computed in f32 and rounded once per op, as the interpreter does.
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(15);
+    for dtype in [DType::BF16, DType::F16] {
+        for shape in [&[][..], &[7], &[33, 65]] {
+            let x = with_specials(&mut rng, shape).convert(dtype);
+            let y = with_specials(&mut rng, shape).convert(dtype);
+            for u in UnaryOp::ALL.into_iter().filter(|u| u.accepts(dtype)) {
+                check_op(&be, &Op::Unary(u), &[x.clone()], true, 0.0, 0.0);
+            }
+            for b in BinaryOp::ALL.into_iter().filter(|b| b.accepts(dtype)) {
+                check_op(&be, &Op::Binary(b), &[x.clone(), y.clone()], true, 0.0, 0.0);
+            }
+            check_op(&be, &Op::Compare(CompareOp::Lt), &[x.clone(), y.clone()], true, 0.0, 0.0);
+            for op in [ReduceOp::Max, ReduceOp::Min, ReduceOp::Sum] {
+                let dims: Vec<usize> = (0..shape.len()).collect();
+                if !dims.is_empty() {
+                    let exact = op != ReduceOp::Sum;
+                    check_op(&be, &Op::Reduce { op, dims }, &[x.clone()], exact, 1e-2, 1e-2);
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn dot_general_matches_in_every_layout() {
     let be = FastCpuBackend::new();
     let mut rng = Rng::new(12);
@@ -121,4 +148,38 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
     let fused = be.compute_fused(&chain, &refs).unwrap();
     let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
     assert!(fused.bitwise_eq(&slow), "fused chain differs from the interpreter's node-by-node result");
+
+    // The same chain in bf16 storage, entered from f32 through a convert:
+    // every bf16 node rounds, as the interpreter's ops do.
+    let h = ty(DType::BF16, &shape);
+    let mut half = chain.clone();
+    for n in half.nodes.iter_mut() {
+        if n.ty.dtype == DType::F32 {
+            n.ty = h.clone();
+        }
+        if let Op::Convert { to } = &mut n.op {
+            *to = DType::BF16;
+        }
+    }
+    half.nodes.insert(0, node(Op::Convert { to: DType::BF16 }, vec![Arg::Input(3)], &h));
+    for n in half.nodes.iter_mut().skip(1) {
+        for a in n.args.iter_mut() {
+            if let Arg::Node(i) = a {
+                *i += 1;
+            }
+        }
+    }
+    let last = half.nodes.len() - 1;
+    half.nodes.push(node(Op::Binary(BinaryOp::Add), vec![Arg::Node(last), Arg::Node(0)], &h));
+    let ins = [
+        with_specials(&mut rng, &shape).convert(DType::BF16),
+        f32s(&mut rng, &shape, -1.0, 1.0).convert(DType::BF16),
+        HostTensor::zeros(&h),
+        f32s(&mut rng, &shape, -1.0, 1.0),
+    ];
+    let refs: Vec<&HostTensor> = ins.iter().collect();
+    let fused = be.compute_fused(&half, &refs).unwrap();
+    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &half, &refs).unwrap();
+    assert_eq!(fused.dtype(), DType::BF16);
+    assert!(fused.bitwise_eq(&slow), "bf16 fused chain differs from the interpreter's node-by-node result");
 }
