@@ -57,12 +57,40 @@ fn with_steps(config: &str, n: u64) -> String {
 }
 
 fn close(got: &[(u64, Vec<(String, u64)>)], want: &[(u64, Vec<(String, u64)>)], what: &str) {
+    close_to(got, want, 1e-5, what)
+}
+
+fn close_to(got: &[(u64, Vec<(String, u64)>)], want: &[(u64, Vec<(String, u64)>)], rtol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: steps");
-    for ((s, g), (_, w)) in got.iter().zip(want) {
+    for ((s, g), (sw, w)) in got.iter().zip(want) {
+        assert_eq!(s, sw, "{what}: step numbers");
         assert_eq!(g.len(), w.len(), "{what}: metrics of step {s}");
-        for ((name, a), (_, b)) in g.iter().zip(w) {
+        for ((name, a), (name_w, b)) in g.iter().zip(w) {
+            assert_eq!(name, name_w, "{what}: step {s}: metric names");
             let (a, b) = (f64::from_bits(*a), f64::from_bits(*b));
-            assert!((a - b).abs() <= 1e-5 * b.abs().max(1e-6), "{what}: step {s} {name}: fast {a} vs oracle {b}");
+            assert!((a - b).abs() <= rtol * b.abs().max(1e-6), "{what}: step {s} {name}: fast {a} vs oracle {b}");
+        }
+    }
+}
+
+/// `config` computing in `dtype` (the `[model]` table's `compute`).
+fn computing_in(config: &str, dtype: &str) -> String {
+    config.replace("[model]\n", &format!("[model]\ncompute = \"{dtype}\"\n"))
+}
+
+#[test]
+fn the_fast_cpu_backend_in_bf16_follows_the_simulator() {
+    // Elementwise ops and chains are bit-exact in bf16 (f32 compute,
+    // rounded per op as the interpreter); GEMMs sum in another order, and
+    // a different f32 sum can round to a neighbouring bf16 value, so the
+    // runs agree to bf16 precision, not bitwise.
+    for (config, steps) in [(MLP, 10u64), (GPT, 10)] {
+        let config = with_steps(&computing_in(config, "bf16"), steps);
+        assert!(config.contains("compute = \"bf16\""));
+        for (mesh, strategy) in CASES.into_iter().take(4) {
+            let oracle = metrics(&config, mesh, strategy, "sim", None);
+            let fast = metrics(&config, mesh, strategy, "cpu", None);
+            close_to(&fast, &oracle, 1e-2, &format!("bf16 {strategy} on {mesh}"));
         }
     }
 }
