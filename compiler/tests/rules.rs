@@ -119,7 +119,7 @@ fn reductions_sum_vs_max_min() {
     assert_eq!(text(sum, &[t(&[8, 2])]), "([i, j])->([i]) {i=8, j=2} reduction={j}");
     for op in [ReduceOp::Max, ReduceOp::Min] {
         let r = Op::Reduce { op, dims: vec![0] };
-        assert_eq!(text(r, &[t(&[8, 2])]), "([i, j])->([j]) {i=8, j=2} need_replication={i}");
+        assert_eq!(text(r, &[t(&[8, 2])]), "([i, j])->([j]) {i=8, j=2} combined_reduction={i}");
     }
 }
 

@@ -90,7 +90,7 @@ fn groups(f: &Function, space: &Space, limit: usize) -> Groups {
         let nops = rule.operands.len();
         let mut per = vec![None; rule.factors.len()];
         for (fi, fac) in rule.factors.iter().enumerate() {
-            if fac.kind == FactorKind::NeedReplication || fac.size <= 1 {
+            if matches!(fac.kind, FactorKind::NeedReplication | FactorKind::CombinedReduction) || fac.size <= 1 {
                 continue;
             }
             let mut first: Option<usize> = None;

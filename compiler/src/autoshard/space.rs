@@ -242,7 +242,10 @@ pub fn enumerate_strategies(rule: &OpRule, mesh: &Mesh, shard_every: bool) -> Ve
         }
         for f in 0..rule.factors.len() {
             let fac = rule.factors[f];
-            if fac.kind != FactorKind::NeedReplication && fac.size % (mesh.product(&m[f]) * mesh.size(axes[i])) == 0 {
+            // Combined (max/min) reductions are left to propagation: the
+            // search keeps them unsplit, as before they could be split.
+            let splittable = !matches!(fac.kind, FactorKind::NeedReplication | FactorKind::CombinedReduction);
+            if splittable && fac.size % (mesh.product(&m[f]) * mesh.size(axes[i])) == 0 {
                 m[f].push(axes[i]);
                 rec(i + 1, axes, rule, mesh, every, m, out);
                 m[f].pop();

@@ -12,7 +12,9 @@
 //! and broadcast), and dense constants (the global constant is
 //! shard-sliced). A `dot_general` or `reduce_sum` whose reduction factor is
 //! split simply computes the local partial sum: its result is `unreduced`
-//! over exactly those axes, which a later `reshard` resolves.
+//! over exactly those axes, which a later `reshard` resolves. A
+//! `reduce_max`/`reduce_min` over split dimensions reduces locally and
+//! all-reduces the result with `max`/`min` over their axes.
 //! `sharding_constraint` is the identity on blocks, and each `reshard` is
 //! lowered through its plan ([`super::reshard`]). Results whose value is
 //! still unreduced (and not annotated so) are resolved before returning.
@@ -79,6 +81,16 @@ pub(crate) fn lower_function(f: &Function, mesh: &Mesh) -> Result<Lowered> {
                     }
                     None => lower_reshard(&mut b, f.ty(r), ins[0], from, rs),
                 }
+            }
+            Op::Reduce { op: rop, dims } if *rop != weft_ir::ReduceOp::Sum => {
+                // Split reduced dimensions: reduce locally, then combine the
+                // partial maxima (minima) over their axes.
+                let local = compute(&mut b, &inst.op, ins, f.ty(r), rs);
+                let x = &shardings[inst.operands[0].index()];
+                let mut axes: Vec<usize> = dims.iter().flat_map(|&d| x.dims[d].axes.clone()).collect();
+                axes.sort_unstable();
+                let op = *rop;
+                b.collective(local, &axes, |axes| weft_ir::device::Collective::AllReduce { axes, op })
             }
             op => compute(&mut b, op, ins, f.ty(r), rs),
         };

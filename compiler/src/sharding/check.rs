@@ -128,7 +128,7 @@ pub fn check_locally_computable(f: &Function, mesh: &Mesh) -> Result<()> {
             if !rule.in_result(fi) {
                 if factor.kind == FactorKind::Reduction {
                     red.extend_from_slice(axes(reference));
-                } else if !axes(reference).is_empty() {
+                } else if factor.kind != FactorKind::CombinedReduction && !axes(reference).is_empty() {
                     bad(format!("factor {name} of {rule} is not in the result but is split"));
                 }
             }

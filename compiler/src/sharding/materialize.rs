@@ -7,6 +7,8 @@
 //! operands disagree, the option with the least estimated communication
 //! (operand reshards plus the all-reduce a partial result will need; ties
 //! go to the earliest operand's). Need-replication factors are unsplit.
+//! Combined (`max`/`min`) reduction factors are chosen like reduction
+//! factors, costing the all-reduce of the result their lowering emits.
 //! Every operand whose sharding differs from what those factors require is
 //! resharded first (one `reshard` per value and target, reused by later
 //! users), operands are always reduced, and the result is exactly what the
@@ -127,8 +129,9 @@ impl Emitter<'_> {
     /// Communication of computing the instruction with factor shardings `m`
     /// when the value must end up with dimensions `want` (and unreduced
     /// axes `want.unreduced` if `fixed_unreduced`): operand reshards, the
-    /// reshard of the result if it does not come out as wanted, and the
-    /// all-reduce a partial result will need.
+    /// reshard of the result if it does not come out as wanted, the
+    /// all-reduce a partial result will need, and the max/min all-reduce of
+    /// a split combined reduction.
     fn option_cost(
         &self,
         rule: &OpRule,
@@ -144,6 +147,14 @@ impl Emitter<'_> {
             cost += plan_reshard(self.out.ty(o), &self.cur[o.index()], &req, self.mesh).cost;
         }
         let nat = natural(rule, m, self.mesh);
+        let combined: Vec<usize> = (0..rule.factors.len())
+            .filter(|&f| rule.factors[f].kind == FactorKind::CombinedReduction)
+            .flat_map(|f| m[f].clone())
+            .collect();
+        if !combined.is_empty() {
+            let local: usize = nat.local_shape(&ty.shape, self.mesh).iter().product();
+            cost += all_reduce_cost((local * ty.dtype.size_bytes()) as f64, &combined, self.mesh);
+        }
         let mut fin = want.clone();
         if !fixed_unreduced {
             fin.unreduced = kept_unreduced(&nat, want);

@@ -15,7 +15,10 @@
 //!   `dot_general` are *reduction* factors: sharding them leaves the result
 //!   unreduced (a pending sum) over their axes. `reduce_max`/`reduce_min`
 //!   reduce with a non-sum combiner, which `unreduced` cannot express, so
-//!   their reduced dimensions *need replication*.
+//!   their reduced dimensions are *combined reduction* factors: sharding one
+//!   reduces locally and all-reduces the (small) result with `max`/`min`
+//!   over its axes as part of the instruction, as JAX does; the result is
+//!   complete (never unreduced).
 //! - Dimensions whose extent changes (sliced, padded, concatenated) need
 //!   replication unless the slice/pad is the identity on that dimension;
 //!   their factor's size is the result's extent.
@@ -41,6 +44,11 @@ pub enum FactorKind {
     Reduction,
     /// Must not be sharded (each result element needs the whole extent).
     NeedReplication,
+    /// Appears in operands only and is combined with `max` or `min`:
+    /// sharding it computes the local reduction, then all-reduces the
+    /// result with the same op over its axes (part of the instruction's
+    /// lowering); the result is not unreduced.
+    CombinedReduction,
 }
 
 /// One factor of a rule.
@@ -225,7 +233,7 @@ pub fn rule_for(op: &Op, operands: &[&TensorType], results: &[&TensorType]) -> O
             (vec![lf, rf], res)
         }
         Op::Reduce { op: rop, dims } => {
-            let reduced = if *rop == ReduceOp::Sum { Reduction } else { NeedReplication };
+            let reduced = if *rop == ReduceOp::Sum { Reduction } else { CombinedReduction };
             let t = operands[0];
             let f: TensorFactors = (0..t.rank())
                 .map(|d| vec![b.factor(t.shape[d], if dims.contains(&d) { reduced } else { PassThrough })])
@@ -358,7 +366,8 @@ fn write_tensors(f: &mut fmt::Formatter<'_>, ts: &[TensorFactors]) -> fmt::Resul
 
 impl fmt::Display for OpRule {
     /// Shardy notation: `([i, k], [k, j])->([i, j]) {i=8, j=8, k=2}
-    /// reduction={k}`, plus `need_replication={..}` when any.
+    /// reduction={k}`, plus `combined_reduction={..}` and
+    /// `need_replication={..}` when any.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_tensors(f, &self.operands)?;
         f.write_str("->")?;
@@ -368,7 +377,11 @@ impl fmt::Display for OpRule {
         if !sizes.is_empty() {
             write!(f, " {{{}}}", sizes.join(", "))?;
         }
-        for (kind, label) in [(FactorKind::Reduction, "reduction"), (FactorKind::NeedReplication, "need_replication")] {
+        for (kind, label) in [
+            (FactorKind::Reduction, "reduction"),
+            (FactorKind::CombinedReduction, "combined_reduction"),
+            (FactorKind::NeedReplication, "need_replication"),
+        ] {
             let names: Vec<String> =
                 (0..self.factors.len()).filter(|&i| self.factors[i].kind == kind).map(factor_name).collect();
             if !names.is_empty() {

@@ -69,7 +69,8 @@ fn compatible(a: &[usize], b: &[usize]) -> bool {
 /// one of the axes elsewhere, must be resharded (`moves`: bytes that moves,
 /// per value id; a broadcast is resharded through its operand); a sharded
 /// reduction factor
-/// leaves a partial result to all-reduce (twice the result's bytes).
+/// leaves a partial result to all-reduce (twice the result's bytes), and so
+/// does a sharded combined (max/min) reduction factor.
 fn cost(p: &Proposal, rule: &OpRule, ts: &[&ValueFacts], proj: &[Projection], moves: &[f64]) -> f64 {
     let m = mask(&p.axes);
     let mut total = 0.0;
@@ -84,7 +85,7 @@ fn cost(p: &Proposal, rule: &OpRule, ts: &[&ValueFacts], proj: &[Projection], mo
             total += moves[facts.value.index()];
         }
     }
-    if rule.factors[p.factor].kind == FactorKind::Reduction {
+    if matches!(rule.factors[p.factor].kind, FactorKind::Reduction | FactorKind::CombinedReduction) {
         total += 2.0 * ts.last().map(|r| r.bytes()).unwrap_or(0.0);
     }
     total
