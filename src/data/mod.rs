@@ -98,12 +98,13 @@ impl Split {
                     _ => FileDtype::U16,
                 };
                 let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
-                let [t, _] = inputs else {
-                    return Err(invalid("data.source", "`tokens`", format!("needs a model with inputs tokens and targets (a gpt), not {}", names.join(", "))));
+                let t = match inputs {
+                    [t, _] if names == ["tokens", "targets"] && t.ty.rank() == 2 => t,
+                    _ => {
+                        let why = format!("needs a model with inputs tokens and targets (a gpt), not {}", names.join(", "));
+                        return Err(invalid("data.source", "`tokens`", why));
+                    }
                 };
-                if names != ["tokens", "targets"] {
-                    return Err(invalid("data.source", "`tokens`", format!("needs a model with inputs tokens and targets (a gpt), not {}", names.join(", "))));
-                }
                 let seq = t.ty.shape[1];
                 let f = tokens::TokenFile::open(p, dtype, batch, seq, t.vocab.unwrap_or(u64::MAX))?;
                 let sampler = Sampler::windows(seed, order, batch, f.tokens, seq);

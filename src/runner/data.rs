@@ -27,16 +27,22 @@ use weft_ir::{DType, TensorType};
 /// The checkpoint leaf holding the data identity's digest (`u32[8]`).
 pub const IDENTITY_LEAF: &str = "data.identity";
 
+/// `--data` (one fixed batch) and `[data]` (a dataset) exclude each other.
+pub fn check_flags(c: &RunConfig, ov: &Overrides) -> Result<()> {
+    match (&c.data, &ov.data) {
+        (Some(_), Some(p)) => Err(Error::Usage(format!(
+            "--data {} (one fixed batch) and a [data] table (a dataset) cannot both be given",
+            p.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Opens and checks the configured dataset for the prepared step (before
 /// the executor is compiled, so bad data fails fast). `None` without `[data]`.
 pub fn open_dataset(c: &RunConfig, prepared: &Prepared, ov: &Overrides) -> Result<Option<Dataset>> {
     let Some(d) = &c.data else { return Ok(None) };
-    if let Some(p) = &ov.data {
-        return Err(Error::Usage(format!(
-            "--data {} (one fixed batch) and a [data] table (a dataset) cannot both be given",
-            p.display()
-        )));
-    }
+    check_flags(c, ov)?;
     let vocab = c.model.gpt().map_err(Error::Usage)?.map(|g| g.vocab);
     Dataset::open(d, &input_specs(&prepared.step.batch, vocab), c.seed).map(Some)
 }

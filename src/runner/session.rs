@@ -126,6 +126,7 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
     let mesh = super::validate::validate(c)?;
     let limit = super::estimate::memory_limit(c)?;
     super::estimate::check(c, limit.as_ref())?;
+    super::data::check_flags(c, ov)?;
     let resume = ov.resume || ov.resume_or_start;
     if resume {
         check_resumable(c, ov)?;
