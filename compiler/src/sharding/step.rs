@@ -190,7 +190,7 @@ pub fn step(
         let mut used_t = facts.axis_mask();
         for (d, fs) in rule.tensor(t).iter().enumerate() {
             let df = &facts.dims[d];
-            let (want, _) = dim_axes(fs, &m, rule, mesh);
+            let want = merged_axes(fs, &m, rule, mesh);
             if !df.open || want.len() <= df.axes.len() || !want.starts_with(&df.axes) {
                 continue;
             }
@@ -210,6 +210,29 @@ pub fn step(
         }
     }
     out
+}
+
+/// The axes a dimension made of factors `fs` gets from the factor
+/// shardings `m`. Normally [`dim_axes`]: the factors' axes up to the first
+/// factor that is not fully split. When that drops the axes of a later
+/// factor (a reshape merging `[{x}, {y}]` into one dimension, `x` not
+/// splitting the major part whole), the dimension takes all of them, in
+/// order, if the first partly split factor can hold them: `{x, y}`. The
+/// operand then reaches the layout the merged dimension needs with one
+/// all-to-all (moving `y` from the minor part to the major one) instead of
+/// gathering `y`, and the result stays split over both axes, as in JAX.
+fn merged_axes(fs: &[usize], m: &[Vec<usize>], rule: &OpRule, mesh: &Mesh) -> Vec<usize> {
+    let (axes, exact) = dim_axes(fs, m, rule, mesh);
+    if exact {
+        return axes;
+    }
+    let all: Vec<usize> = fs.iter().flat_map(|&f| m[f].iter().copied()).collect();
+    let single = OpRule { factors: rule.factors.clone(), operands: vec![], results: vec![vec![fs.to_vec()]], kind: rule.kind };
+    if project(&single.results[0], &[&all], &single, mesh).exact() {
+        all
+    } else {
+        axes
+    }
 }
 
 fn resolution(
