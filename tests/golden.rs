@@ -58,7 +58,7 @@ fn shard_stage(text: &str) -> String {
             out.push_str(&format!(
                 "// {} = reshard {}: {} -> {}: {}\n",
                 sf.function.value_ref(r.value),
-                sf.source.value_ref(r.source),
+                sf.reshard_operand(r),
                 fmt_sharding(&r.from),
                 fmt_sharding(&r.to),
                 if r.collectives.is_empty() { "local".to_string() } else { r.collectives.join(", ") }

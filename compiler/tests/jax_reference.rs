@@ -224,7 +224,8 @@ fn elementwise_mixing_needs_reshard() {
     let out = shard(&f, &m);
     assert_eq!(fin(&out, s), "[{x}, {y}]");
     assert_eq!(out.num_reshards(), 1);
-    assert_eq!(collectives(&out), ["all-to-all{y} dim 0->1", "all-to-all{x} dim 1->0"]);
+    // Only which device holds which block changes: one permute.
+    assert_eq!(collectives(&out), ["collective-permute{y, x} dim 0"]);
     let strict = PropagateOptions { conflict_policy: ConflictPolicy::Error, ..Default::default() };
     let e = propagate(&f, &m, &strict).unwrap_err();
     assert!(matches!(e, CompilerError::ConflictingAnnotations { .. }), "{e}");

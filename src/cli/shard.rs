@@ -87,7 +87,7 @@ pub fn shard(file: &Path, mesh: &str, args: &ShardArgs) -> Result<i32> {
             println!(
                 "//   {} = reshard {} from {} to {}: {} ({})",
                 sf.function.value_ref(r.value),
-                sf.source.value_ref(r.source),
+                sf.reshard_operand(r),
                 fmt_sharding(&r.from),
                 fmt_sharding(&r.to),
                 if r.collectives.is_empty() { "no communication".to_string() } else { r.collectives.join(", ") },

@@ -50,7 +50,9 @@ pub enum Collective {
         to: usize,
     },
     /// Exchange blocks between devices because the order of `axes` in
-    /// `dim` changes.
+    /// `dim` changes (or, for a reshard that only changes which device holds
+    /// which block, because `axes` change places; `dim` is then the first
+    /// dimension that changes).
     CollectivePermute {
         /// Axes that change position.
         axes: Vec<usize>,
@@ -246,9 +248,51 @@ pub fn plan_reshard(ty: &TensorType, from: &MeshSharding, to: &MeshSharding, mes
         }
     }
     steps.sort_by_key(Collective::order);
-    let cost =
-        plan_cost(&steps, from.local_shape(&ty.shape, mesh).iter().product::<usize>() * ty.dtype.size_bytes(), mesh);
+    let local_bytes = from.local_shape(&ty.shape, mesh).iter().product::<usize>() * ty.dtype.size_bytes();
+    let cost = plan_cost(&steps, local_bytes, mesh);
+    if let Some(permute) = whole_block_permute(from, to, mesh) {
+        let communicating = steps.iter().filter(|s| s.communicates()).count();
+        let permute_cost = plan_cost(std::slice::from_ref(&permute), local_bytes, mesh);
+        if communicating > 1 || permute_cost <= cost {
+            return ReshardPlan { steps: vec![permute], cost: permute_cost };
+        }
+    }
     ReshardPlan { steps, cost }
+}
+
+/// When `from` and `to` cut every dimension into the same number of blocks
+/// and have the same pending sums, every block `to` needs is already on
+/// some device: the reshard only changes which device holds which block
+/// (`[{y}, {x}] -> [{x}, {y}]` on a square mesh), one collective permute.
+/// Its `axes` are every axis whose place changes, `dim` the first dimension
+/// whose axes change.
+fn whole_block_permute(from: &MeshSharding, to: &MeshSharding, mesh: &Mesh) -> Option<Collective> {
+    if from.rank() != to.rank() || from == to {
+        return None;
+    }
+    let sorted = |v: &[usize]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    if sorted(&from.unreduced) != sorted(&to.unreduced) {
+        return None;
+    }
+    let same_blocks = from.dims.iter().zip(&to.dims).all(|(a, b)| mesh.product(&a.axes) == mesh.product(&b.axes));
+    let dim = (0..from.rank()).find(|&d| from.dims[d].axes != to.dims[d].axes)?;
+    if !same_blocks {
+        return None;
+    }
+    let mut axes: Vec<usize> = Vec::new();
+    for (a, b) in from.dims.iter().zip(&to.dims) {
+        let common = a.axes.iter().zip(&b.axes).take_while(|(x, y)| x == y).count();
+        for &x in a.axes[common..].iter().chain(&b.axes[common..]) {
+            if !axes.contains(&x) {
+                axes.push(x);
+            }
+        }
+    }
+    Some(Collective::CollectivePermute { axes, dim })
 }
 
 /// Cost of one collective moving `bytes` per device over `axes`.

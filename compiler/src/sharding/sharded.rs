@@ -102,6 +102,19 @@ impl ShardedFunction {
         render_grid(self.source.ty(v), &s, &self.mesh)
     }
 
+    /// The reshard's operand as the printed (new) function names it, e.g.
+    /// `%4`: an unnamed original value has another id there, so
+    /// `source.value_ref(r.source)` would name a different printed value.
+    pub fn reshard_operand(&self, r: &ReshardRecord) -> String {
+        match self.function.value(r.value).def {
+            weft_ir::ValueDef::Inst { inst, .. } => match self.function.inst(inst).operands.first() {
+                Some(&v) => self.function.value_ref(v),
+                None => self.source.value_ref(r.source),
+            },
+            _ => self.source.value_ref(r.source),
+        }
+    }
+
     /// Number of `reshard` instructions in the new function.
     pub fn num_reshards(&self) -> usize {
         self.function.insts.iter().filter(|i| matches!(i.op, weft_ir::Op::Reshard { .. })).count()
