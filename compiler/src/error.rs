@@ -170,6 +170,35 @@ pub enum CompilerError {
         /// What failed.
         message: String,
     },
+    /// A pipeline pass was given a program in the wrong form (passes out
+    /// of order).
+    #[error("pass `{pass}` takes {expected}, but was given {found}")]
+    PassOrder {
+        /// The pass.
+        pass: String,
+        /// The form it takes.
+        expected: &'static str,
+        /// The form it was given.
+        found: &'static str,
+    },
+    /// A pass name the pipeline does not have (`--dump-after`).
+    #[error("unknown pass `{name}` (passes: {passes}, or `all`)")]
+    UnknownPass {
+        /// The name given.
+        name: String,
+        /// The pipeline's passes, in order.
+        passes: String,
+    },
+    /// An annotation names a parameter (or result) the function lacks.
+    #[error("@{func} has no {name} (it has {known})")]
+    UnknownParameter {
+        /// The function.
+        func: String,
+        /// The parameter name (or `result K`).
+        name: String,
+        /// What it has.
+        known: String,
+    },
     /// A request outside what a helper supports (e.g. drawing a rank-3 grid).
     #[error("{0}")]
     Unsupported(String),

@@ -38,6 +38,81 @@ pub fn inline_calls(m: &Module, entry: &str) -> Result<Function> {
     Ok(inline_function(m, f)?.function)
 }
 
+/// Inlines every call of function `entry` of `m`: [`inline_calls`], as the
+/// call-free [`InlinedFunction`] the pipeline's passes take.
+pub fn inline(m: &Module, entry: &str) -> Result<InlinedFunction> {
+    Ok(InlinedFunction(inline_calls(m, entry)?))
+}
+
+/// A function without calls. Made by [`inline`] or checked by
+/// [`InlinedFunction::new`], so the passes that take one
+/// ([`crate::sharding::propagate_inlined`], the pipeline) do not re-check
+/// that calls were inlined.
+#[derive(Clone, Debug)]
+pub struct InlinedFunction(Function);
+
+impl InlinedFunction {
+    /// Wraps `f`; [`CompilerError::CallNotInlined`] names its first call.
+    pub fn new(f: Function) -> Result<InlinedFunction> {
+        if let Some((id, inst)) = f.iter_insts().find(|(_, i)| matches!(i.op, Op::Call { .. })) {
+            let site = crate::Site::new(&f.name, weft_ir::verify::inst_subject(&f, id), inst.loc);
+            let callee = match &inst.op {
+                Op::Call { callee, .. } => callee.clone(),
+                _ => String::new(),
+            };
+            return Err(CompilerError::CallNotInlined { site, callee });
+        }
+        Ok(InlinedFunction(f))
+    }
+
+    /// The function.
+    pub fn function(&self) -> &Function {
+        &self.0
+    }
+
+    /// The function, unwrapped.
+    pub fn into_function(self) -> Function {
+        self.0
+    }
+
+    /// Sets the shardings of the named parameters and of results (by
+    /// index); others keep theirs. Errors: a parameter name the function
+    /// does not have, a result index out of range.
+    pub fn annotate(&mut self, a: &crate::pipeline::Annotations) -> Result<()> {
+        let f = &mut self.0;
+        for (name, s) in &a.params {
+            let Some(i) = (0..f.params.len()).find(|&i| f.param_name(i) == *name) else {
+                let known: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
+                return Err(CompilerError::UnknownParameter {
+                    func: f.name.clone(),
+                    name: name.clone(),
+                    known: known.join(", "),
+                });
+            };
+            let p = f.params[i];
+            f.values[p.index()].sharding = Some(s.clone());
+        }
+        for (k, s) in &a.results {
+            if *k >= f.results.len() {
+                return Err(CompilerError::UnknownParameter {
+                    func: f.name.clone(),
+                    name: format!("result {k}"),
+                    known: format!("results 0..{}", f.results.len()),
+                });
+            }
+            f.result_shardings.resize(f.results.len(), None);
+            f.result_shardings[*k] = Some(s.clone());
+        }
+        Ok(())
+    }
+
+    /// Pins result `k` to sharding `s` (for stable training-state layouts).
+    pub(crate) fn set_result_sharding(&mut self, k: usize, s: weft_ir::TensorSharding) {
+        self.0.result_shardings.resize(self.0.results.len(), None);
+        self.0.result_shardings[k] = Some(s);
+    }
+}
+
 /// A function with its calls inlined.
 #[derive(Clone, Debug)]
 pub struct Inlined {

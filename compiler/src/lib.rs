@@ -10,7 +10,9 @@
 //! local-computability check the partitioner relies on; [`inline_calls`]
 //! flattens calls before propagation. [`partition`] lowers a sharded
 //! function to the program each device runs, with explicit collectives, and
-//! runs it on a simulated mesh. Every error is a [`CompilerError`].
+//! runs it on a simulated mesh. [`pipeline`] is the whole compile as a list
+//! of named passes (inline, annotate, autoshard, propagate, partition,
+//! clean-ups), verified between passes in debug builds and timed per pass. Every error is a [`CompilerError`].
 #![warn(missing_docs)]
 // Errors carry sites, shardings and sizes so they can be read without the
 // program at hand; they are returned on cold paths only.
@@ -24,10 +26,11 @@ pub mod error;
 pub mod inline;
 pub mod memory;
 pub mod partition;
+pub mod pipeline;
 pub mod precision;
 pub mod random;
 pub mod sharding;
 pub mod train;
 
 pub use error::{CompilerError, Site};
-pub use inline::inline_calls;
+pub use inline::{inline, inline_calls, InlinedFunction};

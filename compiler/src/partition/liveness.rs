@@ -186,18 +186,21 @@ pub(crate) fn remove_dead_steps(p: &mut DeviceProgram) {
 }
 
 /// Drops buffers that are neither inputs nor written by a step, and
-/// renumbers the rest in order of definition.
+/// renumbers the rest in order of definition. (In a program that does not
+/// verify, a buffer read but never defined keeps a number after the
+/// defined ones, so the verifier still reports it.)
 pub(crate) fn compact(p: &mut DeviceProgram) {
     let mut map: Vec<Option<BufferId>> = vec![None; p.buffers.len()];
     let mut order = Vec::new();
     let defined = p.inputs.iter().copied().chain(p.steps.iter().flat_map(writes));
-    for b in defined {
+    let read = p.steps.iter().flat_map(reads).chain(p.outputs.iter().copied());
+    for b in defined.chain(read.collect::<Vec<_>>()) {
         if map[b.index()].is_none() {
             map[b.index()] = Some(BufferId(order.len() as u32));
             order.push(b);
         }
     }
-    let m = |b: &mut BufferId| *b = map[b.index()].unwrap_or_else(|| panic!("buffer %{} is never defined", b.0));
+    let m = |b: &mut BufferId| *b = map[b.index()].unwrap_or(*b);
     p.inputs.iter_mut().for_each(m);
     p.outputs.iter_mut().for_each(m);
     for s in &mut p.steps {

@@ -30,8 +30,8 @@ pub use host::{shard_tensor, unshard_tensor};
 pub use report::{CollectiveStat, ProgramReport};
 
 use crate::error::{CompilerError, Result};
-use crate::inline::inline_calls;
-use crate::sharding::{propagate, Mesh, MeshSharding, PropagateOptions, ShardedFunction};
+use crate::pipeline::{Pipeline, Program};
+use crate::sharding::{Mesh, MeshSharding, PropagateOptions, ShardedFunction};
 use weft_ir::device::{simulate, verify_program, DeviceProgram};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{IrError, Module, TensorSharding, TensorType};
@@ -58,22 +58,6 @@ pub const CLEANUPS: &[(&str, Cleanup)] = &[
 /// The clean-up named `name` (see [`CLEANUPS`]).
 pub fn cleanup_pass(name: &str) -> Option<Cleanup> {
     CLEANUPS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
-}
-
-/// Debug builds check that every program the partitioner produces reads
-/// back from its text form to the same program and the same text.
-#[cfg(debug_assertions)]
-fn check_text_round_trip(program: &DeviceProgram) -> Result<()> {
-    let text = weft_ir::device::print_program(program);
-    let back = weft_ir::device::parse_program(&text)?;
-    let again = weft_ir::device::print_program(&back);
-    if back != *program || again != text {
-        return Err(CompilerError::Internal {
-            stage: "partition".into(),
-            message: format!("the device program's text does not read back to the same program:\n{text}"),
-        });
-    }
-    Ok(())
 }
 
 /// A global input or output of a partitioned function: its name, global
@@ -110,18 +94,22 @@ pub fn partition(sf: &ShardedFunction, mesh: &Mesh) -> Result<DeviceProgram> {
     Ok(partition_function(sf, mesh)?.program)
 }
 
-/// [`partition`], keeping the global layout of inputs and outputs.
+/// [`partition`], keeping the global layout of inputs and outputs: the
+/// pipeline's `partition` pass and every clean-up ([`crate::pipeline`]).
 pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<PartitionedFunction> {
+    let lowered = Program::Partitioned(Box::new(lower_sharded(sf, mesh)?));
+    let cleanups = Pipeline { mesh: mesh.clone(), passes: Pipeline::cleanups().collect(), verify: cfg!(debug_assertions) };
+    cleanups.run_from(lowered, &mut |_, _| {})?.0.into_partitioned()
+}
+
+/// The pipeline's `partition` pass: checks that `sf` is locally computable
+/// and lowers it, without the clean-ups (the program is valid, with
+/// identity steps, dead steps and sparse buffer ids, and no frees).
+pub fn lower_sharded(sf: &ShardedFunction, mesh: &Mesh) -> Result<PartitionedFunction> {
     let f = &sf.function;
     crate::sharding::check_locally_computable(f, mesh)?;
     let lowered = lower::lower_function(f, mesh)?;
-    let mut program = lowered.program;
-    for (_, pass) in CLEANUPS {
-        pass(&mut program);
-    }
-    verify_program(&program)?;
-    #[cfg(debug_assertions)]
-    check_text_round_trip(&program)?;
+    let program = lowered.program;
     let layout =
         |name: String, ty: &TensorType, s: &MeshSharding| GlobalValue { name, ty: ty.clone(), sharding: s.to_ir(mesh) };
     let inputs =
@@ -134,11 +122,9 @@ pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<Partition
 }
 
 /// The whole pipeline for function `entry` of `m`: inline calls, propagate
-/// shardings on `mesh`, partition.
+/// shardings on `mesh`, partition, clean up ([`Pipeline::standard`]).
 pub fn compile(m: &Module, entry: &str, mesh: &Mesh, options: &PropagateOptions) -> Result<PartitionedFunction> {
-    let f = inline_calls(m, entry)?;
-    let sf = propagate(&f, mesh, options)?;
-    partition_function(&sf, mesh)
+    Pipeline::standard(mesh, options).run(m, entry, &mut |_, _| {})?.0.into_partitioned()
 }
 
 /// Wall time of each phase of [`compile_with_stable_state`], in order.
@@ -159,34 +145,34 @@ pub fn compile_with_stable_state(
     state: usize,
 ) -> Result<(PartitionedFunction, PhaseTimes)> {
     let clock = std::time::Instant::now();
-    let mut f = inline_calls(m, entry)?;
+    let mut f = crate::inline::inline(m, entry)?;
     let mut times: PhaseTimes = vec![("inline", clock.elapsed())];
-    let n_results = f.results.len();
-    if state > f.params.len().min(n_results) {
+    let n_results = f.function().results.len();
+    let n_params = f.function().params.len();
+    if state > n_params.min(n_results) {
         return Err(CompilerError::State {
             leaf: format!("@{entry}"),
             message: format!(
-                "{} parameters and {n_results} results, fewer than its {state} state leaves",
-                f.params.len()
+                "{n_params} parameters and {n_results} results, fewer than its {state} state leaves"
             ),
         });
     }
-    f.result_shardings.resize(n_results, None);
+    let pipeline = Pipeline::standard(mesh, options);
     // Pinning a result can move the layout propagation picks for an unpinned
     // parameter; a few rounds reach the fixed point.
     for _round in 0..4 {
-        let clock = std::time::Instant::now();
-        let sf = propagate(&f, mesh, options)?;
-        times.push(("propagate", clock.elapsed()));
-        let clock = std::time::Instant::now();
-        let pf = partition_function(&sf, mesh)?;
-        times.push(("partition", clock.elapsed()));
+        let (p, passes) = pipeline.run_from(Program::Inlined(f.clone()), &mut |_, _| {})?;
+        // Phases: `propagate`, and `partition` with its clean-ups.
+        for (name, t) in passes {
+            times.push((if name == "propagate" { "propagate" } else { "partition" }, t));
+        }
+        let pf = p.into_partitioned()?;
         let moved: Vec<usize> = (0..state).filter(|&i| pf.inputs[i].sharding != pf.outputs[i].sharding).collect();
         if moved.is_empty() {
             return Ok((pf, merge_phases(times)));
         }
         for i in moved {
-            f.result_shardings[i] = Some(pf.inputs[i].sharding.clone());
+            f.set_result_sharding(i, pf.inputs[i].sharding.clone());
         }
     }
     Err(CompilerError::State {

@@ -29,7 +29,7 @@ pub use check::check_locally_computable;
 pub use egraph::{DimFact, Priority, ProgramGraph, ProgramLang, ShardingAnalysis, ValueFacts};
 pub use explain::{explain_chain, render_grid, Annotation, AnnotationKind, Origin, Resolution, Step};
 pub use mesh::{Mesh, MeshAxis};
-pub use propagate::{propagate, ConflictPolicy, PropagateOptions};
+pub use propagate::{propagate, propagate_inlined, ConflictPolicy, PropagateOptions};
 pub use reshard::{plan_reshard, Collective, ReshardPlan};
 pub use rules::{rule_for, Factor, FactorKind, OpRule, RuleKind};
 pub use sharded::{ReshardRecord, ShardedFunction};

@@ -66,6 +66,19 @@ pub fn propagate(f: &Function, mesh: &Mesh, options: &PropagateOptions) -> Resul
             return Err(CompilerError::CallNotInlined { site, callee: callee.clone() });
         }
     }
+    propagate_call_free(f, mesh, options)
+}
+
+/// [`propagate`] for a function known to be call-free (no re-check).
+pub fn propagate_inlined(
+    f: &crate::inline::InlinedFunction,
+    mesh: &Mesh,
+    options: &PropagateOptions,
+) -> Result<ShardedFunction> {
+    propagate_call_free(f.function(), mesh, options)
+}
+
+fn propagate_call_free(f: &Function, mesh: &Mesh, options: &PropagateOptions) -> Result<ShardedFunction> {
     weft_ir::verify_function(&Module::new(), f)?;
     let seeds = seed(f, mesh)?;
     let rules: Vec<OpRule> = f

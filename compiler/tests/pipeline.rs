@@ -1,0 +1,138 @@
+//! `compiler::pipeline`: the compile as named passes, each IR -> IR, verified
+//! between passes, timed, dumpable; `compile` is a wrapper over it.
+use weft_compiler::autoshard::AutoShardOptions;
+use weft_compiler::partition::compile;
+use weft_compiler::pipeline::{Annotations, Pass, Pipeline, Program};
+use weft_compiler::sharding::{Mesh, PropagateOptions};
+use weft_compiler::{CompilerError, InlinedFunction};
+use weft_ir::device::{print_program, DeviceProgram, Step};
+use weft_ir::text::parse_module;
+use weft_ir::{Module, TensorSharding};
+
+const SRC: &str = "
+func @layer(%x: f32[8,16], %w: f32[16,16]) -> (f32[8,16]) {
+  %h = dot_general %x, %w {lhs_contract = [1], rhs_contract = [0]}
+  %y = tanh %h
+  return %y
+}
+func @main(%x: f32[8,16] {sharding = [{x}, {}]}, %w1: f32[16,16], %w2: f32[16,16]) -> (f32[8,16]) {
+  %a = call @layer(%x, %w1)
+  %b = call @layer(%a, %w2)
+  %t = transpose %b {perm = [0, 1]}
+  return %t
+}
+";
+
+fn module() -> Module {
+    parse_module(SRC).unwrap()
+}
+
+fn mesh() -> Mesh {
+    Mesh::parse("x=2,y=2").unwrap()
+}
+
+#[test]
+fn the_standard_pipeline_is_a_list_of_named_passes() {
+    let p = Pipeline::standard(&mesh(), &PropagateOptions::default());
+    assert_eq!(
+        p.names(),
+        [
+            "inline",
+            "propagate",
+            "partition",
+            "forward_identities",
+            "fold_transposes",
+            "remove_dead_steps",
+            "fuse_reduce_scatter",
+            "compact",
+            "insert_frees"
+        ]
+    );
+    assert!(p.check_pass_name("compact").is_ok() && p.check_pass_name("all").is_ok());
+    let e = p.check_pass_name("compactt").unwrap_err();
+    assert!(matches!(e, CompilerError::UnknownPass { .. }));
+    assert!(e.to_string().starts_with("unknown pass `compactt` (passes: inline, propagate, partition,"), "{e}");
+}
+
+#[test]
+fn every_pass_is_dumped_and_timed_and_compile_is_the_same_program() {
+    let p = Pipeline::standard(&mesh(), &PropagateOptions::default());
+    let mut dumps: Vec<(String, String)> = Vec::new();
+    let (out, times) = p.run(&module(), "main", &mut |name, prog| dumps.push((name.to_string(), prog.text()))).unwrap();
+    let names: Vec<&str> = dumps.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, p.names());
+    let timed: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(timed, p.names());
+    // inline: calls are gone; propagate: shardings; partition: a device
+    // program with its identity transpose; forward_identities: without it.
+    assert!(dumps[0].1.starts_with("func @main(") && !dumps[0].1.contains("call"), "{}", dumps[0].1);
+    assert!(dumps[1].1.contains("{sharding = [{x}, {}]}"), "{}", dumps[1].1);
+    assert!(dumps[2].1.starts_with("device_program @main") && dumps[2].1.contains("= transpose"));
+    assert!(!dumps[3].1.contains("= transpose"), "{}", dumps[3].1);
+    assert!(!dumps[7].1.contains("free") && dumps[8].1.contains("free"));
+    let pf = out.into_partitioned().unwrap();
+    let direct = compile(&module(), "main", &mesh(), &PropagateOptions::default()).unwrap();
+    assert_eq!(print_program(&pf.program), print_program(&direct.program));
+    assert_eq!(dumps[8].1, print_program(&direct.program));
+}
+
+#[test]
+fn annotate_and_autoshard_are_passes_too() {
+    let mut p = Pipeline::standard(&mesh(), &PropagateOptions::default());
+    let w1 = TensorSharding::new(&[&[], &["y"]]);
+    p.insert_before("propagate", Pass::Annotate(Annotations { params: vec![("w1".into(), w1)], results: vec![] }));
+    assert_eq!(&p.names()[..3], ["inline", "annotate", "propagate"]);
+    let pf = p.run(&module(), "main", &mut |_, _| {}).unwrap().0.into_partitioned().unwrap();
+    assert_eq!(pf.program.ty(pf.program.inputs[1]).shape, vec![16, 8], "w1 is split over y");
+
+    let bad = Annotations { params: vec![("w9".into(), TensorSharding::new(&[&[], &[]]))], results: vec![] };
+    let mut q = Pipeline::standard(&mesh(), &PropagateOptions::default());
+    q.insert_before("propagate", Pass::Annotate(bad));
+    let e = q.run(&module(), "main", &mut |_, _| {}).unwrap_err();
+    assert_eq!(e.to_string(), "@main has no w9 (it has x, w1, w2)");
+
+    let mut a = Pipeline::standard(&mesh(), &PropagateOptions::default());
+    a.insert_before("propagate", Pass::AutoShard(AutoShardOptions::default()));
+    let mut after_auto = String::new();
+    let pf = a
+        .run(&module(), "main", &mut |n, p| {
+            if n == "autoshard" {
+                after_auto = p.text();
+            }
+        })
+        .unwrap()
+        .0
+        .into_partitioned()
+        .unwrap();
+    assert!(after_auto.contains("sharding"), "{after_auto}");
+    assert_eq!(pf.program.inputs.len(), 3);
+}
+
+#[test]
+fn passes_out_of_order_are_named_errors() {
+    let f = InlinedFunction::new(weft_compiler::inline_calls(&module(), "main").unwrap()).unwrap();
+    let p = Pipeline { mesh: mesh(), passes: vec![Pass::Partition], verify: true };
+    let e = p.run_from(Program::Inlined(f), &mut |_, _| {}).unwrap_err();
+    assert_eq!(e.to_string(), "pass `partition` takes a sharded function, but was given an inlined function");
+    let with_calls = module().function("main").unwrap().clone();
+    let e = InlinedFunction::new(with_calls).unwrap_err();
+    assert!(matches!(e, CompilerError::CallNotInlined { ref callee, .. } if callee == "layer"), "{e}");
+}
+
+/// A broken clean-up: drops every step (the outputs are then undefined).
+fn drop_steps(p: &mut DeviceProgram) {
+    p.steps.retain(|s| matches!(s, Step::Free(_)));
+}
+
+#[test]
+fn the_verifier_between_passes_names_the_pass_that_broke_the_program() {
+    let mut p = Pipeline::standard(&mesh(), &PropagateOptions::default());
+    p.insert_before("compact", Pass::Cleanup("drop_steps", drop_steps));
+    p.verify = true;
+    let e = p.run(&module(), "main", &mut |_, _| {}).unwrap_err();
+    assert!(e.to_string().starts_with("internal error after drop_steps: the device program does not verify"), "{e}");
+    // Without the verifier between passes the final check still rejects it.
+    p.verify = false;
+    let e = p.run(&module(), "main", &mut |_, _| {}).unwrap_err();
+    assert!(matches!(e, CompilerError::Ir(_)), "{e}");
+}
