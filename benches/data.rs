@@ -1,0 +1,122 @@
+//! Benchmark: data loader throughput.
+//!
+//! Run with `cargo bench --bench data`; results go in BENCHMARKS.md. Each
+//! measurement is repeated (default 3 times, `WEFT_BENCH_RUNS` to change);
+//! the median is printed. Files are written under the system temporary
+//! directory (`TMPDIR` to change) and read through the page cache:
+//!
+//! - open: checking a 16M-token u16 file (every id below the vocabulary)
+//!   and hashing it (sha256), the one pass a run makes when it starts;
+//! - token batches: 16 random windows of 65 tokens per step (the shape of
+//!   `examples/configs/gpt_bytes.toml`), read and converted to i32 tensors,
+//!   in the loop (depth 0) and through the prefetch thread (depth 2);
+//! - table batches: 32 shuffled examples per step of a 100,000-example
+//!   `.safetensors` table (x, y: f32[64] each, the MLP example's width).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+use weft::data::{input_specs, DataConfig, DataPath, Order, Prefetcher, Split};
+use weft::ir::tensor::{write_safetensors, HostTensor};
+use weft::ir::{DType, TensorType};
+
+fn median(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn cfg(source: &str, path: &std::path::Path) -> DataConfig {
+    DataConfig {
+        source: source.into(),
+        train: DataPath::File(path.to_path_buf()),
+        val: None,
+        dtype: "u16".into(),
+        shuffle: true,
+        prefetch: 0,
+        eval_every: 0,
+        eval_batches: 1,
+    }
+}
+
+fn main() {
+    let runs: usize = std::env::var("WEFT_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let dir = std::env::temp_dir().join(format!("weft-bench-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Tokens.
+    let n_tokens = 16usize << 20;
+    let tok = dir.join("train.bin");
+    let bytes: Vec<u8> = (0..n_tokens).flat_map(|i| (((i * 2654435761) >> 7) as u16 % 256).to_le_bytes()).collect();
+    std::fs::write(&tok, &bytes).unwrap();
+    let (batch, seq) = (16usize, 64usize);
+    let gpt = [
+        ("tokens".to_string(), TensorType::new(DType::I32, vec![batch, seq])),
+        ("targets".to_string(), TensorType::new(DType::I32, vec![batch, seq])),
+    ];
+    let c = cfg("tokens", &tok);
+    let mut open = Vec::new();
+    let mut split = None;
+    for _ in 0..runs {
+        let t = Instant::now();
+        split = Some(Split::open(&c, &c.train, "data.train", &input_specs(&gpt, Some(256)), 0, Order::Shuffled).unwrap());
+        open.push(t.elapsed().as_secs_f64());
+    }
+    let m = median(open);
+    println!("open (check ids + sha256) of {} MB: {:.1} ms, {:.0} MB/s", bytes.len() / 1_000_000, m * 1e3, bytes.len() as f64 / 1e6 / m);
+    let split = Arc::new(split.unwrap());
+    let steps = 20_000u64;
+    for depth in [0usize, 2] {
+        let mut t = Vec::new();
+        for r in 0..runs {
+            let mut p = Prefetcher::new(split.clone(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
+            let clock = Instant::now();
+            for _ in 0..steps {
+                std::hint::black_box(p.next_batch().unwrap());
+            }
+            t.push(clock.elapsed().as_secs_f64());
+        }
+        let m = median(t);
+        println!(
+            "token batches ({batch} x {} tokens), prefetch {depth}: {:.1} us/batch, {:.2e} tokens/s, {:.0} windows/s",
+            seq + 1,
+            m / steps as f64 * 1e6,
+            (steps as usize * batch * seq) as f64 / m,
+            (steps as usize * batch) as f64 / m
+        );
+    }
+
+    // Table.
+    let (n, d, b) = (100_000usize, 64usize, 32usize);
+    let xs: Vec<f32> = (0..n * d).map(|i| (i % 977) as f32 * 1e-3).collect();
+    let t = BTreeMap::from([
+        ("x".to_string(), HostTensor::from_f32(&[n, d], xs.clone()).unwrap()),
+        ("y".to_string(), HostTensor::from_f32(&[n, d], xs).unwrap()),
+    ]);
+    let table = dir.join("table.safetensors");
+    write_safetensors(&table, &t).unwrap();
+    let mlp = [
+        ("x".to_string(), TensorType::new(DType::F32, vec![b, d])),
+        ("y".to_string(), TensorType::new(DType::F32, vec![b, d])),
+    ];
+    let c = cfg("table", &table);
+    let split = Arc::new(Split::open(&c, &c.train, "data.train", &input_specs(&mlp, None), 0, Order::Shuffled).unwrap());
+    let steps = 5_000u64;
+    for depth in [0usize, 2] {
+        let mut t = Vec::new();
+        for r in 0..runs {
+            let mut p = Prefetcher::new(split.clone(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
+            let clock = Instant::now();
+            for _ in 0..steps {
+                std::hint::black_box(p.next_batch().unwrap());
+            }
+            t.push(clock.elapsed().as_secs_f64());
+        }
+        let m = median(t);
+        println!(
+            "table batches ({b} examples of 2 x f32[{d}]), prefetch {depth}: {:.1} us/batch, {:.0} examples/s",
+            m / steps as f64 * 1e6,
+            (steps as usize * b) as f64 / m
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
