@@ -5,15 +5,44 @@
 //! The mesh may also come from the file itself, in a comment on its first
 //! line (`// mesh: x=2,y=2`), so an example program carries the mesh it was
 //! written for; `--mesh` wins when both are given.
+//!
+//! The compile is `weft_compiler::pipeline`'s list of passes:
+//! `--dump-after PASS` (or `all`) writes the program's text after that pass
+//! to stderr, or to `DIR/NN-PASS.txt` with `--dump-dir DIR` (alone, it dumps
+//! after every pass); `--time-passes` prints each pass's wall time.
 
 use super::check::load;
 use super::run::pick_function;
 use crate::diagnostics::render_ir_error;
 use crate::error::{read_to_string, Error, Result};
 use std::path::Path;
-use weft_compiler::partition::compile;
+use std::path::PathBuf;
+use weft_compiler::pipeline::{PassTimes, Pipeline, Program};
 use weft_compiler::sharding::{Mesh, PropagateOptions};
 use weft_compiler::CompilerError;
+
+/// `weft lower`'s dump and timing flags.
+#[derive(Clone, Debug, Default)]
+pub struct LowerOptions {
+    /// Dump the program after this pass (`all`: after every pass).
+    pub dump_after: Option<String>,
+    /// Write dumps to `DIR/NN-PASS.txt` instead of stderr.
+    pub dump_dir: Option<PathBuf>,
+    /// Print each pass's wall time to stderr.
+    pub time_passes: bool,
+}
+
+/// What a lowering produced besides the printed program: the dumps asked
+/// for (pass, text) and the time of every pass.
+#[derive(Debug, Default)]
+pub struct Lowered {
+    /// The device program and the summary.
+    pub text: String,
+    /// `(pass, program text)` after each pass asked for, in order.
+    pub dumps: Vec<(String, String)>,
+    /// Every pass's wall time.
+    pub times: PassTimes,
+}
 
 /// The mesh named in a `// mesh: ...` comment on the first line, if any.
 pub fn mesh_comment(source: &str) -> Option<&str> {
@@ -35,6 +64,16 @@ pub enum LowerError {
 /// the file's mesh comment) and returns the device program followed by the
 /// summary.
 pub fn lower_source(source: &str, mesh: Option<&str>, func: Option<&str>) -> Result<String, LowerError> {
+    Ok(lower_source_with(source, mesh, func, &LowerOptions::default())?.text)
+}
+
+/// [`lower_source`] with dumps and timings.
+pub fn lower_source_with(
+    source: &str,
+    mesh: Option<&str>,
+    func: Option<&str>,
+    opts: &LowerOptions,
+) -> Result<Lowered, LowerError> {
     let m = load(source).map_err(LowerError::Ir)?;
     let spec = mesh.or_else(|| mesh_comment(source)).ok_or_else(|| {
         LowerError::Usage(Error::Usage(
@@ -45,21 +84,63 @@ pub fn lower_source(source: &str, mesh: Option<&str>, func: Option<&str>) -> Res
     })?;
     let mesh = Mesh::parse(spec).map_err(|e| LowerError::Compiler(Box::new(e)))?;
     let f = pick_function(&m, func).map_err(LowerError::Usage)?;
-    let pf =
-        compile(&m, &f.name, &mesh, &PropagateOptions::default()).map_err(|e| LowerError::Compiler(Box::new(e)))?;
-    let mut out = weft_ir::device::print_program(&pf.program);
-    out.push_str("\nsummary:\n");
-    out.push_str(&pf.report().to_string());
-    Ok(out)
+    let pipeline = Pipeline::standard(&mesh, &PropagateOptions::default());
+    let compiler = |e| LowerError::Compiler(Box::new(e));
+    let want = match (&opts.dump_after, &opts.dump_dir) {
+        (Some(p), _) => {
+            pipeline.check_pass_name(p).map_err(|e| LowerError::Usage(Error::Usage(format!("--dump-after: {e}"))))?;
+            Some(p.clone())
+        }
+        (None, Some(_)) => Some("all".to_string()),
+        (None, None) => None,
+    };
+    let mut dumps = Vec::new();
+    let mut after = |pass: &str, p: &Program| {
+        if want.as_deref().is_some_and(|w| w == "all" || w == pass) {
+            dumps.push((pass.to_string(), p.text()));
+        }
+    };
+    let (p, times) = pipeline.run(&m, &f.name, &mut after).map_err(compiler)?;
+    let pf = p.into_partitioned().map_err(compiler)?;
+    let mut text = weft_ir::device::print_program(&pf.program);
+    text.push_str("\nsummary:\n");
+    text.push_str(&pf.report().to_string());
+    Ok(Lowered { text, dumps, times })
+}
+
+/// Writes the dumps to `dir` (`NN-PASS.txt`, NN the pass's position) or to
+/// stderr, and the pass times to stderr.
+fn report(l: &Lowered, opts: &LowerOptions) -> Result<()> {
+    for (pass, text) in &l.dumps {
+        match &opts.dump_dir {
+            Some(dir) => {
+                let io = |source| Error::Io { path: dir.clone(), source };
+                std::fs::create_dir_all(dir).map_err(io)?;
+                let n = l.times.iter().position(|(p, _)| p == pass).unwrap_or(0);
+                let path = dir.join(format!("{n:02}-{pass}.txt"));
+                std::fs::write(&path, text).map_err(|source| Error::Io { path: path.clone(), source })?;
+            }
+            None => eprint!("// after {pass}:\n{text}\n"),
+        }
+    }
+    if opts.time_passes {
+        let total: std::time::Duration = l.times.iter().map(|(_, t)| *t).sum();
+        for (pass, t) in &l.times {
+            eprintln!("pass {pass:<20} {:>10.3} ms", t.as_secs_f64() * 1e3);
+        }
+        eprintln!("pass {:<20} {:>10.3} ms", "total", total.as_secs_f64() * 1e3);
+    }
+    Ok(())
 }
 
 /// Runs `weft lower`; returns the exit code.
-pub fn lower(file: &Path, mesh: Option<&str>, func: Option<&str>) -> Result<i32> {
+pub fn lower(file: &Path, mesh: Option<&str>, func: Option<&str>, opts: &LowerOptions) -> Result<i32> {
     let source = read_to_string(file)?;
     let path = file.display().to_string();
-    match lower_source(&source, mesh, func) {
-        Ok(text) => {
-            print!("{text}");
+    match lower_source_with(&source, mesh, func, opts) {
+        Ok(l) => {
+            report(&l, opts)?;
+            print!("{}", l.text);
             Ok(0)
         }
         Err(LowerError::Ir(e)) => {

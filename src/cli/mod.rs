@@ -116,6 +116,17 @@ pub enum Command {
         /// The function to lower (default: `main`, else the module's only function).
         #[arg(long = "func")]
         func: Option<String>,
+        /// Print the program's text after this compiler pass (`inline`,
+        /// `propagate`, `partition`, a clean-up, or `all`) to stderr.
+        #[arg(long = "dump-after")]
+        dump_after: Option<String>,
+        /// Write the dumps to DIR/NN-PASS.txt (every pass unless
+        /// --dump-after names one).
+        #[arg(long = "dump-dir")]
+        dump_dir: Option<PathBuf>,
+        /// Print each compiler pass's wall time to stderr.
+        #[arg(long = "time-passes")]
+        time_passes: bool,
     },
 }
 
@@ -240,7 +251,10 @@ pub fn main() -> i32 {
         Command::Data { command: DataCommand::Prepare { texts, output, val_fraction } } => {
             data::prepare_cmd(&texts, &output, val_fraction)
         }
-        Command::Lower { file, mesh, func } => lower::lower(&file, mesh.as_deref(), func.as_deref()),
+        Command::Lower { file, mesh, func, dump_after, dump_dir, time_passes } => {
+            let opts = lower::LowerOptions { dump_after, dump_dir, time_passes };
+            lower::lower(&file, mesh.as_deref(), func.as_deref(), &opts)
+        }
     };
     match result {
         Ok(code) => code,
