@@ -37,7 +37,8 @@ use pool::Pool;
 use std::cell::RefCell;
 use weft_ir::interp::eval_op;
 use weft_ir::tensor::HostTensor;
-use weft_ir::{Op, TensorType};
+use ndarray::{ArrayD, IxDyn};
+use weft_ir::{DType, Op, TensorType};
 
 /// The fast CPU backend (one per logical device). Its only state is a pool
 /// of freed `f32` storage ([`pool`]), so that in the steady state the
@@ -78,6 +79,14 @@ impl Backend for FastCpuBackend {
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => {
                 elementwise::single(op, inputs, &mut self.pool.borrow_mut())
             }
+            Op::BroadcastInDim { dims, shape } if inputs.len() == 1 && dims.is_empty() => {
+                splat(inputs[0], shape, &mut self.pool.borrow_mut())
+            }
+            Op::Constant(weft_ir::Literal { ty, data: weft_ir::LiteralData::Splat(v) }) if ty.dtype == DType::F32 => {
+                let mut out = self.pool.borrow_mut().take(ty.shape.iter().product());
+                out.fill(*v as f32);
+                Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&ty.shape), out).expect("sized from the type")))
+            }
             _ => None,
         };
         match fast {
@@ -101,6 +110,17 @@ impl Backend for FastCpuBackend {
             None => compute_unfused(self, chain, inputs),
         }
     }
+}
+
+/// A scalar `f32` broadcast to `shape` (a learning rate or a constant
+/// spread over a tensor, every step of an optimizer update) as one fill of
+/// pooled storage, instead of the interpreter's fresh strided copy.
+fn splat(x: &HostTensor, shape: &[usize], pool: &mut Pool) -> Option<HostTensor> {
+    let HostTensor::F32(a) = x else { return None };
+    let &v = a.first().filter(|_| a.ndim() == 0)?;
+    let mut out = pool.take(shape.iter().product());
+    out.fill(v);
+    Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(shape), out).expect("sized from the shape")))
 }
 
 /// Whether a `dot_general` is well-formed for these operands (otherwise the
