@@ -58,11 +58,17 @@ fn main() {
     let mut split = None;
     for _ in 0..runs {
         let t = Instant::now();
-        split = Some(Split::open(&c, &c.train, "data.train", &input_specs(&gpt, Some(256)), 0, Order::Shuffled).unwrap());
+        split =
+            Some(Split::open(&c, &c.train, "data.train", &input_specs(&gpt, Some(256)), 0, Order::Shuffled).unwrap());
         open.push(t.elapsed().as_secs_f64());
     }
     let m = median(open);
-    println!("open (check ids + sha256) of {} MB: {:.1} ms, {:.0} MB/s", bytes.len() / 1_000_000, m * 1e3, bytes.len() as f64 / 1e6 / m);
+    println!(
+        "open (check ids + sha256) of {} MB: {:.1} ms, {:.0} MB/s",
+        bytes.len() / 1_000_000,
+        m * 1e3,
+        bytes.len() as f64 / 1e6 / m
+    );
     let split = Arc::new(split.unwrap());
     let steps = 20_000u64;
     for depth in [0usize, 2] {
@@ -99,7 +105,8 @@ fn main() {
         ("y".to_string(), TensorType::new(DType::F32, vec![b, d])),
     ];
     let c = cfg("table", &table);
-    let split = Arc::new(Split::open(&c, &c.train, "data.train", &input_specs(&mlp, None), 0, Order::Shuffled).unwrap());
+    let split =
+        Arc::new(Split::open(&c, &c.train, "data.train", &input_specs(&mlp, None), 0, Order::Shuffled).unwrap());
     let steps = 5_000u64;
     for depth in [0usize, 2] {
         let mut t = Vec::new();

@@ -162,7 +162,8 @@ fn prepare_splits_each_file_and_plot_draws_the_validation_loss() {
     assert_eq!(meta["sources"].as_array().unwrap().len(), 2);
 
     // A metrics file with a validation loss on some steps: both curves.
-    let lines = "{\"step\":0,\"loss\":3.0,\"val_loss\":3.1}\n{\"step\":1,\"loss\":2.0}\n{\"step\":2,\"val_loss\":2.2}\n";
+    let lines =
+        "{\"step\":0,\"loss\":3.0,\"val_loss\":3.1}\n{\"step\":1,\"loss\":2.0}\n{\"step\":2,\"val_loss\":2.2}\n";
     std::fs::write(dir.join("run.jsonl"), lines).unwrap();
     let (code, stderr) = weft(&dir, &["plot", "run.jsonl", "-o", "p.svg"]);
     assert_eq!(code, Some(0), "{stderr}");

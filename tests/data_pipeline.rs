@@ -28,7 +28,7 @@ fn token_file(path: &Path, n: usize) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        t = ((3 * t + 1 + (x % 3 == 0) as u16) % 32) as u16;
+        t = (3 * t + 1 + (x % 3 == 0) as u16) % 32;
         bytes.extend_from_slice(&t.to_le_bytes());
     }
     std::fs::write(path, bytes).unwrap();
@@ -155,7 +155,10 @@ fn every_mesh_reads_the_same_batches() {
         for ((s, a), (_, b)) in x.iter().zip(&y) {
             for ((k, va), (_, vb)) in a.iter().zip(b) {
                 let (va, vb) = (f64::from_bits(*va), f64::from_bits(*vb));
-                assert!((va - vb).abs() <= 1e-5 * vb.abs().max(1e-3), "{strategy} on {mesh}: step {s} {k}: {va} vs {vb}");
+                assert!(
+                    (va - vb).abs() <= 1e-5 * vb.abs().max(1e-3),
+                    "{strategy} on {mesh}: step {s} {k}: {va} vs {vb}"
+                );
             }
         }
     }
@@ -289,8 +292,24 @@ fn blocks_read_separately_equal_the_batch() {
         ("y".to_string(), TensorType::new(DType::F32, vec![8, 4])),
     ];
     let splits = [
-        Split::open(&cfg("tokens", &d.join("t.bin")), &cfg("tokens", &d.join("t.bin")).train, "data.train", &input_specs(&gpt, Some(32)), 1, Order::Shuffled).unwrap(),
-        Split::open(&cfg("table", &d.join("m.safetensors")), &cfg("table", &d.join("m.safetensors")).train, "data.train", &input_specs(&mlp, None), 1, Order::Shuffled).unwrap(),
+        Split::open(
+            &cfg("tokens", &d.join("t.bin")),
+            &cfg("tokens", &d.join("t.bin")).train,
+            "data.train",
+            &input_specs(&gpt, Some(32)),
+            1,
+            Order::Shuffled,
+        )
+        .unwrap(),
+        Split::open(
+            &cfg("table", &d.join("m.safetensors")),
+            &cfg("table", &d.join("m.safetensors")).train,
+            "data.train",
+            &input_specs(&mlp, None),
+            1,
+            Order::Shuffled,
+        )
+        .unwrap(),
     ];
     for split in &splits {
         for step in [0u64, 3, 11] {

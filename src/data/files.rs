@@ -74,7 +74,10 @@ impl DataFile {
             off += n as u64;
         }
         if off != self.bytes {
-            return Err(data_err(&self.path, format!("changed size while being read ({} then {off} bytes)", self.bytes)));
+            return Err(data_err(
+                &self.path,
+                format!("changed size while being read ({} then {off} bytes)", self.bytes),
+            ));
         }
         let sha256 = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
         Ok(FileId { path: self.path.display().to_string(), bytes: off, sha256 })

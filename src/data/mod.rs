@@ -101,7 +101,8 @@ impl Split {
                 let t = match inputs {
                     [t, _] if names == ["tokens", "targets"] && t.ty.rank() == 2 => t,
                     _ => {
-                        let why = format!("needs a model with inputs tokens and targets (a gpt), not {}", names.join(", "));
+                        let why =
+                            format!("needs a model with inputs tokens and targets (a gpt), not {}", names.join(", "));
                         return Err(invalid("data.source", "`tokens`", why));
                     }
                 };
@@ -119,7 +120,7 @@ impl Split {
         let mut arrays = Vec::new();
         match path {
             DataPath::File(p) => {
-                if !p.extension().is_some_and(|e| e == "safetensors") {
+                if p.extension().is_none_or(|e| e != "safetensors") {
                     return Err(data_err(
                         p,
                         format!(
@@ -149,7 +150,11 @@ impl Split {
                 }
                 for i in inputs {
                     let p = m.get(&i.name).ok_or_else(|| {
-                        invalid("data.train", path.describe(), format!("names no file for the model's input `{}`", i.name))
+                        invalid(
+                            "data.train",
+                            path.describe(),
+                            format!("names no file for the model's input `{}`", i.name),
+                        )
                     })?;
                     arrays.push(table::open_array(p, &i.name)?);
                 }
@@ -310,6 +315,30 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// One line for the run's description: source, files, sizes, order.
+    pub fn describe(&self, cfg: &DataConfig) -> String {
+        let unit = if self.identity.source == "tokens" { "tokens" } else { "examples" };
+        let split = |s: &Split| {
+            let files: Vec<String> =
+                s.files().iter().map(|f| format!("{} (sha256 {})", f.path, &f.sha256[..12])).collect();
+            format!("{} {unit} in {}", s.len(), files.join(", "))
+        };
+        let mut out = format!(
+            "data: {} {}, {}; train {}",
+            self.identity.source,
+            if cfg.shuffle { "shuffled" } else { "in order" },
+            if cfg.prefetch == 0 { "no prefetch".to_string() } else { format!("prefetch {}", cfg.prefetch) },
+            split(&self.train)
+        );
+        if let Some(v) = &self.val {
+            out.push_str(&format!("; validation {}", split(v)));
+            if cfg.eval_every > 0 {
+                out.push_str(&format!(", {} batches every {} steps", cfg.eval_batches, cfg.eval_every));
+            }
+        }
+        out
+    }
+
     /// Opens and checks both splits of `cfg` for `inputs`, batches drawn from `seed`.
     pub fn open(cfg: &DataConfig, inputs: &[InputSpec], seed: u64) -> Result<Dataset> {
         let order = if cfg.shuffle { Order::Shuffled } else { Order::Sequential };

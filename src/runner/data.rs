@@ -108,7 +108,12 @@ pub fn check_restored(tree: &mut Tree, ours: Option<&Identity>, step: u64, dir: 
         id.source,
         id.seed,
         id.shuffle,
-        id.train.iter().chain(&id.val).map(|f| format!("{} sha256 {}", f.path, f.sha256)).collect::<Vec<_>>().join(", "),
+        id.train
+            .iter()
+            .chain(&id.val)
+            .map(|f| format!("{} sha256 {}", f.path, f.sha256))
+            .collect::<Vec<_>>()
+            .join(", "),
         recorded(dir)
     )))
 }
@@ -160,7 +165,8 @@ impl Evaluator {
 
     /// Mean loss (and other results) over the evaluation batches, named `val_*`.
     fn evaluate(&mut self, train: &TrainStep, exec: &mut dyn Executor) -> Result<Metrics> {
-        let mut inputs: Tree = exec.global_state(train)?.into_iter().filter(|(k, _)| k.starts_with("params.")).collect();
+        let mut inputs: Tree =
+            exec.global_state(train)?.into_iter().filter(|(k, _)| k.starts_with("params.")).collect();
         let mut sums: BTreeMap<String, f64> = BTreeMap::new();
         for b in 0..self.batches {
             inputs.extend(self.val.batch(b as u64)?);

@@ -230,6 +230,7 @@ impl RunSummary {
 /// metrics evaluated before a step join that step's line; the evaluation
 /// after the last step is a line of its own at step `c.steps`. Without one,
 /// every step trains on `prepared.batch`.
+#[allow(clippy::too_many_arguments)] // each is one independent part of a run
 pub fn run_steps(
     c: &RunConfig,
     prepared: &Prepared,
@@ -285,7 +286,7 @@ pub fn run_steps(
     }
     if let (Some(f), true) = (feed, total > first) {
         if let Some(v) = f.evaluate_at(total, total, &prepared.step, exec)? {
-            if let Some(w) = metrics_out.as_deref_mut() {
+            if let Some(w) = metrics_out {
                 w.write(total, &v)?;
             }
             evals.push((total, v));

@@ -149,6 +149,9 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
         c.seed
     )));
     log(Line::Info(exec.describe()));
+    if let (Some(d), Some(dc)) = (&dataset, &c.data) {
+        log(Line::Info(d.describe(dc)));
+    }
 
     let mut manager = match &c.checkpoint {
         Some(k) => {
