@@ -387,3 +387,51 @@ fn random_windows_cover_the_stream_uniformly() {
     let seqw = Sampler::windows(3, Order::Sequential, batch, tokens, seq);
     assert_eq!(seqw.examples(0, 0..3), vec![0, 16, 32]);
 }
+
+/// The metrics file without the measured waits, line by line.
+fn metrics_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("data_wait_ms");
+            v.to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn weft_train_resumed_mid_epoch_writes_the_uninterrupted_metrics_file() {
+    let d = dir("cli-resume");
+    mlp_table(&d.join("train.safetensors"), 20);
+    mlp_table(&d.join("val.safetensors"), 8);
+    std::fs::write(d.join("c.toml"), mlp_config(&d, 9)).unwrap();
+    let train = |metrics: &str, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .arg("train")
+            .arg(d.join("c.toml"))
+            .args(["-q", "--mesh", "data=2", "--strategy", "dp", "--metrics"])
+            .arg(d.join(metrics))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    train("full.jsonl", &[]);
+    let full = metrics_lines(&d.join("full.jsonl"));
+    assert_eq!(full.len(), 10, "9 steps and the final evaluation");
+    // Stopped after 4 or 5 steps and resumed: 20 examples per epoch, 8 per
+    // step, so step 4 starts at epoch 1 position 12 (mid-epoch), step 5 at
+    // epoch 2 position 0.
+    for stop in [4u64, 5] {
+        let ckpt = d.join(format!("ckpt{stop}")).display().to_string();
+        let metrics = format!("resumed{stop}.jsonl");
+        train(&metrics, &["--steps", &stop.to_string(), "--checkpoint-dir", &ckpt]);
+        let out = train(&metrics, &["--checkpoint-dir", &ckpt, "--resume"]);
+        assert!(out.contains(&format!("resuming from step {stop}")), "{out}");
+        assert_eq!(metrics_lines(&d.join(&metrics)), full, "stopped at {stop}");
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
