@@ -283,6 +283,9 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
             summary.step_secs.len().saturating_sub(1).max(1)
         )));
     }
+    if let Some(w) = super::data::wait_summary(&summary) {
+        log(Line::Info(w));
+    }
     write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), Some(&summary))?;
     Ok(summary)
 }
@@ -332,6 +335,10 @@ fn write_manifest(
             "first_step_s": s.step_secs.first(),
             "steps_timed": s.step_secs.len(),
         });
+        if data.is_some() {
+            let waits: Vec<f64> = s.metrics.iter().filter_map(|(_, m)| m.get("data_wait_ms").copied()).collect();
+            manifest["timings"]["data_wait_ms_total"] = serde_json::json!(waits.iter().sum::<f64>());
+        }
     }
     let path = dir.join("run.json");
     let text = serde_json::to_string_pretty(&manifest).expect("a JSON value serializes");
