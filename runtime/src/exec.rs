@@ -77,7 +77,7 @@ pub fn run_program_stats<B: Backend>(
         let mut dev = DeviceRun { device: d, backend, slots: Slots::new(program), transfers: Default::default() };
         for (&b, t) in program.inputs.iter().zip(ins) {
             let buf = backend.upload_owned(t).map_err(|e| input_err(d, program, b, e))?;
-            dev.slots.put(program, b, buf);
+            dev.slots.put(b, buf);
         }
         devices.push(dev);
     }

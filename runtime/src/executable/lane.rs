@@ -21,13 +21,20 @@ use weft_ir::tensor::HostTensor;
 /// The live buffers of one device, with their byte count.
 pub(crate) struct Slots<B: Backend> {
     bufs: Vec<Option<B::Buffer>>,
+    /// Each buffer's byte count (from its type, computed once).
+    sizes: Vec<usize>,
     live: usize,
     pub stats: DeviceStats,
 }
 
 impl<B: Backend> Slots<B> {
     pub fn new(p: &DeviceProgram) -> Slots<B> {
-        Slots { bufs: (0..p.buffers.len()).map(|_| None).collect(), live: 0, stats: DeviceStats::default() }
+        Slots {
+            bufs: (0..p.buffers.len()).map(|_| None).collect(),
+            sizes: p.buffers.iter().map(|b| b.ty.size_bytes()).collect(),
+            live: 0,
+            stats: DeviceStats::default(),
+        }
     }
 
     pub fn get(&self, b: BufferId) -> &B::Buffer {
@@ -38,14 +45,14 @@ impl<B: Backend> Slots<B> {
         self.bufs[b.index()].is_some()
     }
 
-    pub fn put(&mut self, p: &DeviceProgram, b: BufferId, buf: B::Buffer) {
-        self.live += p.ty(b).size_bytes();
+    pub fn put(&mut self, b: BufferId, buf: B::Buffer) {
+        self.live += self.sizes[b.index()];
         self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.live);
         self.bufs[b.index()] = Some(buf);
     }
 
-    pub fn take(&mut self, p: &DeviceProgram, b: BufferId) -> B::Buffer {
-        self.live -= p.ty(b).size_bytes();
+    pub fn take(&mut self, b: BufferId) -> B::Buffer {
+        self.live -= self.sizes[b.index()];
         self.bufs[b.index()].take().unwrap_or_else(|| panic!("buffer %{} freed twice (verified program)", b.0))
     }
 
@@ -88,7 +95,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
             let t = if ctx.plan.consumes[i] {
-                let buf = dev.slots.take(ctx.program, *input);
+                let buf = dev.slots.take(*input);
                 dev.backend.download_owned(buf)
             } else {
                 dev.backend.download(dev.slots.get(*input))
@@ -105,7 +112,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             dev.transfers.count_upload(&t, Transfer::Collective);
             let buf =
                 guard(ctx, dev.device, dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name())))?;
-            dev.slots.put(ctx.program, *output, buf);
+            dev.slots.put(*output, buf);
         }
     }
     Ok(())
@@ -163,11 +170,9 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
             let c = &plan.chains[k];
             let ins: Vec<&B::Buffer> = c.inputs.iter().map(|&b| dev.slots.get(b)).collect();
             let out = dev.backend.compute_fused(c, &ins).map_err(|e| e.at_step(d, i, "fused elementwise chain"))?;
-            dev.slots.put(p, c.output, out);
+            dev.slots.put(c.output, out);
             for s in c.steps.clone() {
-                if let Step::Free(bs) = &p.steps[s] {
-                    free(p, plan, dev, bs);
-                }
+                free(dev, &plan.frees[s]);
             }
             Ok(())
         }
@@ -189,7 +194,7 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
                     });
                 }
                 for (&o, buf) in outputs.iter().zip(outs) {
-                    dev.slots.put(p, o, buf);
+                    dev.slots.put(o, buf);
                 }
                 Ok(())
             }
@@ -198,11 +203,11 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
                 let out =
                     dev.backend.compute(op, &[dev.slots.get(*input)]).map_err(|e| e.at_step(d, i, "shard_slice"))?;
                 let buf = out.into_iter().next().expect("slice has one result");
-                dev.slots.put(p, *output, buf);
+                dev.slots.put(*output, buf);
                 Ok(())
             }
-            Step::Free(bs) => {
-                free(p, plan, dev, bs);
+            Step::Free(_) => {
+                free(dev, &plan.frees[i]);
                 Ok(())
             }
             Step::Collective { .. } => unreachable!("collectives close segments"),
@@ -210,9 +215,10 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
     }
 }
 
-fn free<B: Backend>(p: &DeviceProgram, plan: &Plan, dev: &mut DeviceRun<'_, B>, bs: &[BufferId]) {
-    for b in bs.iter().filter(|b| !plan.fused_away.contains(b) && !plan.consumed.contains(b)) {
-        let buf = dev.slots.take(p, *b);
+/// Releases the buffers a `free` step releases ([`Plan::frees`]).
+fn free<B: Backend>(dev: &mut DeviceRun<'_, B>, bs: &[BufferId]) {
+    for b in bs {
+        let buf = dev.slots.take(*b);
         dev.backend.free(buf);
     }
 }

@@ -587,12 +587,12 @@ fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTens
         for (i, &b) in p.inputs.iter().enumerate() {
             if shared.donor_output[i].is_some() {
                 let buf = lane.resident[k][i].take().expect("the executable checked that the state is resident");
-                dev.slots.put(p, b, buf);
+                dev.slots.put(b, buf);
             } else {
                 let v = ins.next().expect("checked input count");
                 dev.transfers.count_upload(&v, Transfer::Input);
                 match backend.upload_owned(v) {
-                    Ok(buf) => dev.slots.put(p, b, buf),
+                    Ok(buf) => dev.slots.put(b, buf),
                     Err(e) => {
                         placed = Err(RuntimeError::Input { device, index: i, message: e.to_string() });
                     }
@@ -622,7 +622,7 @@ fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTens
         for (o, &b) in p.outputs.iter().enumerate() {
             let Some(i) = shared.donated_input[o] else { continue };
             let buf = if dev.slots.has(b) {
-                dev.slots.take(p, b)
+                dev.slots.take(b)
             } else {
                 // The same buffer replaces two inputs: the second gets a copy.
                 let j = shared.donated_input[..o]

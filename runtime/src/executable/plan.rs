@@ -42,8 +42,6 @@ pub(crate) struct Segment {
 pub(crate) struct Plan {
     pub actions: Vec<Action>,
     pub chains: Vec<FusedChain>,
-    /// Buffers never allocated because they live only inside a chain.
-    pub fused_away: HashSet<BufferId>,
     pub segments: Vec<Segment>,
     /// Per step: for a shard slice, the slice op of each device.
     pub slices: Vec<Option<Vec<Op>>>,
@@ -52,8 +50,11 @@ pub(crate) struct Plan {
     /// Per step: a collective that is the last reader of its input, which
     /// may therefore be handed over rather than copied.
     pub consumes: Vec<bool>,
-    /// The inputs handed over that way (their `free` is skipped).
-    pub consumed: HashSet<BufferId>,
+    /// Per step: for a `free`, the buffers it releases — those neither
+    /// fused away (they live only inside a chain and are never allocated)
+    /// nor handed over to a consuming collective (decided here once, not
+    /// per run).
+    pub frees: Vec<Vec<BufferId>>,
 }
 
 impl Plan {
@@ -106,7 +107,17 @@ impl Plan {
                 }
             }
         }
-        Plan { actions, chains, fused_away, segments, slices, members, consumes, consumed }
+        let frees = p
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Free(bs) => {
+                    bs.iter().copied().filter(|b| !fused_away.contains(b) && !consumed.contains(b)).collect()
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        Plan { actions, chains, segments, slices, members, consumes, frees }
     }
 }
 
