@@ -27,6 +27,7 @@
 //! before anything runs) and [`sim`] (a reference executor for N simulated
 //! devices in one process, built on the interpreter's per-op semantics).
 
+pub mod collective;
 pub mod parser;
 pub mod printer;
 pub mod sim;

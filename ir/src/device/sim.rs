@@ -3,16 +3,17 @@
 //! This is the oracle for partitioned programs, as the interpreter is for
 //! global ones: each device holds host tensors, compute steps run the
 //! interpreter's per-op semantics ([`crate::interp::eval_op`]), and
-//! collectives are computed from the group's buffers in rank order
-//! (reductions fold left, `((b0 op b1) op b2) ...`, with the interpreter's
-//! binary op), so every run is deterministic and every member of a group
-//! receives bit-identical results. Devices advance in lockstep, one step at
+//! collectives are computed from the group's buffers in rank order by
+//! [`super::collective`] (reductions fold left, `((b0 op b1) op b2) ...`,
+//! with the interpreter's binary op) — the same definition every runtime
+//! communicator uses — so every run is deterministic and every member of a
+//! group receives bit-identical results. Devices advance in lockstep, one step at
 //! a time. Speed is not a goal; clarity and exactness are.
 
-use super::{verify_program, BufferId, Collective, DeviceProgram, Step};
+use super::{collective, verify_program, BufferId, Collective, DeviceProgram, Step};
 use crate::interp::eval_op;
 use crate::tensor::HostTensor;
-use crate::{BinaryOp, Diagnostic, IrError, Op, ReduceOp};
+use crate::{Diagnostic, IrError};
 
 /// Runs `p` on `inputs[d]` (the input buffers of device `d`, in program
 /// order) for every device of the mesh; returns each device's outputs. The
@@ -77,30 +78,6 @@ fn get(slots: &[Option<HostTensor>], b: BufferId) -> &HostTensor {
     slots[b.index()].as_ref().unwrap_or_else(|| panic!("buffer %{} is not live (verified program)", b.0))
 }
 
-fn eval1(op: &Op, xs: &[&HostTensor]) -> Result<HostTensor, String> {
-    let mut out = eval_op(op, xs).map_err(|e| e.to_string())?;
-    Ok(out.remove(0))
-}
-
-/// Block `i` of `n` equal blocks of `t` along `dim`.
-fn block(t: &HostTensor, dim: usize, i: usize, n: usize) -> Result<HostTensor, String> {
-    let shape = t.shape();
-    let size = shape[dim] / n;
-    let start: Vec<usize> = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
-    let limit: Vec<usize> = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
-    eval1(&Op::Slice { start, limit, stride: vec![1; shape.len()] }, &[t])
-}
-
-fn combine(op: ReduceOp, parts: &[&HostTensor]) -> Result<HostTensor, String> {
-    let bin = Op::Binary(match op {
-        ReduceOp::Sum => BinaryOp::Add,
-        ReduceOp::Max => BinaryOp::Max,
-        ReduceOp::Min => BinaryOp::Min,
-    });
-    let (first, rest) = parts.split_first().expect("a group has at least one member");
-    rest.iter().try_fold((*first).clone(), |acc, b| eval1(&bin, &[&acc, b]))
-}
-
 fn run_step(p: &DeviceProgram, step: &Step, slots: &mut [Vec<Option<HostTensor>>]) -> Result<(), String> {
     match step {
         Step::Compute { op, inputs, outputs } => {
@@ -118,7 +95,7 @@ fn run_step(p: &DeviceProgram, step: &Step, slots: &mut [Vec<Option<HostTensor>>
                 let mut t = get(s, *input).clone();
                 for (dim, axes) in dims.iter().enumerate().filter(|(_, a)| !a.is_empty()) {
                     let idx: Vec<usize> = axes.iter().map(|a| p.axis_index(a).expect("verified axis")).collect();
-                    t = block(&t, dim, p.rank_in(&coords, &idx), p.group_size(axes))?;
+                    t = collective::block(&t, dim, p.rank_in(&coords, &idx), p.group_size(axes))?;
                 }
                 s[output.index()] = Some(t);
             }
@@ -150,11 +127,8 @@ fn collective(
     let n = p.num_devices();
     let mut out: Vec<Option<HostTensor>> = vec![None; n];
     if let Collective::CollectivePermute { pairs } = c {
-        for &(s, t) in pairs {
-            out[t as usize] = Some(get(&slots[s as usize], input).clone());
-        }
-        let zeros = HostTensor::zeros(p.ty(input));
-        return Ok(out.into_iter().map(|t| t.unwrap_or_else(|| zeros.clone())).collect());
+        let all: Vec<HostTensor> = slots.iter().map(|s| get(s, input).clone()).collect();
+        return Ok(collective::permute(pairs, &all));
     }
     let axes = match c {
         Collective::AllGather { axes, .. }
@@ -164,32 +138,9 @@ fn collective(
         Collective::CollectivePermute { .. } => unreachable!("handled above"),
     };
     for group in p.groups(axes) {
-        let parts: Vec<&HostTensor> = group.iter().map(|&d| get(&slots[d], input)).collect();
-        let m = group.len();
-        match c {
-            Collective::AllGather { dim, .. } => {
-                let all = eval1(&Op::Concatenate { dim: *dim }, &parts)?;
-                group.iter().for_each(|&d| out[d] = Some(all.clone()));
-            }
-            Collective::AllReduce { op, .. } => {
-                let all = combine(*op, &parts)?;
-                group.iter().for_each(|&d| out[d] = Some(all.clone()));
-            }
-            Collective::ReduceScatter { dim, op, .. } => {
-                let all = combine(*op, &parts)?;
-                for (r, &d) in group.iter().enumerate() {
-                    out[d] = Some(block(&all, *dim, r, m)?);
-                }
-            }
-            Collective::AllToAll { split_dim, concat_dim, .. } => {
-                for (r, &d) in group.iter().enumerate() {
-                    let recv: Vec<HostTensor> =
-                        parts.iter().map(|x| block(x, *split_dim, r, m)).collect::<Result<_, _>>()?;
-                    let refs: Vec<&HostTensor> = recv.iter().collect();
-                    out[d] = Some(eval1(&Op::Concatenate { dim: *concat_dim }, &refs)?);
-                }
-            }
-            Collective::CollectivePermute { .. } => unreachable!("handled above"),
+        let parts: Vec<HostTensor> = group.iter().map(|&d| get(&slots[d], input).clone()).collect();
+        for (&d, t) in group.iter().zip(collective::combine(c, parts)?) {
+            out[d] = Some(t);
         }
     }
     Ok(out.into_iter().map(|t| t.expect("every device is in one group")).collect())

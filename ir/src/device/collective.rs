@@ -1,0 +1,198 @@
+//! What each member of a collective's group receives: the one definition
+//! of collective semantics, shared by the reference simulator
+//! ([`super::sim`]) and every runtime communicator.
+//!
+//! Reductions fold left over the members in rank order with the
+//! interpreter's binary ops ([`eval_op`]), `((b0 op b1) op b2) ...`, so a
+//! sum of `bf16` buffers rounds after every addition, and every executor
+//! gets bit-identical results whatever its kernels do. The `f32`
+//! reductions fold in place with the same scalar op in the same order (the
+//! same bits, no allocation); gathers and all-to-alls copy row-major runs.
+//! Which devices form a group, and their ranks, is
+//! [`DeviceProgram::groups`](super::DeviceProgram::groups).
+
+use super::Collective;
+use crate::interp::eval_op;
+use crate::interp::scalar::binary_f32;
+use crate::tensor::HostTensor;
+use crate::{BinaryOp, Op, ReduceOp};
+
+/// The one result of `op` (failures are named by the caller, which knows
+/// the collective).
+fn eval1(op: &Op, xs: &[&HostTensor]) -> Result<HostTensor, String> {
+    let mut out = eval_op(op, xs).map_err(|e| e.to_string())?;
+    Ok(out.remove(0))
+}
+
+/// The elementwise op that combines two contributions of a reduction.
+pub fn combiner(op: ReduceOp) -> BinaryOp {
+    match op {
+        ReduceOp::Sum => BinaryOp::Add,
+        ReduceOp::Max => BinaryOp::Max,
+        ReduceOp::Min => BinaryOp::Min,
+    }
+}
+
+/// Left fold of the blocks in rank order: `((b0 op b1) op b2) ...`.
+fn reduce_in_rank_order(blocks: &[HostTensor], op: ReduceOp) -> Result<HostTensor, String> {
+    let bin = Op::Binary(combiner(op));
+    let (first, rest) = blocks.split_first().expect("a group has at least one member");
+    rest.iter().try_fold(first.clone(), |acc, b| eval1(&bin, &[&acc, b]))
+}
+
+/// The accumulated array, and the other members' arrays.
+type Folded = (ndarray::ArrayD<f32>, Vec<ndarray::ArrayD<f32>>);
+
+/// The rank-order fold of `f32` contributions into member 0's storage, with
+/// the interpreter's scalar op (the same arithmetic in the same order as
+/// [`reduce_in_rank_order`], so the same bits), without allocating.
+/// Returns the accumulated array and the other members' arrays, or gives
+/// the blocks back for other dtypes, layouts or mismatched shapes.
+fn fold_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Folded, Vec<HostTensor>> {
+    let fits = |t: &HostTensor| matches!(t, HostTensor::F32(a) if a.is_standard_layout());
+    if blocks.is_empty() || !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
+        return Err(blocks);
+    }
+    let mut arrays = blocks.into_iter().map(|b| match b {
+        HostTensor::F32(a) => a,
+        _ => unreachable!("checked above"),
+    });
+    let mut first = arrays.next().expect("checked non-empty");
+    let rest: Vec<ndarray::ArrayD<f32>> = arrays.collect();
+    let bin = combiner(op);
+    let acc = first.as_slice_mut().expect("standard layout");
+    for b in &rest {
+        for (x, &y) in acc.iter_mut().zip(b.as_slice().expect("standard layout")) {
+            *x = binary_f32(bin, *x, y).expect("a float reduction");
+        }
+    }
+    Ok((first, rest))
+}
+
+/// An `f32` all-reduce without allocating: the fold accumulates into
+/// member 0's contribution and every other member receives the result in
+/// its own contribution's storage.
+fn all_reduce_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Vec<HostTensor>, Vec<HostTensor>> {
+    let (first, mut rest) = fold_f32_in_place(blocks, op)?;
+    let acc = first.as_slice().expect("standard layout");
+    for b in rest.iter_mut() {
+        b.as_slice_mut().expect("standard layout").copy_from_slice(acc);
+    }
+    Ok(std::iter::once(first).chain(rest).map(HostTensor::F32).collect())
+}
+
+/// Block `i` of `n` equal blocks of `t` along `dim`.
+pub fn block(t: &HostTensor, dim: usize, i: usize, n: usize) -> Result<HostTensor, String> {
+    let shape = t.shape();
+    let size = shape[dim] / n;
+    let start: Vec<usize> = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
+    let limit: Vec<usize> = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
+    let stride = vec![1; shape.len()];
+    eval1(&Op::Slice { start, limit, stride }, &[t])
+}
+
+fn concat(blocks: &[&HostTensor], dim: usize) -> Result<HostTensor, String> {
+    eval1(&Op::Concatenate { dim }, blocks)
+}
+
+/// What each member of one group receives, given the members'
+/// contributions in rank order. (Not for `collective_permute`, which is
+/// not formed of groups: see [`permute`].)
+pub fn combine(op: &Collective, blocks: Vec<HostTensor>) -> Result<Vec<HostTensor>, String> {
+    let n = blocks.len();
+    let blocks = match op {
+        Collective::AllReduce { op, .. } => match all_reduce_f32_in_place(blocks, *op) {
+            Ok(out) => return Ok(out),
+            Err(blocks) => blocks,
+        },
+        Collective::ReduceScatter { dim, op, .. } => match fold_f32_in_place(blocks, *op) {
+            Ok((sum, _)) => {
+                let sum = HostTensor::F32(sum);
+                return (0..n).map(|r| block(&sum, *dim, r, n)).collect();
+            }
+            Err(blocks) => blocks,
+        },
+        _ => blocks,
+    };
+    let blocks = &blocks[..];
+    match op {
+        Collective::AllGather { dim, .. } => {
+            let refs: Vec<&HostTensor> = blocks.iter().collect();
+            let all = concat(&refs, *dim)?;
+            Ok(vec![all; n])
+        }
+        Collective::AllReduce { op, .. } => {
+            let sum = reduce_in_rank_order(blocks, *op)?;
+            Ok(vec![sum; n])
+        }
+        Collective::ReduceScatter { dim, op, .. } => {
+            let sum = reduce_in_rank_order(blocks, *op)?;
+            (0..n).map(|r| block(&sum, *dim, r, n)).collect()
+        }
+        Collective::AllToAll { split_dim, concat_dim, .. } => {
+            let pieces: Vec<Vec<HostTensor>> = blocks
+                .iter()
+                .map(|b| (0..n).map(|j| block(b, *split_dim, j, n)).collect())
+                .collect::<Result<_, _>>()?;
+            (0..n)
+                .map(|r| {
+                    let received: Vec<&HostTensor> = pieces.iter().map(|p| &p[r]).collect();
+                    concat(&received, *concat_dim)
+                })
+                .collect()
+        }
+        Collective::CollectivePermute { .. } => Err("collective_permute has no groups; use `permute`".to_string()),
+    }
+}
+
+/// `collective_permute` over all devices: device `t` receives the buffer of
+/// `s` for each pair `(s, t)`; devices that are no target receive zeros.
+pub fn permute(pairs: &[(u32, u32)], inputs: &[HostTensor]) -> Vec<HostTensor> {
+    let mut out: Vec<HostTensor> = inputs.iter().map(|t| HostTensor::zeros(&t.ty())).collect();
+    for &(s, t) in pairs {
+        out[t as usize] = inputs[s as usize].clone();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_place_all_reduce_has_the_bits_of_the_fold() {
+        let t = |v: Vec<f32>| HostTensor::from_f32(&[2, 3], v).unwrap();
+        let blocks = || {
+            vec![
+                t(vec![0.1, -0.0, 3.5, f32::NAN, 1e30, -7.25]),
+                t(vec![0.2, 0.0, -3.5, 1.0, 1e30, 1e-30]),
+                t(vec![0.3, -0.0, 1e-8, 2.0, -1e30, 3.0]),
+            ]
+        };
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            let fold = reduce_in_rank_order(&blocks(), op).unwrap();
+            let fast = all_reduce_f32_in_place(blocks(), op).unwrap();
+            assert_eq!(fast.len(), 3);
+            for r in &fast {
+                assert!(r.bitwise_eq(&fold), "{op:?}: {r:?} vs {fold:?}");
+            }
+        }
+        // Other dtypes are given back untouched.
+        let ints = vec![
+            HostTensor::from_values(&crate::TensorType::new(crate::DType::I32, vec![2]), &[1.0, 2.0])
+                .unwrap();
+            2
+        ];
+        assert!(all_reduce_f32_in_place(ints, ReduceOp::Sum).is_err());
+    }
+
+    #[test]
+    fn all_to_all_transposes_blocks() {
+        let t = |v: Vec<f32>| HostTensor::from_f32(&[2, 2], v).unwrap();
+        let op = Collective::AllToAll { split_dim: 0, concat_dim: 1, axes: vec!["x".into()] };
+        let out = combine(&op, vec![t(vec![1., 2., 3., 4.]), t(vec![5., 6., 7., 8.])]).unwrap();
+        // Rank 0 receives row 0 of each, joined along dim 1.
+        assert!(out[0].bitwise_eq(&HostTensor::from_f32(&[1, 4], vec![1., 2., 5., 6.]).unwrap()));
+        assert!(out[1].bitwise_eq(&HostTensor::from_f32(&[1, 4], vec![3., 4., 7., 8.]).unwrap()));
+    }
+}
