@@ -310,18 +310,7 @@ pub fn mesh_spec(mesh: &Mesh) -> MeshSpec {
     MeshSpec { axes: mesh.axes().iter().map(|a| (a.name.clone(), a.size)).collect() }
 }
 
-/// Bytes as `1.5 MiB`.
+/// Bytes as `1.5 MiB` ([`weft_ir::limits::human_bytes`]).
 pub fn human(b: usize) -> String {
-    let units = ["B", "KiB", "MiB", "GiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
+    weft_ir::limits::human_bytes(b as u64)
 }
