@@ -16,7 +16,8 @@
 //! - `// check-not: TEXT` — no line between the previous match and the next
 //!   one (or the end) contains TEXT.
 //!
-//! The input must verify, and so must the output of every clean-up.
+//! The input must verify and be in the printer's form (it prints back to
+//! the same text), and the output of every clean-up must verify.
 
 use std::fs;
 use std::path::Path;
@@ -50,6 +51,12 @@ fn fusion_lines(p: &DeviceProgram) -> String {
 fn run(text: &str) -> Result<String, String> {
     let mut p = parse_program(text).map_err(|e| e.to_string())?;
     verify_program(&p).map_err(|e| format!("input: {e}"))?;
+    // Inputs are written in the printer's form: the program after the
+    // leading comments prints back to exactly that text.
+    let body: String = text.lines().skip_while(|l| l.starts_with("//")).map(|l| format!("{l}\n")).collect();
+    if print_program(&p) != body {
+        return Err(format!("the input does not print back the same:\n{}", print_program(&p)));
+    }
     let passes = text.lines().find_map(|l| l.strip_prefix("// run:")).ok_or("no `// run:` line")?;
     let mut out = String::new();
     for name in passes.split(',').map(str::trim) {

@@ -40,6 +40,15 @@ pub fn parse_program(text: &str) -> Result<DeviceProgram, IrError> {
     parse(text).map_err(IrError::Parse)
 }
 
+impl std::str::FromStr for DeviceProgram {
+    type Err = IrError;
+
+    /// [`parse_program`].
+    fn from_str(text: &str) -> Result<DeviceProgram, IrError> {
+        parse_program(text)
+    }
+}
+
 /// One line: its tokens (positions on that line) and its comment.
 struct Line {
     toks: Vec<Token>,
@@ -467,6 +476,8 @@ device_program @main mesh [data=2, model=4] {
             output: BufferId(8)
         });
         assert_eq!(parse_program(&print_program(&p)).unwrap(), p);
+        assert_eq!(p.to_string(), EXAMPLE);
+        assert_eq!(EXAMPLE.parse::<DeviceProgram>().unwrap(), p);
     }
 
     #[test]

@@ -34,6 +34,13 @@ pub fn print_program(p: &DeviceProgram) -> String {
     out
 }
 
+impl std::fmt::Display for DeviceProgram {
+    /// The text form ([`print_program`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&print_program(self))
+    }
+}
+
 /// Prints one step (without indentation or newline).
 pub fn print_step(p: &DeviceProgram, step: &Step) -> String {
     match step {
