@@ -11,8 +11,13 @@ use weft::ir::{DType, TensorType};
 use weft::runner::{run_session, Overrides, RunConfig, RunSummary};
 use weft::Error;
 
+/// A fresh scratch directory, unique per call: tests run in parallel in one
+/// process, and two of them sharing `gpt` data must not delete each
+/// other's files.
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("weft-data-{name}-{}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("weft-data-{name}-{}-{k}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
