@@ -136,3 +136,61 @@ fn the_verifier_between_passes_names_the_pass_that_broke_the_program() {
     let e = p.run(&module(), "main", &mut |_, _| {}).unwrap_err();
     assert!(matches!(e, CompilerError::Ir(_)), "{e}");
 }
+
+/// `h = x; h = h + relu(h @ w1) @ w2`; loss `mean((h - y)^2)`.
+fn residual_mlp(d: usize, h: usize, batch: usize) -> Module {
+    use weft_ir::builder::FunctionBuilder;
+    use weft_ir::DType;
+    let f = FunctionBuilder::new("loss");
+    let w1 = f.param("params.w1", DType::F32, &[d, h]);
+    let w2 = f.param("params.w2", DType::F32, &[h, d]);
+    let x = f.param("x", DType::F32, &[batch, d]);
+    let y = f.param("y", DType::F32, &[batch, d]);
+    let hv = f.add(x, f.matmul(f.relu(f.matmul(x, w1)), w2));
+    let diff = f.sub(hv, y);
+    f.set_results(&[f.mean_all(f.mul(diff, diff))]);
+    Module { functions: vec![f.finish().unwrap()] }
+}
+
+/// `--strategy auto`'s compiler side: a training step auto-sharded inside
+/// the stable-state compile keeps every state leaf's layout from step to
+/// step, and computes what the unsharded interpreter computes.
+#[test]
+fn stable_state_compile_with_an_autoshard_pass() {
+    use weft_compiler::partition::compile_stable;
+    use weft_compiler::train::{build_train_step, TrainConfig};
+    use weft_ir::interp::Interpreter;
+    use weft_ir::tensor::{check_close, HostTensor};
+    let m = residual_mlp(16, 32, 64);
+    let ts = build_train_step(&m, m.function("loss").unwrap(), &TrainConfig::default()).unwrap();
+    let mesh = Mesh::parse("data=2,model=2").unwrap();
+    let mut p = Pipeline::standard(&mesh, &PropagateOptions::default());
+    // Slow devices: splitting the work is worth its all-reduces.
+    p.insert_before("propagate", Pass::AutoShard(AutoShardOptions { device_flops: 1e9, ..Default::default() }));
+    let state = ts.state.len();
+    let (pf, phases) = compile_stable(&p, &ts.module, "train_step", state).unwrap();
+    let names: Vec<&str> = phases.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["inline", "autoshard", "propagate", "partition"]);
+    for i in 0..state {
+        assert_eq!(pf.inputs[i].sharding, pf.outputs[i].sharding, "state leaf {}", pf.inputs[i].name);
+    }
+    let split = (0..pf.inputs.len()).filter(|&i| pf.program.ty(pf.program.inputs[i]).shape != pf.inputs[i].ty.shape);
+    assert!(split.count() > 0, "the plan splits some input");
+    let ty = |i: usize| pf.inputs[i].ty.clone();
+    let args: Vec<HostTensor> = (0..pf.inputs.len())
+        .map(|i| {
+            let t = ty(i);
+            let n: usize = t.shape.iter().product();
+            if t.dtype != weft_ir::DType::F32 {
+                return HostTensor::zeros(&t); // the step counter
+            }
+            HostTensor::from_f32(&t.shape, (0..n).map(|k| ((k * 7 + i) % 13) as f32 / 13.0 - 0.4).collect()).unwrap()
+        })
+        .collect();
+    let got = pf.run(&args, 4).unwrap();
+    let want = Interpreter::new(&ts.module).unwrap().run("train_step", &args).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        check_close(g, w, 1e-5, 1e-5).unwrap();
+    }
+}

@@ -144,6 +144,20 @@ pub fn compile_with_stable_state(
     options: &PropagateOptions,
     state: usize,
 ) -> Result<(PartitionedFunction, PhaseTimes)> {
+    compile_stable(&Pipeline::standard(mesh, options), m, entry, state)
+}
+
+/// [`compile_with_stable_state`] with any pipeline (e.g. one with an
+/// `autoshard` pass before `propagate`, for `--strategy auto`): every round
+/// runs the pipeline's passes on the inlined function with the state
+/// results pinned so far. Phases: `inline`, then each pass before
+/// `partition` by its name, and `partition` with its clean-ups.
+pub fn compile_stable(
+    pipeline: &Pipeline,
+    m: &Module,
+    entry: &str,
+    state: usize,
+) -> Result<(PartitionedFunction, PhaseTimes)> {
     let clock = std::time::Instant::now();
     let mut f = crate::inline::inline(m, entry)?;
     let mut times: PhaseTimes = vec![("inline", clock.elapsed())];
@@ -157,14 +171,18 @@ pub fn compile_with_stable_state(
             ),
         });
     }
-    let pipeline = Pipeline::standard(mesh, options);
     // Pinning a result can move the layout propagation picks for an unpinned
     // parameter; a few rounds reach the fixed point.
     for _round in 0..4 {
         let (p, passes) = pipeline.run_from(Program::Inlined(f.clone()), &mut |_, _| {})?;
-        // Phases: `propagate`, and `partition` with its clean-ups.
         for (name, t) in passes {
-            times.push((if name == "propagate" { "propagate" } else { "partition" }, t));
+            let phase = match name.as_str() {
+                "annotate" => "annotate",
+                "autoshard" => "autoshard",
+                "propagate" => "propagate",
+                _ => "partition",
+            };
+            times.push((phase, t));
         }
         let pf = p.into_partitioned()?;
         let moved: Vec<usize> = (0..state).filter(|&i| pf.inputs[i].sharding != pf.outputs[i].sharding).collect();
