@@ -43,11 +43,14 @@ pub enum Strategy {
     Zero2,
     /// ZeRO-3: ZeRO-2 plus parameters split over `data` (= FSDP).
     Zero3,
+    /// No annotations: the compiler's auto-sharder chooses every layout
+    /// (cost model and memory budget; `compiler::autoshard`).
+    Auto,
 }
 
 impl Strategy {
     /// Every strategy, in a fixed order.
-    pub const ALL: [Strategy; 8] = [
+    pub const ALL: [Strategy; 9] = [
         Strategy::None,
         Strategy::DataParallel,
         Strategy::TensorParallel,
@@ -56,6 +59,7 @@ impl Strategy {
         Strategy::Zero1,
         Strategy::Zero2,
         Strategy::Zero3,
+        Strategy::Auto,
     ];
 
     /// The name used in configs and on the command line.
@@ -69,6 +73,7 @@ impl Strategy {
             Strategy::Zero1 => "zero1",
             Strategy::Zero2 => "zero2",
             Strategy::Zero3 => "zero3",
+            Strategy::Auto => "auto",
         }
     }
 }
@@ -151,7 +156,7 @@ pub fn shardings(
     axes: &[&str],
 ) -> StrategyShardings {
     let mut out = StrategyShardings::default();
-    if strategy == Strategy::None {
+    if matches!(strategy, Strategy::None | Strategy::Auto) {
         return out;
     }
     let has = |a: &str| axes.contains(&a);

@@ -196,6 +196,11 @@ pub struct TrainArgs {
     /// is allocated.
     #[arg(long)]
     pub memory_limit: Option<String>,
+    /// Per-device memory budget for `--strategy auto`, e.g. `2GiB`: the
+    /// auto-sharder's plan must fit it (an infeasible budget is an error
+    /// before training starts).
+    #[arg(long)]
+    pub memory_budget: Option<String>,
     /// Continue from the newest valid checkpoint. A checkpoint directory
     /// that does not exist or holds no valid checkpoint is an error.
     #[arg(long)]
@@ -225,6 +230,7 @@ impl TrainArgs {
             init: self.init,
             data: self.data,
             memory_limit: self.memory_limit,
+            memory_budget: self.memory_budget,
             resume: self.resume,
             resume_or_start: self.resume_or_start,
             quiet: self.quiet,

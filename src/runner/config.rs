@@ -63,6 +63,10 @@ pub struct RunConfig {
     /// else the machine's memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<String>,
+    /// Per-device memory budget of `strategy = "auto"` (`2GiB`): the
+    /// auto-sharder's plan must fit it.
+    #[serde(default)]
+    pub memory_budget: Option<String>,
     /// The model.
     pub model: ModelConfig,
     /// The optimizer and schedule.

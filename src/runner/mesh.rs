@@ -20,7 +20,9 @@ use crate::checkpoint::{CheckpointState, ShardedLeaf};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use weft_compiler::partition::{compile_with_stable_state, shard_tensor, unshard_tensor, PartitionedFunction};
+use weft_compiler::autoshard::AutoShardOptions;
+use weft_compiler::partition::{compile_stable, shard_tensor, unshard_tensor, PartitionedFunction};
+use weft_compiler::pipeline::{Pass, Pipeline};
 use weft_compiler::sharding::{Mesh, PropagateOptions};
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::device::simulate;
@@ -53,27 +55,77 @@ pub struct MeshExecutor {
     phases: Vec<(&'static str, Duration)>,
 }
 
+/// Compiles the training step for `mesh`, with the state layouts pinned;
+/// with `auto`, the auto-sharder chooses the layouts. A memory budget is a
+/// promise about the device program that runs, not only about the plan:
+/// the partitioned program's peak of live bytes (what the devices measure)
+/// can exceed the plan's estimate (reshard temporaries, the state pinned
+/// to its layout, the new state live beside the old), so the plan is
+/// searched again under a budget lowered by the excess, a few times, and
+/// a program still over the budget is an error naming both numbers.
+fn compile_step(
+    step: &TrainStep,
+    mesh: &Mesh,
+    auto: Option<&AutoShardOptions>,
+) -> Result<(PartitionedFunction, Vec<(&'static str, Duration)>)> {
+    let ns = step.state.len();
+    // The compiler's own error, boxed by the caller (`Error::Compiler`).
+    #[allow(clippy::result_large_err)]
+    let compile = |auto: Option<&AutoShardOptions>| {
+        let mut pipeline = Pipeline::standard(mesh, &PropagateOptions::default());
+        if let Some(opts) = auto {
+            pipeline.insert_before("propagate", Pass::AutoShard(opts.clone()));
+        }
+        compile_stable(&pipeline, &step.module, "train_step", ns)
+    };
+    let Some(budget) = auto.and_then(|o| o.memory_budget) else { return Ok(compile(auto)?) };
+    let mut opts = auto.expect("a budget comes with options").clone();
+    let mut peak = 0;
+    for round in 0..4 {
+        let (pf, phases) = match compile(Some(&opts)) {
+            Ok(r) => r,
+            // A lowered budget no plan meets: report the program's need.
+            Err(weft_compiler::CompilerError::MemoryBudgetInfeasible { .. }) if round > 0 => break,
+            Err(e) => return Err(e.into()),
+        };
+        peak = pf.report().peak_live_bytes as u64;
+        if peak <= budget {
+            return Ok((pf, phases));
+        }
+        let asked = opts.memory_budget.unwrap_or(budget);
+        opts.memory_budget = Some(asked.saturating_sub(peak - budget).max(1));
+    }
+    Err(crate::error::Error::Usage(format!(
+        "--strategy auto: the auto-sharded training step needs {} per device, over the memory budget of {} \
+         (the plan fits, but the partitioned program's reshards and state copies do not)",
+        weft_ir::limits::human_bytes(peak),
+        weft_ir::limits::human_bytes(budget)
+    )))
+}
+
 impl MeshExecutor {
     /// Compiles `step` for `mesh` (state layouts pinned) and makes it ready
     /// to run on `backend`; `threads` is the number of worker threads
     /// (`None`: the backend's default, one per core for CPU devices).
     pub fn new(step: &TrainStep, mesh: &Mesh, backend: MeshBackend, threads: Option<usize>) -> Result<MeshExecutor> {
-        MeshExecutor::with_limit(step, mesh, backend, threads, None)
+        MeshExecutor::with_limit(step, mesh, backend, threads, None, None)
     }
 
     /// [`MeshExecutor::new`], checking after compilation and before any
     /// device is opened that every device's static peak of live bytes,
-    /// together, fits `limit` (all simulated devices share the host).
+    /// together, fits `limit` (all simulated devices share the host). With
+    /// `auto`, the layouts are the auto-sharder's (an `autoshard` pass
+    /// before `propagate`, state layouts pinned as for any strategy).
     pub fn with_limit(
         step: &TrainStep,
         mesh: &Mesh,
         backend: MeshBackend,
         threads: Option<usize>,
         limit: Option<&MemoryLimit>,
+        auto: Option<&AutoShardOptions>,
     ) -> Result<MeshExecutor> {
         let ns = step.state.len();
-        let (pf, mut phases) =
-            compile_with_stable_state(&step.module, "train_step", mesh, &PropagateOptions::default(), ns)?;
+        let (pf, mut phases) = compile_step(step, mesh, auto)?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
         if let Some(limit) = limit {
             let peak = pf.report().peak_live_bytes as u64;

@@ -57,6 +57,8 @@ pub struct Overrides {
     pub data: Option<PathBuf>,
     /// `--memory-limit` (`16GiB`).
     pub memory_limit: Option<String>,
+    /// `--memory-budget` (`2GiB`): per device, for `--strategy auto`.
+    pub memory_budget: Option<String>,
     /// `--resume`: continue from the newest valid checkpoint; no
     /// checkpoint directory, or no valid checkpoint in it, is an error.
     pub resume: bool,
@@ -95,6 +97,9 @@ impl Overrides {
         if let Some(m) = &self.memory_limit {
             c.memory_limit = Some(m.clone());
         }
+        if let Some(m) = &self.memory_budget {
+            c.memory_budget = Some(m.clone());
+        }
         if let Some(d) = &self.checkpoint_dir {
             let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(10);
             let keep_last = c.checkpoint.as_ref().map(|k| k.keep_last).unwrap_or(3);
@@ -118,6 +123,8 @@ pub struct Prepared {
     pub batch: Tree,
     /// The strategy.
     pub strategy: Strategy,
+    /// For `strategy = "auto"`: the auto-sharder's options (memory budget).
+    pub auto: Option<weft_compiler::autoshard::AutoShardOptions>,
 }
 
 fn usage(e: impl std::fmt::Display) -> Error {
@@ -130,6 +137,13 @@ fn usage(e: impl std::fmt::Display) -> Error {
 /// (`build_train_step` splits it), so a step equals the full-batch step.
 pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared> {
     let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(usage)?;
+    let auto = match strategy {
+        Strategy::Auto => Some(weft_compiler::autoshard::AutoShardOptions {
+            memory_budget: c.memory_budget.as_deref().map(weft_ir::limits::parse_bytes).transpose().map_err(usage)?,
+            ..Default::default()
+        }),
+        _ => None,
+    };
     let mut tc = c.optimizer.train_config().map_err(usage)?;
     let k = c.optimizer.micro_batches.max(1);
     let slots = tc.optimizer.slots();
@@ -173,7 +187,7 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
             }
         }
     }
-    Ok(Prepared { step, params, batch, strategy })
+    Ok(Prepared { step, params, batch, strategy, auto })
 }
 
 /// What a finished run reports.

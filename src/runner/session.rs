@@ -5,6 +5,7 @@ use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWrit
 use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
 use crate::checkpoint::{Manifest, MeshSpec};
 use crate::error::{Error, Result};
+use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::sharding::Mesh;
 use weft_ir::limits::MemoryLimit;
 
@@ -83,6 +84,24 @@ pub fn executor(
     executor_with_limit(backend, mesh, prepared, threads, None)
 }
 
+/// The auto-sharder's machine model for `backend` on `mesh`: its defaults
+/// describe accelerators (100 TFLOP/s, 100 GB/s links), under which the
+/// cheapest CPU plan is to replicate everything. Logical CPU devices share
+/// the host's cores and exchange through host memory: each gets its share
+/// of the cores' GEMM rate (about 97 GFLOP/s per core on the 2-core
+/// development machine, BENCHMARKS.md) and collectives cost a rendezvous
+/// and a memory copy.
+fn auto_options(backend: &str, mesh: &Mesh, base: &AutoShardOptions) -> AutoShardOptions {
+    let mut o = base.clone();
+    if matches!(backend, "cpu" | "cpu-ref" | "sim" | "interp") {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        o.device_flops = 97e9 * cores / mesh.num_devices().max(1) as f64;
+        o.default_bandwidth = 5e9;
+        o.default_latency = 20e-6;
+    }
+    o
+}
+
 /// [`executor`], checking the compiled program's memory against `limit`
 /// before any device memory is allocated.
 fn executor_with_limit(
@@ -92,6 +111,8 @@ fn executor_with_limit(
     threads: Option<usize>,
     limit: Option<&MemoryLimit>,
 ) -> Result<Box<dyn Executor>> {
+    let auto = prepared.auto.as_ref().map(|o| auto_options(backend, mesh, o));
+    let auto = auto.as_ref();
     match backend {
         "interp" => {
             if mesh.num_devices() != 1 {
@@ -102,10 +123,18 @@ fn executor_with_limit(
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        "sim" => Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, MeshBackend::Simulator, None, limit)?)),
+        "sim" => Ok(Box::new(MeshExecutor::with_limit(
+            &prepared.step,
+            mesh,
+            MeshBackend::Simulator,
+            None,
+            limit,
+            auto,
+        )?)),
         other => {
             let kind = weft_runtime::select_backend(Some(other))?;
-            Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, MeshBackend::Devices(kind), threads, limit)?))
+            let backend = MeshBackend::Devices(kind);
+            Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, backend, threads, limit, auto)?))
         }
     }
 }
@@ -149,6 +178,14 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
         c.seed
     )));
     log(Line::Info(exec.describe()));
+    if prepared.strategy == crate::strategy::Strategy::Auto {
+        let budget = c.memory_budget.as_deref().map(|b| format!(" under a memory budget of {b} per device"));
+        let mut plan = format!("auto-sharding plan{}:", budget.unwrap_or_default());
+        for (leaf, s) in prepared.step.state.iter().zip(exec.state_layout(&prepared.step)) {
+            plan.push_str(&format!("\n  {} {s}", leaf.name));
+        }
+        log(Line::Info(plan));
+    }
     if let (Some(d), Some(dc)) = (&dataset, &c.data) {
         log(Line::Info(d.describe(dc)));
     }
@@ -320,9 +357,10 @@ fn write_manifest(
         "strategy": prepared.strategy.name(),
         "seed": c.seed,
         "steps": c.steps,
-        "state_leaves": prepared.step.state.iter().map(|l| serde_json::json!({
+        "state_leaves": prepared.step.state.iter().zip(exec.state_layout(&prepared.step)).map(|(l, layout)| serde_json::json!({
             "name": l.name, "type": l.ty.to_string(),
             "sharding": l.sharding.as_ref().map(|s| s.to_string()),
+            "layout": layout.to_string(),
         })).collect::<Vec<_>>(),
     });
     if let Some(d) = data {

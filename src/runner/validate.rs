@@ -96,10 +96,11 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "steps", flag: Some("--steps"), range: int(1, MAX_STEPS), default: "(required)", note: "with `--resume`, at least the checkpoint's step" },
     KeySpec { key: "seed", flag: Some("--seed"), range: int(0, u64::MAX), default: "0", note: "" },
     KeySpec { key: "mesh", flag: Some("--mesh"), range: Range::Text("`name=size,...`; sizes ≥ 1, at most 1024 devices in all"), default: "one device", note: "" },
-    KeySpec { key: "strategy", flag: Some("--strategy"), range: Range::OneOf(&["none", "dp", "tp", "fsdp", "fsdp_tp", "zero1", "zero2", "zero3"]), default: "`none`", note: "" },
+    KeySpec { key: "strategy", flag: Some("--strategy"), range: Range::OneOf(&["none", "dp", "tp", "fsdp", "fsdp_tp", "zero1", "zero2", "zero3", "auto"]), default: "`none`", note: "" },
     KeySpec { key: "backend", flag: Some("--backend"), range: Range::OneOf(&["cpu", "cpu-ref", "wgpu", "cuda", "sim", "interp"]), default: "`cpu`", note: "`interp` needs a one-device mesh" },
     KeySpec { key: "threads", flag: Some("--threads"), range: int(1, MAX_DEVICES), default: "one per core (cpu), one per device (GPU)", note: "" },
     KeySpec { key: "metrics", flag: Some("--metrics"), range: Range::Text("a file path"), default: "none", note: "" },
+    KeySpec { key: "memory_budget", flag: Some("--memory-budget"), range: Range::Text("a size ≥ 1 byte: `2GiB`, `512MiB`, `1e9`"), default: "none", note: "per device; `strategy = \"auto\"` only" },
     KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
     KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt"]), default: "(required)", note: "" },
     KeySpec { key: "model.layers", flag: None, range: int(1, MAX_LAYERS), default: "2", note: "" },
@@ -218,6 +219,16 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
     }
     if let Some(m) = &c.memory_limit {
         weft_ir::limits::parse_bytes(m).map_err(|e| invalid("memory_limit", format!("`{m}`"), e))?;
+    }
+    if let Some(m) = &c.memory_budget {
+        weft_ir::limits::parse_bytes(m).map_err(|e| invalid("memory_budget", format!("`{m}`"), e))?;
+        if c.strategy.as_deref() != Some("auto") {
+            return Err(invalid(
+                "memory_budget",
+                format!("`{m}`"),
+                "is the auto-sharder's budget: it needs `strategy = \"auto\"` (--strategy auto)".to_string(),
+            ));
+        }
     }
     let batch = match &c.model {
         ModelConfig::Mlp { layers, d, h, batch, compute } => {
