@@ -240,14 +240,22 @@ impl Executor for MeshExecutor {
     }
 
     fn checkpoint_state(&mut self, step: &TrainStep) -> Result<CheckpointState> {
-        let blocks = self.state_blocks()?;
+        // The blocks read back are moved into the checkpoint, not copied
+        // again: a save already copies the state once off the devices and
+        // once for the writer thread.
+        let mut per_leaf: Vec<Vec<HostTensor>> = step.state.iter().map(|_| Vec::new()).collect();
+        for device in self.state_blocks()? {
+            for (leaf, t) in per_leaf.iter_mut().zip(device) {
+                leaf.push(t);
+            }
+        }
         let mut cs = CheckpointState::new(mesh_spec(&self.mesh));
-        for (i, (leaf, g)) in step.state.iter().zip(&self.pf.inputs).enumerate() {
+        for ((leaf, g), blocks) in step.state.iter().zip(&self.pf.inputs).zip(per_leaf) {
             if g.sharding.is_replicated() {
-                cs.insert_global(leaf.name.clone(), blocks[0][i].clone());
+                let first = blocks.into_iter().next().expect("every device holds every state leaf");
+                cs.insert_global(leaf.name.clone(), first);
             } else {
-                let shards: BTreeMap<usize, HostTensor> =
-                    blocks.iter().enumerate().map(|(d, s)| (d, s[i].clone())).collect();
+                let shards: BTreeMap<usize, HostTensor> = blocks.into_iter().enumerate().collect();
                 cs.insert_sharded(
                     leaf.name.clone(),
                     ShardedLeaf { ty: leaf.ty.clone(), sharding: g.sharding.clone(), shards },
