@@ -11,9 +11,9 @@ use weft_ir::interp::eval_op;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{Op, TensorType};
 
-/// The [`Backend`] memory methods of a backend whose buffers are host
-/// tensors: allocation is a zeroed tensor, uploads and downloads are copies
-/// (moves for the owned variants).
+/// The [`Backend`] methods of a backend whose devices live in host memory:
+/// allocation is a zeroed tensor, uploads and downloads are copies (moves
+/// for the owned variants), and the devices share the host's cores.
 macro_rules! host_memory {
     () => {
         /// Logical devices in host memory share the host's cores: one

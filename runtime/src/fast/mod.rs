@@ -79,13 +79,12 @@ impl Backend for FastCpuBackend {
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => {
                 elementwise::single(op, inputs, &mut self.pool.borrow_mut())
             }
-            Op::BroadcastInDim { dims, shape } if inputs.len() == 1 && dims.is_empty() => {
-                splat(inputs[0], shape, &mut self.pool.borrow_mut())
-            }
+            Op::BroadcastInDim { dims, shape } if inputs.len() == 1 && dims.is_empty() => match inputs[0] {
+                HostTensor::F32(a) if a.ndim() == 0 => a.first().map(|&v| splat(v, shape, &mut self.pool.borrow_mut())),
+                _ => None,
+            },
             Op::Constant(weft_ir::Literal { ty, data: weft_ir::LiteralData::Splat(v) }) if ty.dtype == DType::F32 => {
-                let mut out = self.pool.borrow_mut().take(ty.shape.iter().product());
-                out.fill(*v as f32);
-                Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&ty.shape), out).expect("sized from the type")))
+                Some(splat(*v as f32, &ty.shape, &mut self.pool.borrow_mut()))
             }
             _ => None,
         };
@@ -112,15 +111,14 @@ impl Backend for FastCpuBackend {
     }
 }
 
-/// A scalar `f32` broadcast to `shape` (a learning rate or a constant
-/// spread over a tensor, every step of an optimizer update) as one fill of
-/// pooled storage, instead of the interpreter's fresh strided copy.
-fn splat(x: &HostTensor, shape: &[usize], pool: &mut Pool) -> Option<HostTensor> {
-    let HostTensor::F32(a) = x else { return None };
-    let &v = a.first().filter(|_| a.ndim() == 0)?;
+/// `v` spread over `shape` (a scalar broadcast or a splat constant: an
+/// optimizer update spreads the learning rate over every parameter each
+/// step) as one fill of pooled storage, instead of the interpreter's fresh
+/// strided copy.
+fn splat(v: f32, shape: &[usize], pool: &mut Pool) -> HostTensor {
     let mut out = pool.take(shape.iter().product());
     out.fill(v);
-    Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(shape), out).expect("sized from the shape")))
+    HostTensor::F32(ArrayD::from_shape_vec(IxDyn(shape), out).expect("sized from the shape"))
 }
 
 /// Whether a `dot_general` is well-formed for these operands (otherwise the
