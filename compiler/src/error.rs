@@ -270,6 +270,24 @@ pub enum CompilerError {
         /// type, sharding, bytes per device).
         dominant: Vec<String>,
     },
+    /// An auto-sharding plan met its memory budget but the partitioned
+    /// program does not: its peak of live bytes (reshard temporaries, the
+    /// new state beside the old) stayed over the budget even when the plan
+    /// was searched again under a budget lowered by the excess.
+    #[error(
+        "the auto-sharded @{func} needs {} per device, over the memory budget of {} (the plan fits, but the \
+         partitioned program's reshards and state copies do not)",
+        weft_ir::limits::human_bytes(*peak),
+        weft_ir::limits::human_bytes(*budget)
+    )]
+    ProgramOverBudget {
+        /// The function.
+        func: String,
+        /// The partitioned program's peak, bytes per device.
+        peak: u64,
+        /// The budget, bytes per device.
+        budget: u64,
+    },
     /// An error from the IR: the program is ill-formed (e.g. a transform's
     /// input failed verification).
     #[error(transparent)]

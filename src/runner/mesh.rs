@@ -56,51 +56,18 @@ pub struct MeshExecutor {
 }
 
 /// Compiles the training step for `mesh`, with the state layouts pinned;
-/// with `auto`, the auto-sharder chooses the layouts. A memory budget is a
-/// promise about the device program that runs, not only about the plan:
-/// the partitioned program's peak of live bytes (what the devices measure)
-/// can exceed the plan's estimate (reshard temporaries, the state pinned
-/// to its layout, the new state live beside the old), so the plan is
-/// searched again under a budget lowered by the excess, a few times, and
-/// a program still over the budget is an error naming both numbers.
+/// with `auto`, the auto-sharder chooses the layouts (and its memory
+/// budget holds for the partitioned program: [`compile_stable`]).
 fn compile_step(
     step: &TrainStep,
     mesh: &Mesh,
     auto: Option<&AutoShardOptions>,
 ) -> Result<(PartitionedFunction, Vec<(&'static str, Duration)>)> {
-    let ns = step.state.len();
-    // The compiler's own error, boxed by the caller (`Error::Compiler`).
-    #[allow(clippy::result_large_err)]
-    let compile = |auto: Option<&AutoShardOptions>| {
-        let mut pipeline = Pipeline::standard(mesh, &PropagateOptions::default());
-        if let Some(opts) = auto {
-            pipeline.insert_before("propagate", Pass::AutoShard(opts.clone()));
-        }
-        compile_stable(&pipeline, &step.module, "train_step", ns)
-    };
-    let Some(budget) = auto.and_then(|o| o.memory_budget) else { return Ok(compile(auto)?) };
-    let mut opts = auto.expect("a budget comes with options").clone();
-    let mut peak = 0;
-    for round in 0..4 {
-        let (pf, phases) = match compile(Some(&opts)) {
-            Ok(r) => r,
-            // A lowered budget no plan meets: report the program's need.
-            Err(weft_compiler::CompilerError::MemoryBudgetInfeasible { .. }) if round > 0 => break,
-            Err(e) => return Err(e.into()),
-        };
-        peak = pf.report().peak_live_bytes as u64;
-        if peak <= budget {
-            return Ok((pf, phases));
-        }
-        let asked = opts.memory_budget.unwrap_or(budget);
-        opts.memory_budget = Some(asked.saturating_sub(peak - budget).max(1));
+    let mut pipeline = Pipeline::standard(mesh, &PropagateOptions::default());
+    if let Some(opts) = auto {
+        pipeline.insert_before("propagate", Pass::AutoShard(opts.clone()));
     }
-    Err(crate::error::Error::Usage(format!(
-        "--strategy auto: the auto-sharded training step needs {} per device, over the memory budget of {} \
-         (the plan fits, but the partitioned program's reshards and state copies do not)",
-        weft_ir::limits::human_bytes(peak),
-        weft_ir::limits::human_bytes(budget)
-    )))
+    Ok(compile_stable(&pipeline, &step.module, "train_step", step.state.len())?)
 }
 
 impl MeshExecutor {

@@ -30,7 +30,7 @@ pub use host::{shard_tensor, unshard_tensor};
 pub use report::{CollectiveStat, ProgramReport};
 
 use crate::error::{CompilerError, Result};
-use crate::pipeline::{Pipeline, Program};
+use crate::pipeline::{Pass, Pipeline, Program};
 use crate::sharding::{Mesh, MeshSharding, PropagateOptions, ShardedFunction};
 use weft_ir::device::{simulate, verify_program, DeviceProgram};
 use weft_ir::tensor::HostTensor;
@@ -152,7 +152,47 @@ pub fn compile_with_stable_state(
 /// runs the pipeline's passes on the inlined function with the state
 /// results pinned so far. Phases: `inline`, then each pass before
 /// `partition` by its name, and `partition` with its clean-ups.
+///
+/// An `autoshard` pass's memory budget is a promise about the program that
+/// runs, not only about the plan: the partitioned program's peak of live
+/// bytes (what the devices measure) can exceed the plan's estimate, so the
+/// plan is searched again under a budget lowered by the excess, a few
+/// times, and a program still over is [`CompilerError::ProgramOverBudget`].
 pub fn compile_stable(
+    pipeline: &Pipeline,
+    m: &Module,
+    entry: &str,
+    state: usize,
+) -> Result<(PartitionedFunction, PhaseTimes)> {
+    let budget = pipeline.passes.iter().find_map(|p| match p {
+        Pass::AutoShard(o) => o.memory_budget,
+        _ => None,
+    });
+    let Some(budget) = budget else { return compile_stable_once(pipeline, m, entry, state) };
+    let mut pipeline = pipeline.clone();
+    let mut peak = 0;
+    for round in 0..4 {
+        let (pf, times) = match compile_stable_once(&pipeline, m, entry, state) {
+            Ok(r) => r,
+            // A lowered budget no plan meets: report the program's need.
+            Err(CompilerError::MemoryBudgetInfeasible { .. }) if round > 0 => break,
+            Err(e) => return Err(e),
+        };
+        peak = pf.report().peak_live_bytes as u64;
+        if peak <= budget {
+            return Ok((pf, times));
+        }
+        for p in pipeline.passes.iter_mut() {
+            if let Pass::AutoShard(o) = p {
+                let asked = o.memory_budget.unwrap_or(budget);
+                o.memory_budget = Some(asked.saturating_sub(peak - budget).max(1));
+            }
+        }
+    }
+    Err(CompilerError::ProgramOverBudget { func: entry.to_string(), peak, budget })
+}
+
+fn compile_stable_once(
     pipeline: &Pipeline,
     m: &Module,
     entry: &str,
