@@ -25,6 +25,21 @@ fn median(mut t: Vec<f64>) -> f64 {
     t[t.len() / 2]
 }
 
+/// The median wall time of reading `steps` batches through a prefetcher
+/// of `depth` (each run reads other steps).
+fn time_batches(split: &Arc<Split>, steps: u64, runs: usize, depth: usize) -> f64 {
+    let mut t = Vec::new();
+    for r in 0..runs {
+        let mut p = Prefetcher::new(split.clone(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
+        let clock = Instant::now();
+        for _ in 0..steps {
+            std::hint::black_box(p.next_batch().unwrap());
+        }
+        t.push(clock.elapsed().as_secs_f64());
+    }
+    median(t)
+}
+
 fn cfg(source: &str, path: &std::path::Path) -> DataConfig {
     DataConfig {
         source: source.into(),
@@ -72,16 +87,7 @@ fn main() {
     let split = Arc::new(split.unwrap());
     let steps = 20_000u64;
     for depth in [0usize, 2] {
-        let mut t = Vec::new();
-        for r in 0..runs {
-            let mut p = Prefetcher::new(split.clone(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
-            let clock = Instant::now();
-            for _ in 0..steps {
-                std::hint::black_box(p.next_batch().unwrap());
-            }
-            t.push(clock.elapsed().as_secs_f64());
-        }
-        let m = median(t);
+        let m = time_batches(&split, steps, runs, depth);
         println!(
             "token batches ({batch} x {} tokens), prefetch {depth}: {:.1} us/batch, {:.2e} tokens/s, {:.0} windows/s",
             seq + 1,
@@ -109,16 +115,7 @@ fn main() {
         Arc::new(Split::open(&c, &c.train, "data.train", &input_specs(&mlp, None), 0, Order::Shuffled).unwrap());
     let steps = 5_000u64;
     for depth in [0usize, 2] {
-        let mut t = Vec::new();
-        for r in 0..runs {
-            let mut p = Prefetcher::new(split.clone(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
-            let clock = Instant::now();
-            for _ in 0..steps {
-                std::hint::black_box(p.next_batch().unwrap());
-            }
-            t.push(clock.elapsed().as_secs_f64());
-        }
-        let m = median(t);
+        let m = time_batches(&split, steps, runs, depth);
         println!(
             "table batches ({b} examples of 2 x f32[{d}]), prefetch {depth}: {:.1} us/batch, {:.0} examples/s",
             m / steps as f64 * 1e6,

@@ -64,6 +64,14 @@ impl Key {
         a ^ b
     }
 
+    /// Both Threefry words of counter `index` as 64 random bits (first word
+    /// high): for draws that need more than 32 bits, e.g. a position in a
+    /// stream of billions of tokens.
+    pub fn bits64_at(self, index: u64) -> u64 {
+        let [a, b] = threefry2x32(self.0, [(index >> 32) as u32, index as u32]);
+        (u64::from(a) << 32) | u64::from(b)
+    }
+
     /// `jax.random.bits(key, shape)` for `n` elements.
     pub fn random_bits(self, n: usize) -> Vec<u32> {
         (0..n as u64).map(|i| self.bits_at(i)).collect()

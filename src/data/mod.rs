@@ -62,12 +62,24 @@ enum Store {
     Table { arrays: Vec<table::Array> },
 }
 
+/// The first 8 bytes of the sha256 of a batch's tensors (names, types and
+/// little-endian bytes, in name order): what a step read, comparable across
+/// runs and meshes. Computed where the batch is read ([`prefetch`]), off
+/// the training loop.
+pub fn batch_digest(batch: &Tree) -> u64 {
+    let mut h = Sha256::new();
+    for (name, t) in batch {
+        h.update(format!("{name}:{}\n", t.ty()));
+        h.update(t.to_bytes_le());
+    }
+    u64::from_be_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
+}
+
 /// One split (train or validation) of a dataset, open and checked.
 pub struct Split {
     store: Store,
     inputs: Vec<InputSpec>,
     sampler: Sampler,
-    batch: usize,
     files: Vec<FileId>,
 }
 
@@ -110,13 +122,20 @@ impl Split {
                 let f = tokens::TokenFile::open(p, dtype, batch, seq, t.vocab.unwrap_or(u64::MAX))?;
                 let sampler = Sampler::windows(seed, order, batch, f.tokens, seq);
                 let files = vec![f.id.clone()];
-                Ok(Split { store: Store::Tokens(f), inputs: inputs.to_vec(), sampler, batch, files })
+                Ok(Split { store: Store::Tokens(f), inputs: inputs.to_vec(), sampler, files })
             }
-            _ => Split::open_table(path, inputs, seed, order, batch),
+            _ => Split::open_table(path, key, inputs, seed, order, batch),
         }
     }
 
-    fn open_table(path: &DataPath, inputs: &[InputSpec], seed: u64, order: Order, batch: usize) -> Result<Split> {
+    fn open_table(
+        path: &DataPath,
+        key: &str,
+        inputs: &[InputSpec],
+        seed: u64,
+        order: Order,
+        batch: usize,
+    ) -> Result<Split> {
         let mut arrays = Vec::new();
         match path {
             DataPath::File(p) => {
@@ -143,7 +162,7 @@ impl Split {
                 if let Some(k) = m.keys().find(|k| !inputs.iter().any(|i| &i.name == *k)) {
                     let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
                     return Err(invalid(
-                        "data.train",
+                        key,
                         format!("{{ {k} = ... }}"),
                         format!("`{k}` is not an input of the model (inputs: {})", names.join(", ")),
                     ));
@@ -151,7 +170,7 @@ impl Split {
                 for i in inputs {
                     let p = m.get(&i.name).ok_or_else(|| {
                         invalid(
-                            "data.train",
+                            key,
                             path.describe(),
                             format!("names no file for the model's input `{}`", i.name),
                         )
@@ -192,22 +211,12 @@ impl Split {
             }
         }
         let sampler = Sampler::table(seed, order, batch, n);
-        Ok(Split { store: Store::Table { arrays }, inputs: inputs.to_vec(), sampler, batch, files })
-    }
-
-    /// The sampler (which examples a step reads).
-    pub fn sampler(&self) -> &Sampler {
-        &self.sampler
+        Ok(Split { store: Store::Table { arrays }, inputs: inputs.to_vec(), sampler, files })
     }
 
     /// The files of the split with their sizes and hashes.
     pub fn files(&self) -> &[FileId] {
         &self.files
-    }
-
-    /// Rows in the global batch.
-    pub fn batch_size(&self) -> usize {
-        self.batch
     }
 
     /// Tokens (token streams) or examples (tables) in the split.
@@ -225,7 +234,7 @@ impl Split {
 
     /// The whole batch of step `step`.
     pub fn batch(&self, step: u64) -> Result<Tree> {
-        self.rows(step, 0..self.batch)
+        self.rows(step, 0..self.sampler.batch())
     }
 
     /// Rows `rows` of step `step`'s global batch: each input's tensor has

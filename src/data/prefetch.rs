@@ -9,7 +9,7 @@
 //! loop itself (no thread). A read error is passed through the queue and
 //! returned for the step that needed the batch.
 
-use super::Split;
+use super::{batch_digest, Split};
 use crate::error::Result;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
@@ -17,12 +17,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use weft_compiler::train::Tree;
 
+/// A batch as read, with its [`batch_digest`].
+type Read = (Tree, u64);
+
 /// The batches of steps `first..end` of a split, in order.
 pub struct Prefetcher {
     split: Arc<Split>,
     next: u64,
     end: u64,
-    rx: Option<Receiver<(u64, Result<Tree>)>>,
+    rx: Option<Receiver<(u64, Result<Read>)>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -38,7 +41,7 @@ impl Prefetcher {
                 .name("weft-data-prefetch".into())
                 .spawn(move || {
                     for step in first..end {
-                        let b = s.batch(step);
+                        let b = read(&s, step);
                         let failed = b.is_err();
                         // The receiver is gone: the run stopped.
                         if tx.send((step, b)).is_err() || failed {
@@ -52,14 +55,14 @@ impl Prefetcher {
         Ok(Prefetcher { split, next: first, end, rx, thread })
     }
 
-    /// The next step's batch and how long the caller waited for it (with
-    /// depth 0: the time to read it).
-    pub fn next_batch(&mut self) -> Result<(u64, Tree, Duration)> {
+    /// The next step's batch, how long the caller waited for it (with
+    /// depth 0: the time to read it) and its [`batch_digest`].
+    pub fn next_batch(&mut self) -> Result<(u64, Tree, Duration, u64)> {
         let clock = Instant::now();
         let step = self.next;
         assert!(step < self.end, "the prefetcher was asked for step {step}, past its end {}", self.end);
-        let batch = match &self.rx {
-            None => self.split.batch(step)?,
+        let (batch, digest) = match &self.rx {
+            None => read(&self.split, step)?,
             Some(rx) => match rx.recv() {
                 Ok((s, b)) => {
                     debug_assert_eq!(s, step, "batches arrive in step order");
@@ -73,8 +76,15 @@ impl Prefetcher {
             },
         };
         self.next += 1;
-        Ok((step, batch, clock.elapsed()))
+        Ok((step, batch, clock.elapsed(), digest))
     }
+}
+
+/// Step `step`'s batch and its digest (hashed by the reader, not the loop).
+fn read(split: &Split, step: u64) -> Result<Read> {
+    let b = split.batch(step)?;
+    let digest = batch_digest(&b);
+    Ok((b, digest))
 }
 
 impl Drop for Prefetcher {

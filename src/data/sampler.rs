@@ -17,18 +17,12 @@
 //!   Fisher–Yates shuffle driven by `fold_in(fold_in(key, hi(e)), lo(e))`.
 
 use std::sync::{Arc, Mutex};
-use weft_ir::prng::{threefry2x32, Key};
+use weft_ir::prng::Key;
 
 /// Tag of the training windows' key.
 const TAG_WINDOWS: u32 = 0xDA7A_0001;
 /// Tag of the per-epoch permutations' key.
 const TAG_EPOCHS: u32 = 0xDA7A_0002;
-
-/// The 64 random bits (both Threefry words) of counter `i` under `key`.
-pub fn bits64(key: Key, i: u64) -> u64 {
-    let [a, b] = threefry2x32(key.0, [(i >> 32) as u32, i as u32]);
-    (u64::from(a) << 32) | u64::from(b)
-}
 
 /// Maps 64 random bits to `0..n` (`n >= 1`) by the multiply-shift method:
 /// the bias is below `n / 2^64`, far under anything a test can see.
@@ -36,18 +30,26 @@ pub fn below(bits: u64, n: u64) -> u64 {
     ((u128::from(bits) * u128::from(n)) >> 64) as u64
 }
 
-/// The start of the random window of global row `row`: uniform over the
-/// `starts` valid starts.
-pub fn window_start(seed: u64, row: u64, starts: u64) -> u64 {
-    below(bits64(Key::from_seed(seed).fold_in(TAG_WINDOWS), row), starts)
+/// The key of the training windows of a run with `seed`.
+fn windows_key(seed: u64) -> Key {
+    Key::from_seed(seed).fold_in(TAG_WINDOWS)
+}
+
+/// The key of the per-epoch permutations of a run with `seed`.
+fn epochs_key(seed: u64) -> Key {
+    Key::from_seed(seed).fold_in(TAG_EPOCHS)
 }
 
 /// Epoch `epoch`'s permutation of `0..n` (Fisher–Yates over Threefry bits).
 pub fn permutation(seed: u64, epoch: u64, n: usize) -> Vec<u64> {
-    let key = Key::from_seed(seed).fold_in(TAG_EPOCHS).fold_in((epoch >> 32) as u32).fold_in(epoch as u32);
+    permutation_under(epochs_key(seed), epoch, n)
+}
+
+fn permutation_under(epochs: Key, epoch: u64, n: usize) -> Vec<u64> {
+    let key = epochs.fold_in((epoch >> 32) as u32).fold_in(epoch as u32);
     let mut p: Vec<u64> = (0..n as u64).collect();
     for i in (1..n).rev() {
-        let j = below(bits64(key, i as u64), i as u64 + 1) as usize;
+        let j = below(key.bits64_at(i as u64), i as u64 + 1) as usize;
         p.swap(i, j);
     }
     p
@@ -65,7 +67,9 @@ pub enum Order {
 /// The examples of a split: `examples(step, rows)` gives, per row, the
 /// example index (tables) or window start (token streams).
 pub struct Sampler {
-    seed: u64,
+    /// The run's window and permutation keys (derived from the seed once).
+    windows: Key,
+    epochs_key: Key,
     order: Order,
     batch: usize,
     kind: Kind,
@@ -94,7 +98,19 @@ impl Sampler {
     }
 
     fn new(seed: u64, order: Order, batch: usize, kind: Kind) -> Sampler {
-        Sampler { seed, order, batch, kind, epochs: Mutex::new(Vec::new()) }
+        Sampler {
+            windows: windows_key(seed),
+            epochs_key: epochs_key(seed),
+            order,
+            batch,
+            kind,
+            epochs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Rows in the global batch.
+    pub fn batch(&self) -> usize {
+        self.batch
     }
 
     /// Examples (tables) per epoch, or windows that tile the stream once
@@ -106,11 +122,6 @@ impl Sampler {
         }
     }
 
-    /// The epoch step `step` starts in (0-based, fractional epochs floor).
-    pub fn epoch_of(&self, step: u64) -> u64 {
-        step.saturating_mul(self.batch as u64) / self.epoch_rows()
-    }
-
     /// Per row of `rows` (of the global batch) of step `step`: the example
     /// index or window start.
     pub fn examples(&self, step: u64, rows: std::ops::Range<usize>) -> Vec<u64> {
@@ -120,7 +131,8 @@ impl Sampler {
 
     fn example(&self, pos: u64) -> u64 {
         match (self.kind, self.order) {
-            (Kind::Windows { tokens, seq }, Order::Shuffled) => window_start(self.seed, pos, tokens - seq),
+            // The window start of global row `pos`: uniform over the valid starts.
+            (Kind::Windows { tokens, seq }, Order::Shuffled) => below(self.windows.bits64_at(pos), tokens - seq),
             (Kind::Windows { seq, .. }, Order::Sequential) => (pos % self.epoch_rows()) * seq,
             (Kind::Table { examples }, Order::Sequential) => pos % examples,
             (Kind::Table { examples }, Order::Shuffled) => {
@@ -135,7 +147,7 @@ impl Sampler {
         if let Some((_, p)) = cache.iter().find(|(e, _)| *e == epoch) {
             return p.clone();
         }
-        let p = Arc::new(permutation(self.seed, epoch, n));
+        let p = Arc::new(permutation_under(self.epochs_key, epoch, n));
         if cache.len() == 2 {
             cache.remove(0);
         }

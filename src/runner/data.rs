@@ -40,9 +40,9 @@ pub fn check_flags(c: &RunConfig, ov: &Overrides) -> Result<()> {
 
 /// Opens and checks the configured dataset for the prepared step (before
 /// the executor is compiled, so bad data fails fast). `None` without `[data]`.
-pub fn open_dataset(c: &RunConfig, prepared: &Prepared, ov: &Overrides) -> Result<Option<Dataset>> {
+/// (The session has already refused `--data` with `[data]`: [`check_flags`].)
+pub fn open_dataset(c: &RunConfig, prepared: &Prepared) -> Result<Option<Dataset>> {
     let Some(d) = &c.data else { return Ok(None) };
-    check_flags(c, ov)?;
     let vocab = c.model.gpt().map_err(Error::Usage)?.map(|g| g.vocab);
     Dataset::open(d, &input_specs(&prepared.step.batch, vocab), c.seed).map(Some)
 }
@@ -122,8 +122,9 @@ pub fn check_restored(tree: &mut Tree, ours: Option<&Identity>, step: u64, dir: 
 struct Evaluator {
     step: TrainStep,
     exec: Box<dyn Executor>,
-    val: Split,
-    batches: usize,
+    /// The evaluation batches, read once: the validation split is read in
+    /// order from its start, so every evaluation sees the same batches.
+    batches: Vec<Tree>,
 }
 
 /// The model's loss function as a step with no state: every parameter and
@@ -160,7 +161,8 @@ impl Evaluator {
                 Box::new(MeshExecutor::new(&step, &one, MeshBackend::Devices(kind), Some(1))?)
             }
         };
-        Ok(Evaluator { step, exec, val, batches })
+        let batches = (0..batches as u64).map(|b| val.batch(b)).collect::<Result<_>>()?;
+        Ok(Evaluator { step, exec, batches })
     }
 
     /// Mean loss (and other results) over the evaluation batches, named `val_*`.
@@ -168,13 +170,13 @@ impl Evaluator {
         let mut inputs: Tree =
             exec.global_state(train)?.into_iter().filter(|(k, _)| k.starts_with("params.")).collect();
         let mut sums: BTreeMap<String, f64> = BTreeMap::new();
-        for b in 0..self.batches {
-            inputs.extend(self.val.batch(b as u64)?);
+        for b in &self.batches {
+            inputs.extend(b.iter().map(|(k, v)| (k.clone(), v.clone())));
             for (k, v) in self.exec.step(&self.step, &inputs)? {
                 *sums.entry(format!("val_{k}")).or_default() += v;
             }
         }
-        Ok(sums.into_iter().map(|(k, v)| (k, v / self.batches as f64)).collect())
+        Ok(sums.into_iter().map(|(k, v)| (k, v / self.batches.len() as f64)).collect())
     }
 }
 
@@ -183,27 +185,26 @@ pub struct Feed {
     prefetch: Prefetcher,
     eval: Option<Evaluator>,
     eval_every: u64,
-    /// The data identity (recorded in `run.json` and the checkpoints).
-    pub identity: Identity,
 }
 
 impl Feed {
     /// Starts feeding steps `first..c.steps` of `data`.
     pub fn start(c: &RunConfig, data: Dataset, backend: &str, first: u64) -> Result<Feed> {
         let d = c.data.as_ref().expect("a dataset comes from [data]");
-        let Dataset { train, val, identity } = data;
+        let Dataset { train, val, .. } = data;
         let prefetch = Prefetcher::new(Arc::new(train), first, c.steps, d.prefetch)?;
         let eval = match val {
             Some(v) if d.eval_every > 0 => Some(Evaluator::new(c, backend, v, d.eval_batches)?),
             _ => None,
         };
-        Ok(Feed { prefetch, eval, eval_every: d.eval_every, identity })
+        Ok(Feed { prefetch, eval, eval_every: d.eval_every })
     }
 
-    /// The batch of the next step and how long the loop waited for it.
-    pub fn next_batch(&mut self) -> Result<(Tree, Duration)> {
-        let (_, b, waited) = self.prefetch.next_batch()?;
-        Ok((b, waited))
+    /// The batch of the next step, how long the loop waited for it, and
+    /// its digest ([`crate::data::batch_digest`]).
+    pub fn next_batch(&mut self) -> Result<(Tree, Duration, u64)> {
+        let (_, b, waited, digest) = self.prefetch.next_batch()?;
+        Ok((b, waited, digest))
     }
 
     /// The validation metrics with the current parameters, if `step` (the

@@ -211,18 +211,6 @@ pub struct RunSummary {
     pub batch_digests: Vec<u64>,
 }
 
-/// The first 8 bytes of the sha256 of a batch's tensors (names, types and
-/// little-endian bytes, in name order).
-pub fn batch_digest(batch: &Tree) -> u64 {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for (name, t) in batch {
-        h.update(format!("{name}:{}\n", t.ty()));
-        h.update(t.to_bytes_le());
-    }
-    u64::from_be_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
-}
-
 impl RunSummary {
     /// The steady-state step time in seconds: the median over the steps
     /// after the first (the first pays one-time costs), or the only step.
@@ -276,13 +264,13 @@ pub fn run_steps(
             Some(f) => (Some(f.next_batch()?), f.evaluate_at(s, total, &prepared.step, exec)?),
             None => (None, None),
         };
-        let batch = fed.as_ref().map(|(b, _)| b).unwrap_or(&prepared.batch);
+        let batch = fed.as_ref().map(|(b, _, _)| b).unwrap_or(&prepared.batch);
         let clock = std::time::Instant::now();
         let mut m = exec.step(&prepared.step, batch)?;
         step_secs.push(clock.elapsed().as_secs_f64());
-        if let Some((b, waited)) = &fed {
+        if let Some((_, waited, digest)) = &fed {
             m.insert("data_wait_ms".into(), waited.as_secs_f64() * 1e3);
-            batch_digests.push(batch_digest(b));
+            batch_digests.push(*digest);
         }
         if let Some(v) = val {
             m.extend(v.clone());

@@ -165,7 +165,7 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
     let prepared = prepare(c, &axes, ov)?;
     let mut compile_secs = vec![("train step".to_string(), clock.elapsed().as_secs_f64())];
     // The dataset is opened and checked before the executor is compiled.
-    let dataset = super::data::open_dataset(c, &prepared, ov)?;
+    let dataset = super::data::open_dataset(c, &prepared)?;
     let identity = dataset.as_ref().map(|d| d.identity.clone());
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
     let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref())?;
