@@ -87,37 +87,48 @@ impl MemoryLimit {
 
 /// The machine's memory in bytes (`MemTotal` in `/proc/meminfo`), if known.
 pub fn machine_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    // MemTotal does not change while a process runs: read it once, not on
+    // every interpreter an oracle test builds.
+    static MEM_TOTAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MEM_TOTAL.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
 }
 
-/// Parses a size in bytes: a non-negative number with an optional unit
-/// (`B`, `KB`/`MB`/`GB`/`TB` = powers of 1000, `KiB`/`MiB`/`GiB`/`TiB` =
-/// powers of 1024), e.g. `16GiB`, `1.5e9`, `512 MiB`.
+/// Parses a size in bytes, the one size grammar of every flag and key
+/// (`--memory-limit`, `--memory-budget`, `WEFT_MEMORY_LIMIT`): a
+/// non-negative number with an optional unit (`B`, `KB`/`MB`/`GB`/`TB` =
+/// powers of 1000, also `K`/`M`/`G`/`T`; `KiB`/`MiB`/`GiB`/`TiB` = powers of
+/// 1024), e.g. `16GiB`, `1.5e9`, `512 MiB`. Case and spaces between number
+/// and unit are ignored; fractions of a byte round to the nearest.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
+    // `1e9` uses `e` as exponent; a unit never starts with `e`.
     let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E').unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let scale: f64 = match unit.trim() {
-        "" | "B" => 1.0,
-        "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        u => return Err(format!("unknown unit `{u}` (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)")),
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => {
+            return Err(format!("unknown unit `{}` (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", unit.trim()))
+        }
     };
     let v: f64 = num.trim().parse().map_err(|_| format!("`{}` is not a number", num.trim()))?;
     let bytes = v * scale;
     if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
         return Err(format!("must be a size between 1 byte and {} bytes", u64::MAX));
     }
-    Ok(bytes as u64)
+    Ok(bytes.round() as u64)
 }
 
 /// Bytes as `1.5 GiB`.

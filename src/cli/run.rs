@@ -83,7 +83,9 @@ pub fn run(
         Some(p) => read_safetensors(p)?,
         None => BTreeMap::new(),
     };
-    let interp = weft_ir::interp::Interpreter::new(&m)?.with_memory_limit(limit);
+    // `load_or_report` verified the module; the limit is the one resolved
+    // above (the flag over WEFT_MEMORY_LIMIT), not detected again.
+    let interp = weft_ir::interp::Interpreter::from_verified(&m).with_memory_limit(limit);
     let results = interp.run_named(&f.name, &args)?;
     let mut named = BTreeMap::new();
     for (i, (&v, t)) in f.results.iter().zip(results).enumerate() {

@@ -371,6 +371,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_strategy_key_lists_every_strategy() {
+        let spec = KEYS.iter().find(|k| k.key == "strategy").expect("a strategy key");
+        let Range::OneOf(names) = spec.range else { panic!("strategy is one of a list") };
+        let all: Vec<&str> = crate::strategy::Strategy::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names.to_vec(), all);
+    }
+
+    #[test]
     fn integer_ranges_accept_their_bounds_and_reject_one_past() {
         for k in KEYS {
             if let Range::Int { min, max } = k.range {

@@ -101,34 +101,12 @@ impl AutoShardOptions {
     }
 }
 
-/// Parses a memory size: a number with an optional unit, `2GiB`, `512MiB`,
-/// `64KiB`, `1.5GB`, `1e9`, `4096B`. Binary units (KiB, MiB, GiB, TiB) are
-/// powers of 1024, decimal ones (KB, MB, GB, TB) powers of 1000; case and
-/// spaces between number and unit are ignored.
+/// Parses a memory budget with the project's one size grammar
+/// ([`weft_ir::limits::parse_bytes`]: `2GiB`, `512MiB`, `1.5GB`, `1e9`,
+/// case and spaces ignored).
 pub fn parse_memory_budget(text: &str) -> Result<u64, CompilerError> {
-    let bad = |message: &str| CompilerError::InvalidMemoryBudget { text: text.to_string(), message: message.into() };
-    let t = text.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E').unwrap_or(t.len());
-    // `1e9` uses `e` as exponent; a unit never starts with `e`.
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.trim().parse().map_err(|_| bad("expected a number with an optional unit, e.g. 2GiB"))?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "t" | "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0f64.powi(4),
-        _ => return Err(bad("unknown unit (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
-    };
-    let bytes = value * scale;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(bad("the budget must be at least 1 byte"));
-    }
-    Ok(bytes.round() as u64)
+    weft_ir::limits::parse_bytes(text)
+        .map_err(|message| CompilerError::InvalidMemoryBudget { text: text.to_string(), message })
 }
 
 /// Formats a byte count with a binary unit: `512 B`, `1.50 KiB`, `2.00 GiB`.

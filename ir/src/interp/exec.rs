@@ -95,14 +95,16 @@ impl<'m> Interpreter<'m> {
     pub fn from_verified(module: &'m Module) -> Interpreter<'m> {
         let by_name = module.functions.iter().enumerate().map(|(i, f)| (f.name.as_str(), i)).collect();
         let plans = module.functions.iter().map(Plan::new).collect();
-        let graph = CallGraph::new(module);
-        Interpreter {
-            module,
-            by_name,
-            plans,
-            expanded: graph.expanded_sizes(),
-            memory_limit: None,
-        }
+        // A module without calls (every inlined program, e.g. a training
+        // step interpreted each step) needs no call graph: each function
+        // runs its own instructions.
+        let has_calls = module.functions.iter().any(|f| f.insts.iter().any(|i| matches!(i.op, Op::Call { .. })));
+        let expanded = if has_calls {
+            CallGraph::new(module).expanded_sizes()
+        } else {
+            Some(module.functions.iter().map(|f| f.insts.len() as u64).collect())
+        };
+        Interpreter { module, by_name, plans, expanded, memory_limit: None }
     }
 
     /// The same interpreter with another memory limit (`None`: unchecked):
