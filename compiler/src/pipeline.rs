@@ -16,9 +16,9 @@
 //! [`Pipeline::verify`] is set) the program is verified after every pass,
 //! and a device program must read back from its text; the final device
 //! program is always verified. [`Pipeline::run`] returns the time of every
-//! pass. [`crate::partition::compile`], [`crate::partition::partition_function`]
-//! and [`crate::partition::compile_with_stable_state`] are thin wrappers
-//! over it.
+//! pass. [`crate::partition::compile`] and
+//! [`crate::partition::partition_function`] are thin wrappers over it;
+//! [`crate::partition::compile_stable`] runs it to a stable state layout.
 
 use crate::autoshard::{auto_shard, AutoShardOptions};
 use crate::error::{CompilerError, Result};

@@ -74,6 +74,16 @@ fn every_pass_is_dumped_and_timed_and_compile_is_the_same_program() {
     let direct = compile(&module(), "main", &mesh(), &PropagateOptions::default()).unwrap();
     assert_eq!(print_program(&pf.program), print_program(&direct.program));
     assert_eq!(dumps[8].1, print_program(&direct.program));
+    // `compile` is itself the pipeline; the steps spelled out by hand
+    // (inline, propagate, lower, each clean-up in order) give the same
+    // program, so the pipeline neither skips nor reorders a pass.
+    let flat = weft_compiler::inline_calls(&module(), "main").unwrap();
+    let sf = weft_compiler::sharding::propagate(&flat, &mesh(), &PropagateOptions::default()).unwrap();
+    let mut by_hand = weft_compiler::partition::lower_sharded(&sf, &mesh()).unwrap().program;
+    for (_, cleanup) in weft_compiler::partition::CLEANUPS {
+        cleanup(&mut by_hand);
+    }
+    assert_eq!(print_program(&pf.program), print_program(&by_hand));
 }
 
 #[test]
@@ -93,9 +103,12 @@ fn annotate_and_autoshard_are_passes_too() {
 
     let mut a = Pipeline::standard(&mesh(), &PropagateOptions::default());
     a.insert_before("propagate", Pass::AutoShard(AutoShardOptions::default()));
-    let mut after_auto = String::new();
+    let (mut before_auto, mut after_auto) = (String::new(), String::new());
     let pf = a
         .run(&module(), "main", &mut |n, p| {
+            if n == "inline" {
+                before_auto = p.text();
+            }
             if n == "autoshard" {
                 after_auto = p.text();
             }
@@ -105,6 +118,8 @@ fn annotate_and_autoshard_are_passes_too() {
         .into_partitioned()
         .unwrap();
     assert!(after_auto.contains("sharding"), "{after_auto}");
+    // The auto-sharder annotated values the input left open (only %x was).
+    assert!(after_auto.matches("sharding").count() > before_auto.matches("sharding").count(), "{after_auto}");
     assert_eq!(pf.program.inputs.len(), 3);
 }
 

@@ -10,7 +10,7 @@
 //!   only the batch's blocks and downloads only the metrics, and the state
 //!   comes back to the host only for a checkpoint.
 //!
-//! Both compile the step with [`compile_with_stable_state`], so each new
+//! Both compile the step with [`compile_stable`], so each new
 //! state leaf comes out laid out as the step takes it and nothing is
 //! re-laid out on the host.
 

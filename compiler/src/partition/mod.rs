@@ -127,31 +127,21 @@ pub fn compile(m: &Module, entry: &str, mesh: &Mesh, options: &PropagateOptions)
     Pipeline::standard(mesh, options).run(m, entry, &mut |_, _| {})?.0.into_partitioned()
 }
 
-/// Wall time of each phase of [`compile_with_stable_state`], in order.
+/// Wall time of each phase of [`compile_stable`], in order.
 pub type PhaseTimes = Vec<(&'static str, std::time::Duration)>;
 
-/// [`compile`] for a function whose first `state` parameters are replaced,
-/// result for parameter, by its first `state` results (a training step):
-/// each such result is pinned to the sharding its parameter gets, like
+/// The compile of a function whose first `state` parameters are replaced,
+/// result for parameter, by its first `state` results (a training step),
+/// over any pipeline (e.g. [`Pipeline::standard`], or one with an
+/// `autoshard` pass before `propagate`, for `--strategy auto`). Each such
+/// result is pinned to the sharding its parameter gets, like
 /// `jit(out_shardings=in_shardings)`, so the new state comes out laid out
 /// exactly as the step takes it (any reshard this needs is inside the
-/// program) and can stay on the devices between steps. Returns the
-/// partitioned function and the time of each phase.
-pub fn compile_with_stable_state(
-    m: &Module,
-    entry: &str,
-    mesh: &Mesh,
-    options: &PropagateOptions,
-    state: usize,
-) -> Result<(PartitionedFunction, PhaseTimes)> {
-    compile_stable(&Pipeline::standard(mesh, options), m, entry, state)
-}
-
-/// [`compile_with_stable_state`] with any pipeline (e.g. one with an
-/// `autoshard` pass before `propagate`, for `--strategy auto`): every round
-/// runs the pipeline's passes on the inlined function with the state
-/// results pinned so far. Phases: `inline`, then each pass before
-/// `partition` by its name, and `partition` with its clean-ups.
+/// program) and can stay on the devices between steps: every round runs
+/// the pipeline's passes on the inlined function with the state results
+/// pinned so far. Returns the partitioned function and the time of each
+/// phase: `inline`, then each pass before `partition` by its name, and
+/// `partition` with its clean-ups.
 ///
 /// An `autoshard` pass's memory budget is a promise about the program that
 /// runs, not only about the plan: the partitioned program's peak of live
@@ -164,15 +154,28 @@ pub fn compile_stable(
     entry: &str,
     state: usize,
 ) -> Result<(PartitionedFunction, PhaseTimes)> {
+    let clock = std::time::Instant::now();
+    let f = crate::inline::inline(m, entry)?;
+    let inlined = ("inline", clock.elapsed());
+    let n_results = f.function().results.len();
+    let n_params = f.function().params.len();
+    if state > n_params.min(n_results) {
+        return Err(CompilerError::State {
+            leaf: format!("@{entry}"),
+            message: format!(
+                "{n_params} parameters and {n_results} results, fewer than its {state} state leaves"
+            ),
+        });
+    }
     let budget = pipeline.passes.iter().find_map(|p| match p {
         Pass::AutoShard(o) => o.memory_budget,
         _ => None,
     });
-    let Some(budget) = budget else { return compile_stable_once(pipeline, m, entry, state) };
+    let Some(budget) = budget else { return settle_state(pipeline, f, entry, state, vec![inlined]) };
     let mut pipeline = pipeline.clone();
     let mut peak = 0;
     for round in 0..4 {
-        let (pf, times) = match compile_stable_once(&pipeline, m, entry, state) {
+        let (pf, times) = match settle_state(&pipeline, f.clone(), entry, state, vec![inlined]) {
             Ok(r) => r,
             // A lowered budget no plan meets: report the program's need.
             Err(CompilerError::MemoryBudgetInfeasible { .. }) if round > 0 => break,
@@ -192,25 +195,16 @@ pub fn compile_stable(
     Err(CompilerError::ProgramOverBudget { func: entry.to_string(), peak, budget })
 }
 
-fn compile_stable_once(
+/// Runs the pipeline on `f` until each state result's layout is its
+/// parameter's (pinning the results that moved), adding the passes' times
+/// to `times`.
+fn settle_state(
     pipeline: &Pipeline,
-    m: &Module,
+    mut f: crate::inline::InlinedFunction,
     entry: &str,
     state: usize,
+    mut times: PhaseTimes,
 ) -> Result<(PartitionedFunction, PhaseTimes)> {
-    let clock = std::time::Instant::now();
-    let mut f = crate::inline::inline(m, entry)?;
-    let mut times: PhaseTimes = vec![("inline", clock.elapsed())];
-    let n_results = f.function().results.len();
-    let n_params = f.function().params.len();
-    if state > n_params.min(n_results) {
-        return Err(CompilerError::State {
-            leaf: format!("@{entry}"),
-            message: format!(
-                "{n_params} parameters and {n_results} results, fewer than its {state} state leaves"
-            ),
-        });
-    }
     // Pinning a result can move the layout propagation picks for an unpinned
     // parameter; a few rounds reach the fixed point.
     for _round in 0..4 {

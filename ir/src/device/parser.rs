@@ -312,12 +312,10 @@ fn attrs(p: &mut Parser, m: &str, known: &[&str]) -> PResult<Vec<Value>> {
             "axes" => Value::Axes(axis_list(p)?),
             "op" => {
                 let (s, l) = p.ident("a reduction (`sum`, `max` or `min`)")?;
-                Value::Op(match s.as_str() {
-                    "sum" => ReduceOp::Sum,
-                    "max" => ReduceOp::Max,
-                    "min" => ReduceOp::Min,
-                    _ => return err(l, format!("expected a reduction (`sum`, `max` or `min`), found `{s}`")),
-                })
+                match ReduceOp::ALL.into_iter().find(|&r| super::printer::reduce_name(r) == s) {
+                    Some(r) => Value::Op(r),
+                    None => return err(l, format!("expected a reduction (`sum`, `max` or `min`), found `{s}`")),
+                }
             }
             "pairs" => {
                 p.expect('[')?;

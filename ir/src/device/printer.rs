@@ -105,7 +105,8 @@ pub fn collective_attrs(c: &Collective) -> String {
     }
 }
 
-fn reduce_name(op: ReduceOp) -> &'static str {
+/// The text form of a collective's reduction (`sum`, `max`, `min`).
+pub(crate) fn reduce_name(op: ReduceOp) -> &'static str {
     match op {
         ReduceOp::Sum => "sum",
         ReduceOp::Max => "max",
