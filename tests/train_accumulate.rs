@@ -90,6 +90,20 @@ fn gpt_accumulated_steps_equal_full_batch_steps_under_every_strategy() {
 }
 
 #[test]
+fn the_model_is_built_for_micro_batches() {
+    // Equality with the full batch alone would also hold if `micro_batches`
+    // were ignored: the loss the step accumulates must take `batch / k` rows.
+    for (config, input, k) in [(MLP, "x", 2usize), (MLP, "x", 4), (GPT, "tokens", 2)] {
+        let mut c = RunConfig::from_toml(config).unwrap();
+        c.optimizer.micro_batches = k;
+        let p = weft::runner::prepare(&c, &["data"], &Overrides::default()).unwrap();
+        let loss = p.step.module.function("loss").expect("models define @loss");
+        let x = loss.value_by_name(input).unwrap_or_else(|| panic!("@loss has %{input}"));
+        assert_eq!(loss.value(x).ty.shape[0], 8 / k, "{input} with {k} micro-batches");
+    }
+}
+
+#[test]
 fn micro_batches_that_do_not_divide_the_batch_are_a_named_error() {
     let mut c = RunConfig::from_toml(MLP).unwrap();
     c.optimizer.micro_batches = 3;
