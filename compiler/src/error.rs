@@ -288,6 +288,60 @@ pub enum CompilerError {
         /// The budget, bytes per device.
         budget: u64,
     },
+    /// A pipeline configuration that cannot be built (an unknown schedule,
+    /// zero stages or microbatches, an explicit split that does not cover
+    /// the layers, a model the stage splitter cannot cut).
+    #[error("pipeline: {message}")]
+    PipelineConfig {
+        /// What is wrong.
+        message: String,
+    },
+    /// More pipeline stages than layers to put on them.
+    #[error("pipeline: {stages} stages but the model has only {layers} layers to split ({names})")]
+    PipelineStagesExceedLayers {
+        /// Stages asked for.
+        stages: usize,
+        /// Layers (units) the model has.
+        layers: usize,
+        /// The layers, by name.
+        names: String,
+    },
+    /// The microbatch count does not divide the batch.
+    #[error("pipeline: {microbatches} microbatches do not divide the batch of {batch} rows")]
+    PipelineMicrobatches {
+        /// Microbatches asked for.
+        microbatches: usize,
+        /// The batch size.
+        batch: usize,
+    },
+    /// The mesh's stage axis does not have one position per stage.
+    #[error("pipeline: the stage axis `{axis}` has size {size}, but {stages} stages need size {stages}")]
+    PipelineStageAxis {
+        /// The axis.
+        axis: String,
+        /// Its size.
+        size: usize,
+        /// Stages asked for.
+        stages: usize,
+    },
+    /// No split of the layers into stages fits the memory budget per device.
+    #[error(
+        "pipeline: no split of {layers} layers into {stages} stages fits the memory budget of {} per device; \
+         the best split needs {} on its largest stage ({split})",
+        weft_ir::limits::human_bytes(*budget), weft_ir::limits::human_bytes(*minimum)
+    )]
+    PipelineMemoryInfeasible {
+        /// Stages.
+        stages: usize,
+        /// Layers.
+        layers: usize,
+        /// The budget, bytes per device.
+        budget: u64,
+        /// The smallest largest-stage memory over all splits.
+        minimum: u64,
+        /// That split, as layer counts per stage.
+        split: String,
+    },
     /// An error from the IR: the program is ill-formed (e.g. a transform's
     /// input failed verification).
     #[error(transparent)]

@@ -30,6 +30,7 @@ pub mod pipeline;
 pub mod precision;
 pub mod random;
 pub mod sharding;
+pub mod stages;
 pub mod train;
 
 pub use error::{CompilerError, Site};

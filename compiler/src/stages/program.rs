@@ -1,0 +1,194 @@
+//! A stage's program: what one stage does in one training step, in order,
+//! and its peak of live bytes.
+//!
+//! The pipeline driver executes exactly these operations, so the memory
+//! they imply is the memory the stage holds: each microbatch's stash (its
+//! input activations and batch rows) lives from its receive until its
+//! backward, an output activation until it is sent, a cotangent from its
+//! receive until the backward that consumes it. Under GPipe a stage
+//! stashes all M microbatches before the first backward; under 1F1B at
+//! most `S − s`, which is where 1F1B's memory advantage comes from.
+
+use super::schedule::{stage_order, Phase, Schedule};
+
+/// One operation of a stage's program.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StageOp {
+    /// Receive microbatch `m`'s input activations from the previous stage
+    /// (the first stage: nothing) and take its rows of the batch.
+    Recv(usize),
+    /// Run the forward on microbatch `m`.
+    Forward(usize),
+    /// Send microbatch `m`'s output activations to the next stage.
+    Send(usize),
+    /// Receive the cotangents of microbatch `m`'s outputs.
+    RecvCot(usize),
+    /// Run the backward on microbatch `m` (recomputing the forward),
+    /// accumulate the gradients, drop the stash.
+    Backward(usize),
+    /// Send the cotangents of microbatch `m`'s inputs to the previous stage.
+    SendCot(usize),
+}
+
+/// A stage's program for one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StageProgram {
+    /// The stage.
+    pub stage: usize,
+    /// The stages.
+    pub stages: usize,
+    /// The operations, in order.
+    pub ops: Vec<StageOp>,
+}
+
+/// Stage `s`'s program under `schedule`.
+pub fn stage_program(schedule: Schedule, stages: usize, micro: usize, s: usize) -> StageProgram {
+    let (first, last) = (s == 0, s + 1 == stages);
+    let mut ops = Vec::new();
+    for t in stage_order(schedule, stages, micro, s) {
+        let m = t.micro;
+        match t.phase {
+            Phase::Forward => {
+                ops.push(StageOp::Recv(m));
+                ops.push(StageOp::Forward(m));
+                if !last {
+                    ops.push(StageOp::Send(m));
+                }
+            }
+            Phase::Backward => {
+                if !last {
+                    ops.push(StageOp::RecvCot(m));
+                }
+                ops.push(StageOp::Backward(m));
+                if !first {
+                    ops.push(StageOp::SendCot(m));
+                }
+            }
+        }
+    }
+    StageProgram { stage: s, stages, ops }
+}
+
+/// Bytes of a stage's buffers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StageBytes {
+    /// Held for the whole step: parameters, optimizer slots, gradient
+    /// accumulators.
+    pub resident: u64,
+    /// Per microbatch in flight: input activations and batch rows.
+    pub stash: u64,
+    /// Output activations of one microbatch (until sent).
+    pub act_out: u64,
+    /// Cotangents of one microbatch's outputs (until its backward).
+    pub cot_out: u64,
+    /// Cotangents of one microbatch's inputs (until sent).
+    pub cot_in: u64,
+    /// The forward's own peak, beyond its inputs.
+    pub forward_transient: u64,
+    /// The backward's own peak, beyond its inputs.
+    pub backward_transient: u64,
+}
+
+/// The peak of a stage program.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StagePeak {
+    /// Peak of all live bytes.
+    pub total: u64,
+    /// Peak of the activation bytes held between tasks (stashes, activations
+    /// and cotangents in transit).
+    pub activations: u64,
+    /// The most microbatches stashed at once.
+    pub in_flight: usize,
+}
+
+impl StageProgram {
+    /// The peak live bytes of running the program with buffers `b`.
+    pub fn peak(&self, b: &StageBytes) -> StagePeak {
+        let mut acts = 0u64;
+        let mut stashed = 0usize;
+        let mut peak = StagePeak::default();
+        let see = |acts: u64, transient: u64, stashed: usize, peak: &mut StagePeak| {
+            peak.total = peak.total.max(b.resident + acts + transient);
+            peak.activations = peak.activations.max(acts);
+            peak.in_flight = peak.in_flight.max(stashed);
+        };
+        for op in &self.ops {
+            match op {
+                StageOp::Recv(_) => {
+                    acts += b.stash;
+                    stashed += 1;
+                    see(acts, 0, stashed, &mut peak);
+                }
+                StageOp::Forward(_) => {
+                    see(acts, b.forward_transient, stashed, &mut peak);
+                    if self.stage + 1 < self.stages {
+                        acts += b.act_out;
+                        see(acts, 0, stashed, &mut peak);
+                    }
+                }
+                StageOp::Send(_) => acts -= b.act_out,
+                StageOp::RecvCot(_) => {
+                    acts += b.cot_out;
+                    see(acts, 0, stashed, &mut peak);
+                }
+                StageOp::Backward(_) => {
+                    see(acts, b.backward_transient, stashed, &mut peak);
+                    acts -= b.stash;
+                    stashed -= 1;
+                    if self.stage + 1 < self.stages {
+                        acts -= b.cot_out;
+                    }
+                    if self.stage > 0 {
+                        acts += b.cot_in;
+                        see(acts, 0, stashed, &mut peak);
+                    }
+                }
+                StageOp::SendCot(_) => acts -= b.cot_in,
+            }
+        }
+        peak
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_send_what_the_neighbours_receive() {
+        for schedule in Schedule::ALL {
+            let (s_n, m) = (3, 5);
+            let ps: Vec<StageProgram> = (0..s_n).map(|s| stage_program(schedule, s_n, m, s)).collect();
+            for s in 0..s_n {
+                let sends = ps[s].ops.iter().filter(|o| matches!(o, StageOp::Send(_))).count();
+                let cots = ps[s].ops.iter().filter(|o| matches!(o, StageOp::SendCot(_))).count();
+                assert_eq!(sends, if s + 1 < s_n { m } else { 0 });
+                assert_eq!(cots, if s > 0 { m } else { 0 });
+            }
+        }
+    }
+
+    #[test]
+    fn gpipe_stashes_every_microbatch_and_1f1b_at_most_the_stages() {
+        let b = StageBytes {
+            resident: 1000,
+            stash: 100,
+            act_out: 100,
+            cot_out: 100,
+            cot_in: 100,
+            forward_transient: 50,
+            backward_transient: 70,
+        };
+        for m in [4, 8, 16] {
+            for s in 0..4 {
+                let g = stage_program(Schedule::GPipe, 4, m, s).peak(&b);
+                let o = stage_program(Schedule::OneFOneB, 4, m, s).peak(&b);
+                assert_eq!(g.in_flight, m);
+                assert_eq!(o.in_flight, 4 - s);
+                assert!(o.activations <= 4 * (b.stash + b.act_out + b.cot_out + b.cot_in), "stage {s}: {o:?}");
+                assert!(g.activations >= m as u64 * b.stash);
+                assert!(o.total < g.total || m <= 4 - s);
+            }
+        }
+    }
+}
