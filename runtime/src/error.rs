@@ -130,6 +130,51 @@ pub enum RuntimeError {
         /// Why.
         why: String,
     },
+    /// A process waited longer than the timeout for messages from other
+    /// processes (they died, hang, or run another program).
+    #[error(
+        "process {rank} waited {waited:?} in {what} for process(es) {missing:?}, which never sent (dead, hung, or running \
+         something else); stopping"
+    )]
+    ProcessTimeout {
+        /// The process that waited.
+        rank: usize,
+        /// What it was waiting in (the step and collective, or a barrier).
+        what: String,
+        /// How long it waited.
+        waited: std::time::Duration,
+        /// The processes that never sent.
+        missing: Vec<usize>,
+    },
+    /// Another process stopped the job while this one waited.
+    #[error("process {rank}: the job was stopped by process {by} while this one waited in {what}")]
+    ProcessAborted {
+        /// The process that waited.
+        rank: usize,
+        /// The process that stopped the job.
+        by: usize,
+        /// What it was waiting in.
+        what: String,
+    },
+    /// The transport between processes failed.
+    #[error("process {rank}: {message}")]
+    Process {
+        /// The process reporting it.
+        rank: usize,
+        /// What failed.
+        message: String,
+    },
+    /// More processes than devices: every process must own at least one.
+    #[error(
+        "the mesh has {devices} devices but the job has {processes} processes; every process owns at least one \
+         device (use a mesh of at least {processes} devices, or fewer processes)"
+    )]
+    ProcessCount {
+        /// Devices of the mesh.
+        devices: usize,
+        /// Processes of the job.
+        processes: usize,
+    },
     /// An error from the IR layer (host tensor conversion, interpreter).
     #[error(transparent)]
     Ir(#[from] IrError),

@@ -104,5 +104,5 @@ fn input_err(device: usize, p: &DeviceProgram, b: BufferId, e: RuntimeError) -> 
 
 fn check_inputs(p: &DeviceProgram, inputs: &[Vec<HostTensor>]) -> Result<(), RuntimeError> {
     let all: Vec<usize> = (0..p.inputs.len()).collect();
-    check_values(p, &all, inputs, "input")
+    check_values(p, &(0..p.num_devices()).collect::<Vec<_>>(), &all, inputs, "input")
 }

@@ -15,6 +15,8 @@
 //!   it many times, one worker thread per device, with donated state kept
 //!   resident on the devices; [`comm`]: the [`Communicator`] the workers
 //!   meet at for collectives ([`InProcessComm`] in one process);
+//! - [`process`]: one mesh over several processes ([`ProcessGroup`]: MPI
+//!   with the `mpi` feature, threads in tests; [`ProcessComm`]);
 //! - [`exec`]: [`run_program`] runs a device program once on borrowed
 //!   devices in the calling thread;
 //!   [`fusion`] lets GPU backends run chains of elementwise steps as one
@@ -33,6 +35,7 @@ pub mod executable;
 pub mod fast;
 pub mod fusion;
 pub mod gpu;
+pub mod process;
 pub mod verify;
 
 pub use crate::gpu::{CubeBuffer, CubeclBackend};
@@ -45,4 +48,5 @@ pub use error::RuntimeError;
 pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};
 pub use executable::{shard_slice_op, ExecOptions, ExecStats, Executable, TransferStats};
 pub use fast::FastCpuBackend;
+pub use process::{ProcessComm, ProcessGroup, ThreadGroup};
 pub use verify::{verify_program, ProgramInfo};

@@ -160,6 +160,10 @@ enum StateStatus {
 /// A device program ready to run on a set of devices (see the module docs).
 pub struct Executable<B: Backend> {
     shared: Arc<Shared>,
+    /// The devices this executable runs (all of the mesh's, or this
+    /// process's in a multi-process run), ascending.
+    local: Vec<usize>,
+    /// Per worker, its devices (a contiguous run of `local`).
     lanes: Vec<Vec<usize>>,
     workers: Vec<Worker>,
     state: StateStatus,
@@ -180,21 +184,56 @@ where
         if backends.len() != n {
             return Err(RuntimeError::device_count(&program, backends.len()));
         }
+        let comm: Box<dyn Communicator> = Box::new(InProcessComm::new(options.collective_timeout));
+        Executable::with_devices(program, (0..n).collect(), backends, comm, options)
+    }
+
+    /// Verifies and plans `program` for the devices `local` of its mesh
+    /// (ascending; `backends` in the same order), whose collectives meet
+    /// through `comm` — in a multi-process run, this process's devices and
+    /// a [`crate::process::ProcessComm`]. Every per-device argument and
+    /// result of the executable then lists these devices only, in this
+    /// order.
+    pub fn with_devices(
+        program: DeviceProgram,
+        local: Vec<usize>,
+        backends: Vec<B>,
+        comm: Box<dyn Communicator>,
+        options: ExecOptions,
+    ) -> Result<Executable<B>, RuntimeError> {
+        let n = program.num_devices();
+        let m = local.len();
+        if m == 0 || backends.len() != m || local.windows(2).any(|w| w[0] >= w[1]) || local[m - 1] >= n {
+            return Err(RuntimeError::InvalidProgram {
+                program: program.name.clone(),
+                step: None,
+                message: format!(
+                    "an executable needs ascending devices of the mesh's {n} and one backend each; given devices                      {local:?} and {} backends",
+                    backends.len()
+                ),
+            });
+        }
         verify_program(&program)?;
         let (donor_output, donated_input) = donation_maps(&program, &options.donate)?;
         let backend_name = backends[0].name();
         let plan = Plan::new(&program, backends[0].fuses());
-        let comm: Box<dyn Communicator> = Box::new(InProcessComm::new(options.collective_timeout));
         let (donated, others): (Vec<usize>, Vec<usize>) =
             (0..program.inputs.len()).partition(|&i| donor_output[i].is_some());
         let shared = Arc::new(Shared { program, plan, comm, donor_output, donated_input, donated, others });
-        let threads = options.threads.unwrap_or_else(|| backends[0].default_lanes(n)).clamp(1, n);
-        let lanes: Vec<Vec<usize>> = (0..threads).map(|t| (t * n / threads..(t + 1) * n / threads).collect()).collect();
+        let threads = options.threads.unwrap_or_else(|| backends[0].default_lanes(m)).clamp(1, m);
+        let lanes: Vec<Vec<usize>> =
+            (0..threads).map(|t| local[t * m / threads..(t + 1) * m / threads].to_vec()).collect();
         let mut backends: Vec<Option<B>> = backends.into_iter().map(Some).collect();
         let mut workers = Vec::with_capacity(threads);
+        let mut next = 0;
         for (t, lane) in lanes.iter().enumerate() {
-            let owned: Vec<(usize, B)> =
-                lane.iter().map(|&d| (d, backends[d].take().expect("one lane per device"))).collect();
+            let owned: Vec<(usize, B)> = lane
+                .iter()
+                .map(|&d| {
+                    next += 1;
+                    (d, backends[next - 1].take().expect("one lane per device"))
+                })
+                .collect();
             let (jobs, job_rx) = channel();
             let (reply_tx, replies) = channel();
             let sh = Arc::clone(&shared);
@@ -214,6 +253,7 @@ where
         };
         Ok(Executable {
             shared,
+            local,
             lanes,
             workers,
             state,
@@ -248,10 +288,16 @@ where
         &self.shared.donated
     }
 
-    /// Uploads the donated inputs: `state[d]` lists device `d`'s values of
-    /// [`Executable::donated_inputs`], in that order.
+    /// The devices this executable runs, ascending: every per-device list
+    /// it takes or returns is in this order.
+    pub fn devices(&self) -> &[usize] {
+        &self.local
+    }
+
+    /// Uploads the donated inputs: `state[k]` lists the values of
+    /// [`Executable::donated_inputs`] of device `devices()[k]`, in that order.
     pub fn load_state(&mut self, state: Vec<Vec<HostTensor>>) -> Result<(), RuntimeError> {
-        check_values(&self.shared.program, &self.shared.donated, &state, "state")?;
+        check_values(&self.shared.program, &self.local, &self.shared.donated, &state, "state")?;
         let mut per_lane = self.split_by_lane(state);
         for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
             w.send(Job::Load(vals));
@@ -287,7 +333,7 @@ where
         for w in &self.workers {
             w.send(Job::Read);
         }
-        let mut out = Vec::with_capacity(self.shared.program.num_devices());
+        let mut out = Vec::with_capacity(self.local.len());
         let mut first_err = None;
         for w in &self.workers {
             match w.recv() {
@@ -320,13 +366,12 @@ where
     /// device, the outputs that are not donated, in output order.
     pub fn run(&mut self, inputs: Vec<Vec<HostTensor>>) -> Result<Vec<Vec<HostTensor>>, RuntimeError> {
         self.check_state()?;
-        check_values(&self.shared.program, &self.shared.others, &inputs, "input")?;
+        check_values(&self.shared.program, &self.local, &self.shared.others, &inputs, "input")?;
         let mut per_lane = self.split_by_lane(inputs);
         for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
             w.send(Job::Run(vals));
         }
-        let n = self.shared.program.num_devices();
-        let mut outputs = Vec::with_capacity(n);
+        let mut outputs = Vec::with_capacity(self.local.len());
         let mut errors = Vec::new();
         for (w, lane) in self.workers.iter().zip(&self.lanes) {
             match w.recv() {
@@ -365,7 +410,8 @@ where
     fn split_by_lane(&self, mut per_device: Vec<Vec<HostTensor>>) -> Vec<Vec<Vec<HostTensor>>> {
         let mut out = Vec::with_capacity(self.lanes.len());
         for lane in self.lanes.iter().rev() {
-            let rest = per_device.split_off(lane[0]);
+            let start = self.local.binary_search(&lane[0]).expect("a lane's devices are local");
+            let rest = per_device.split_off(start);
             out.push(rest);
         }
         out.reverse();
@@ -448,18 +494,20 @@ fn donation_maps(p: &DeviceProgram, donate: &[(usize, usize)]) -> Result<Donatio
 /// Checks per-device values of the program inputs at `positions`.
 pub(crate) fn check_values(
     p: &DeviceProgram,
+    devices: &[usize],
     positions: &[usize],
     values: &[Vec<HostTensor>],
     what: &str,
 ) -> Result<(), RuntimeError> {
-    if values.len() != p.num_devices() {
+    if values.len() != devices.len() {
+        let whose = if devices.len() == p.num_devices() { "the mesh has" } else { "this process runs" };
         return Err(RuntimeError::Input {
-            device: values.len().min(p.num_devices()),
+            device: devices.get(values.len()).copied().unwrap_or(0),
             index: 0,
-            message: format!("{what} values were given for {} devices, the mesh has {}", values.len(), p.num_devices()),
+            message: format!("{what} values were given for {} devices, {whose} {}", values.len(), devices.len()),
         });
     }
-    for (device, vals) in values.iter().enumerate() {
+    for (&device, vals) in devices.iter().zip(values) {
         if vals.len() != positions.len() {
             return Err(RuntimeError::Input {
                 device,

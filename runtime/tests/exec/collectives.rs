@@ -8,9 +8,9 @@ use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, DType, DotDims, Literal, Op, ReduceOp, TensorType};
 use weft_runtime::{run_program, run_program_stats, verify_program, Backend, CpuBackend};
 
-const MESHES: &[&[(&str, usize)]] = &[&[("x", 2)], &[("x", 2), ("y", 2)], &[("x", 4), ("y", 2)], &[("x", 8)]];
+pub(crate) const MESHES: &[&[(&str, usize)]] = &[&[("x", 2)], &[("x", 2), ("y", 2)], &[("x", 4), ("y", 2)], &[("x", 8)]];
 
-fn axis_sets(m: &[(&str, usize)]) -> Vec<Vec<&'static str>> {
+pub(crate) fn axis_sets(m: &[(&str, usize)]) -> Vec<Vec<&'static str>> {
     if m.len() == 1 {
         vec![vec!["x"]]
     } else {
@@ -19,10 +19,10 @@ fn axis_sets(m: &[(&str, usize)]) -> Vec<Vec<&'static str>> {
 }
 
 /// One case: the program, and each device's expected output.
-struct Case {
-    program: DeviceProgram,
-    inputs: Vec<Mat>,
-    expected: Vec<Mat>,
+pub(crate) struct Case {
+    pub(crate) program: DeviceProgram,
+    pub(crate) inputs: Vec<Mat>,
+    pub(crate) expected: Vec<Mat>,
 }
 
 fn owned(axes: &[&str]) -> Vec<String> {
@@ -31,7 +31,7 @@ fn owned(axes: &[&str]) -> Vec<String> {
 
 /// Every collective over `axes` of mesh `m`, with expectations computed
 /// from the contract: members in rank order, left folds, blocks by rank.
-fn cases(m: &[(&str, usize)], axes: &[&str]) -> Vec<Case> {
+pub(crate) fn cases(m: &[(&str, usize)], axes: &[&str]) -> Vec<Case> {
     let n: usize = m.iter().map(|a| a.1).product();
     let g: usize = axes.iter().map(|a| m.iter().find(|(b, _)| b == a).unwrap().1).product();
     let mut out = Vec::new();
@@ -85,7 +85,7 @@ fn cases(m: &[(&str, usize)], axes: &[&str]) -> Vec<Case> {
     out
 }
 
-fn permute_cases(m: &[(&str, usize)]) -> Vec<Case> {
+pub(crate) fn permute_cases(m: &[(&str, usize)]) -> Vec<Case> {
     let n: usize = m.iter().map(|a| a.1).product();
     let ins: Vec<Mat> = (0..n).map(|d| Mat::input(d, 2, 3)).collect();
     let zero = Mat { rows: 2, cols: 3, v: vec![0.0; 6] };

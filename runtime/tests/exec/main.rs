@@ -2,8 +2,9 @@
 //! (2,), (2,2), (4,2) and (8,) over every axis subset, checked against
 //! values computed here from the contract of `weft_ir::device`, on the CPU
 //! backend and on as many logical wgpu devices (all on one adapter under
-//! lavapipe); shard slices, compute steps and frees; and the verifier's
-//! errors.
+//! lavapipe); shard slices, compute steps and frees; the verifier's
+//! errors; and the same collectives with the mesh split over several
+//! (simulated) processes.
 
 // Tests pass fresh clones of shared inputs for readability.
 #![allow(clippy::cloned_ref_to_slice_refs)]
@@ -14,5 +15,6 @@ mod common;
 mod collectives;
 mod executable;
 mod fusion;
+mod processes;
 mod programs;
 mod verify_errors;

@@ -1,0 +1,143 @@
+//! Processes: one SPMD program run by several cooperating processes.
+//!
+//! A mesh of `n` devices can be spread over `P` processes (`mpirun -n P`):
+//! process `p` owns the contiguous run of devices
+//! [`devices_of_process`]`(n, P, p)` and runs them with an
+//! [`crate::Executable`] built over those devices only. Collectives whose
+//! groups cross a process boundary go through a [`ProcessGroup`]: the
+//! transport between processes (MPI with the `mpi` feature, [`MpiGroup`];
+//! threads in one process for tests, [`ThreadGroup`]). [`ProcessComm`] is
+//! the [`crate::Communicator`] that joins the two: the devices of this
+//! process meet in memory, and once all of them have contributed to a
+//! step, one exchange with the other processes gives every process the
+//! contributions of every member of its groups.
+//!
+//! Why exchange contributions rather than call MPI's reductions: the
+//! result of a reduction is then folded here, left to right in rank order
+//! with the interpreter's arithmetic ([`crate::collective::combine`]), so
+//! a run on `P` processes is bitwise the run on one process. MPI's own
+//! reductions choose their order by algorithm and message size.
+//!
+//! Why point-to-point with a deadline rather than blocking collectives: a
+//! process that died or hangs must not hang the others. Every receive is
+//! polled against a deadline; the error names the process (and so the
+//! devices) that never sent, and the step and collective being waited in.
+//!
+//! Ordering: every process runs the same program, so exchanges happen in
+//! the same order everywhere (step by step) and each pair of processes
+//! matches messages by tag; a process exchanges only once every one of its
+//! devices has contributed, which needs no more than every worker reaching
+//! the step (a worker contributes for all its devices before it receives).
+
+mod comm;
+#[cfg(feature = "mpi")]
+mod mpi;
+mod threads;
+
+pub use comm::ProcessComm;
+#[cfg(feature = "mpi")]
+pub use mpi::{MpiGroup, MpiSession};
+pub use threads::ThreadGroup;
+
+use crate::error::RuntimeError;
+use std::time::Duration;
+
+/// First tag of control messages (barriers, gathers); collective
+/// exchanges use tags below it.
+const CONTROL_TAG: u32 = 30_000;
+
+/// How processes exchange bytes: the transport under [`ProcessComm`] and
+/// the checkpoint and start-up protocols.
+pub trait ProcessGroup: Send + Sync {
+    /// This process's rank, `0..size`.
+    fn rank(&self) -> usize;
+
+    /// The number of processes.
+    fn size(&self) -> usize;
+
+    /// Sends each `(peer, bytes)` of `sends` and receives from each
+    /// `(peer, len)` of `receives` exactly `len` bytes, all with `tag`;
+    /// returns the received messages in the order of `receives`. Waits at
+    /// most `timeout`; `what` names the exchange in the error
+    /// ([`RuntimeError::ProcessTimeout`], naming the peers that never sent).
+    fn exchange(
+        &self,
+        tag: u32,
+        sends: &[(usize, Vec<u8>)],
+        receives: &[(usize, usize)],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<Vec<Vec<u8>>, RuntimeError>;
+
+    /// Stops every process of the job now (after an error on this one), so
+    /// that none is left behind waiting. Returns only if the transport
+    /// cannot do that (then the caller exits with its own error).
+    fn abort_all(&self, code: i32);
+
+    /// Every process's `bytes`, in rank order (sizes may differ).
+    fn all_gather(&self, bytes: &[u8], timeout: Duration, what: &str) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        let me = self.rank();
+        let peers: Vec<usize> = (0..self.size()).filter(|&q| q != me).collect();
+        let len = (bytes.len() as u64).to_le_bytes().to_vec();
+        let sends: Vec<(usize, Vec<u8>)> = peers.iter().map(|&q| (q, len.clone())).collect();
+        let receives: Vec<(usize, usize)> = peers.iter().map(|&q| (q, 8)).collect();
+        let lens = self.exchange(CONTROL_TAG, &sends, &receives, timeout, what)?;
+        let sends: Vec<(usize, Vec<u8>)> = peers.iter().map(|&q| (q, bytes.to_vec())).collect();
+        let receives: Vec<(usize, usize)> = peers
+            .iter()
+            .zip(&lens)
+            .map(|(&q, l)| (q, u64::from_le_bytes(l[..8].try_into().expect("8 bytes")) as usize))
+            .collect();
+        let mut got = self.exchange(CONTROL_TAG + 1, &sends, &receives, timeout, what)?.into_iter();
+        Ok((0..self.size()).map(|q| if q == me { bytes.to_vec() } else { got.next().expect("one per peer") }).collect())
+    }
+
+    /// Waits until every process has reached the barrier `what`.
+    fn barrier(&self, timeout: Duration, what: &str) -> Result<(), RuntimeError> {
+        self.all_gather(&[], timeout, what).map(|_| ())
+    }
+}
+
+/// The devices process `rank` of `processes` owns on a mesh of `devices`
+/// devices: a contiguous run, as even as possible (the first
+/// `devices % processes` processes own one more).
+pub fn devices_of_process(devices: usize, processes: usize, rank: usize) -> std::ops::Range<usize> {
+    rank * devices / processes..(rank + 1) * devices / processes
+}
+
+/// The process owning each device of a mesh of `devices` devices.
+pub fn device_owners(devices: usize, processes: usize) -> Vec<usize> {
+    let mut owner = vec![0; devices];
+    for p in 0..processes {
+        for d in devices_of_process(devices, processes, p) {
+            owner[d] = p;
+        }
+    }
+    owner
+}
+
+/// Checks that `processes` processes can share a mesh of `devices`
+/// devices: every process must own at least one.
+pub fn check_process_count(devices: usize, processes: usize) -> Result<(), RuntimeError> {
+    if processes == 0 || processes > devices {
+        return Err(RuntimeError::ProcessCount { devices, processes });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_dealt_in_contiguous_even_runs() {
+        assert_eq!(devices_of_process(8, 2, 0), 0..4);
+        assert_eq!(devices_of_process(8, 2, 1), 4..8);
+        assert_eq!(devices_of_process(8, 3, 0), 0..2);
+        assert_eq!(devices_of_process(8, 3, 2), 5..8);
+        assert_eq!(device_owners(4, 4), vec![0, 1, 2, 3]);
+        assert_eq!(device_owners(4, 1), vec![0; 4]);
+        assert!(check_process_count(4, 8).is_err());
+        assert!(check_process_count(4, 4).is_ok());
+    }
+}
