@@ -23,6 +23,12 @@
 //! dir = "runs/mlp/ckpt"
 //! every = 10
 //! keep_last = 3
+//!
+//! [pipeline]                  # optional; mesh = "stage=4" or "data=2,stage=2,model=2"
+//! stages = 4
+//! microbatches = 8
+//! schedule = "1f1b"           # or "gpipe"
+//! split = [2, 1, 1, 2]        # optional; default: chosen by cost
 //! ```
 //!
 //! Unknown keys are errors (a typo never silently does nothing), and every
@@ -79,6 +85,41 @@ pub struct RunConfig {
     /// run trains on the model's fixed synthetic batch (or `--data`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<crate::data::DataConfig>,
+    /// Pipeline parallelism (`[pipeline]`): the model split by depth over
+    /// the positions of a `stage` mesh axis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<PipelineSection>,
+}
+
+/// `[pipeline]`: stages, microbatches, schedule, an optional split.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSection {
+    /// Stages: the size of the stage axis.
+    pub stages: usize,
+    /// Microbatches per step (they replace `optimizer.micro_batches`).
+    #[serde(default = "d_micro")]
+    pub microbatches: usize,
+    /// `gpipe` or `1f1b`.
+    #[serde(default = "d_schedule")]
+    pub schedule: String,
+    /// Layers per stage (the embedding and the head count as one layer
+    /// each); default: chosen by the cost model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Vec<usize>>,
+    /// The mesh axis whose positions are the stages.
+    #[serde(default = "d_stage_axis")]
+    pub axis: String,
+    /// Bytes per device a stage may use (`2GiB`): the split must fit it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<String>,
+}
+
+fn d_schedule() -> String {
+    "1f1b".into()
+}
+fn d_stage_axis() -> String {
+    "stage".into()
 }
 
 /// The model and its sizes.

@@ -135,6 +135,12 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "data.prefetch", flag: None, range: int(0, MAX_PREFETCH), default: "2", note: "batches read ahead; 0: read in the step loop" },
     KeySpec { key: "data.eval_every", flag: None, range: int(0, MAX_STEPS), default: "0", note: "0: never" },
     KeySpec { key: "data.eval_batches", flag: None, range: int(1, 1_000_000), default: "4", note: "" },
+    KeySpec { key: "pipeline.stages", flag: None, range: int(1, MAX_DEVICES), default: "(required with `[pipeline]`)", note: "the size of `pipeline.axis`; at most the model's layers (embedding and head count one each)" },
+    KeySpec { key: "pipeline.microbatches", flag: None, range: int(1, MAX_DIM), default: "1", note: "divides `model.batch`; `optimizer.micro_batches` must stay 1" },
+    KeySpec { key: "pipeline.schedule", flag: None, range: Range::OneOf(&["gpipe", "1f1b"]), default: "`1f1b`", note: "" },
+    KeySpec { key: "pipeline.split", flag: None, range: Range::Text("layers per stage, each ≥ 1, summing to the model's layers"), default: "chosen by cost", note: "" },
+    KeySpec { key: "pipeline.axis", flag: None, range: Range::Text("a mesh axis"), default: "`stage`", note: "" },
+    KeySpec { key: "pipeline.memory_budget", flag: None, range: Range::Text("a size ≥ 1 byte: `2GiB`, `512MiB`, `1e9`"), default: "none", note: "per device; the split must fit it" },
 ];
 
 /// The spec of `key` (which must be in [`KEYS`]).
@@ -314,7 +320,48 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
     if let Some(d) = &c.data {
         validate_data(d, &c.model)?;
     }
+    if let Some(p) = &c.pipeline {
+        validate_pipeline(p, c, &mesh, batch)?;
+    }
     Ok(mesh)
+}
+
+/// The `[pipeline]` keys: ranges, then the stage axis and the batch.
+fn validate_pipeline(p: &super::config::PipelineSection, c: &RunConfig, mesh: &Mesh, batch: usize) -> Result<()> {
+    use weft_compiler::CompilerError;
+    check_int("pipeline.stages", p.stages as u64)?;
+    check_int("pipeline.microbatches", p.microbatches as u64)?;
+    check_name("pipeline.schedule", &p.schedule)?;
+    if let Some(m) = &p.memory_budget {
+        weft_ir::limits::parse_bytes(m).map_err(|e| invalid("pipeline.memory_budget", format!("`{m}`"), e))?;
+    }
+    if let Some(split) = &p.split {
+        if split.len() != p.stages || split.contains(&0) {
+            return Err(invalid(
+                "pipeline.split",
+                format!("{split:?}"),
+                format!("must list {} layer counts (one per stage), each at least 1", p.stages),
+            ));
+        }
+    }
+    let size = mesh.axis(&p.axis).map(|a| a.size);
+    if size != Some(p.stages) {
+        return Err(CompilerError::PipelineStageAxis { axis: p.axis.clone(), size: size.unwrap_or(0), stages: p.stages }.into());
+    }
+    if batch % p.microbatches != 0 {
+        return Err(CompilerError::PipelineMicrobatches { microbatches: p.microbatches, batch }.into());
+    }
+    if c.optimizer.micro_batches != 1 {
+        return Err(invalid(
+            "optimizer.micro_batches",
+            c.optimizer.micro_batches,
+            "must be 1 with [pipeline]: pipeline.microbatches sets the accumulation".into(),
+        ));
+    }
+    if c.strategy.as_deref() == Some("auto") {
+        return Err(invalid("strategy", "`auto`", "is not supported with [pipeline] yet".into()));
+    }
+    Ok(())
 }
 
 /// The `[data]` keys.

@@ -510,11 +510,12 @@ fn mean_grad(e: &mut Emitter<'_>, g: ValueId, dtype: DType, k: usize) -> ValueId
 /// `square(gsum...) -> (Σ g² per parameter)` (f32 scalars).
 fn square_fn(s: usize, fwd: &Function, n_params: usize, k: usize) -> Function {
     let mut e = Emitter::new(format!("stage{s}.square"));
+    let gs: Vec<ValueId> = (0..n_params)
+        .map(|i| e.f.add_param(Some(format!("grad.{}", fwd.param_name(i))), fwd.ty(fwd.params[i]).clone()))
+        .collect();
     let mut out = Vec::new();
-    for i in 0..n_params {
-        let t = fwd.ty(fwd.params[i]).clone();
-        let g = e.f.add_param(Some(format!("grad.{}", fwd.param_name(i))), t.clone());
-        let g = mean_grad(&mut e, g, t.dtype, k);
+    for (i, &g) in gs.iter().enumerate() {
+        let g = mean_grad(&mut e, g, fwd.ty(fwd.params[i]).dtype, k);
         let g32 = e.convert(g, DType::F32);
         let sq = e.mul(g32, g32);
         out.push(e.sum_all(sq));

@@ -1,0 +1,473 @@
+//! The pipeline driver: runs a training step cut into stages
+//! ([`weft_compiler::stages`]) with one thread per stage, each executing
+//! its stage program (receive, forward, send, ..., backward, send back) in
+//! the schedule's order, activations and cotangents passed to the
+//! neighbouring stages over channels.
+//!
+//! Each stage's functions are compiled for the sub-mesh of the other axes
+//! (`data`, `model`) with the strategy's annotations and run as
+//! executables on devices of their own, so PP composes with DP, TP and
+//! FSDP: a stage is an SPMD program over its sub-mesh, the stages together
+//! are MPMD (one position of the `stage` axis each). With the `interp`
+//! backend each stage runs on the reference interpreter instead: the
+//! oracle for the pipeline itself.
+//!
+//! Gradients are accumulated on the host in microbatch order
+//! (`g0 + g1 + …`, f32 additions), the loss likewise, the global norm from
+//! every stage's squares in parameter order, so a pipelined step equals the
+//! unpipelined accumulating step up to the order of additions inside the
+//! backward (bitwise where it is the same).
+
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::Instant;
+use weft_compiler::partition::{compile, PartitionedFunction};
+use weft_compiler::sharding::{Mesh, PropagateOptions};
+use weft_compiler::stages::{
+    stage_program, Phase, StageBytes, StageFns, StageOp, StagePeak, StagedStep, Task, Trace, TraceEvent,
+};
+use weft_compiler::train::{Metrics, TrainStep, Tree};
+use weft_ir::tensor::HostTensor;
+use weft_ir::{DType, Function, Module};
+use weft_runtime::{AnyBackend, BackendKind, ExecOptions, Executable};
+
+/// One compiled stage function.
+enum Compiled {
+    /// The reference interpreter, unsharded.
+    Interp(Module, String),
+    /// The reference device-program simulator.
+    Sim(Box<PartitionedFunction>),
+    /// An executable on runtime devices.
+    Devices(Box<PartitionedFunction>, Box<Executable<AnyBackend>>),
+}
+
+impl Compiled {
+    fn new(f: &Function, mesh: &Mesh, backend: &str) -> Result<Compiled> {
+        let m = Module { functions: vec![f.clone()] };
+        if backend == "interp" {
+            weft_ir::verify_module(&m)?;
+            return Ok(Compiled::Interp(m, f.name.clone()));
+        }
+        let pf = compile(&m, &f.name, mesh, &PropagateOptions::default())?;
+        if backend == "sim" {
+            return Ok(Compiled::Sim(Box::new(pf)));
+        }
+        let kind: BackendKind = backend.parse()?;
+        let devices = weft_runtime::open_devices(kind, mesh.num_devices())?;
+        let exe = Executable::new(
+            pf.program.clone(),
+            devices.backends,
+            ExecOptions { threads: Some(1), ..Default::default() },
+        )?;
+        Ok(Compiled::Devices(Box::new(pf), Box::new(exe)))
+    }
+
+    fn run(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        match self {
+            Compiled::Interp(m, name) => Ok(weft_ir::interp::run(m, name, inputs)?),
+            Compiled::Sim(pf) => Ok(pf.run(inputs, super::MAX_SIMULATED_DEVICES)?),
+            Compiled::Devices(pf, exe) => {
+                let per = pf.shard_inputs(inputs)?;
+                let outs = exe.run(per)?;
+                Ok(pf.unshard_outputs(outs)?)
+            }
+        }
+    }
+}
+
+/// A stage's compiled functions and state.
+struct Stage {
+    fns: StageFns,
+    forward: Compiled,
+    backward: Compiled,
+    square: Compiled,
+    update: Compiled,
+    /// Parameters, then slots (slot-major), as `update` takes them.
+    params: Vec<HostTensor>,
+    slots: Vec<HostTensor>,
+}
+
+/// What a stage thread sends to a neighbour: a microbatch and its tensors.
+type Msg = (usize, Vec<HostTensor>);
+
+/// What a stage's run of one step produced.
+struct StageRun {
+    grads: Vec<HostTensor>,
+    /// Per microbatch (last stage only): loss and auxiliary metrics.
+    outputs: Vec<Vec<HostTensor>>,
+    events: Vec<TraceEvent>,
+}
+
+/// Runs a [`StagedStep`] on one stage thread per stage.
+pub struct PipelineExecutor {
+    staged: StagedStep,
+    stages: Vec<Stage>,
+    step: HostTensor,
+    mesh: Mesh,
+    backend: String,
+    last_trace: Option<Trace>,
+    compile_secs: f64,
+}
+
+fn rows(t: &HostTensor, m: usize, k: usize) -> Result<HostTensor> {
+    let ty = t.ty();
+    let n = ty.shape.first().copied().unwrap_or(0);
+    if k == 0 || n % k != 0 {
+        return Err(weft_compiler::CompilerError::PipelineMicrobatches { microbatches: k, batch: n }.into());
+    }
+    let bytes = t.to_bytes_le();
+    let per = bytes.len() / k;
+    let mut shape = ty.shape.clone();
+    shape[0] = n / k;
+    Ok(HostTensor::from_bytes_le(&weft_ir::TensorType::new(ty.dtype, shape), &bytes[m * per..(m + 1) * per])?)
+}
+
+/// `a + b` for f32 tensors (IEEE single additions, as the IR's `add`).
+fn add(a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
+    match (a.as_f32(), b.as_f32()) {
+        (Some(x), Some(y)) => {
+            let v: Vec<f32> = x.iter().zip(y.iter()).map(|(p, q)| p + q).collect();
+            Ok(HostTensor::from_f32(a.shape(), v)?)
+        }
+        _ => Err(Error::Usage(format!(
+            "pipeline stages accumulate f32 gradients and losses, got {} and {}",
+            a.dtype(),
+            b.dtype()
+        ))),
+    }
+}
+
+fn scalar_f32(t: &HostTensor) -> f32 {
+    t.as_f32().and_then(|a| a.iter().next().copied()).unwrap_or(f32::NAN)
+}
+
+impl PipelineExecutor {
+    /// Compiles every stage's functions for `sub_mesh` (the mesh without
+    /// its stage axis) on `backend` (`interp`, `sim`, `cpu`, ...).
+    pub fn new(staged: StagedStep, sub_mesh: &Mesh, backend: &str) -> Result<PipelineExecutor> {
+        let clock = Instant::now();
+        let mut stages = Vec::with_capacity(staged.stages.len());
+        for fns in &staged.stages {
+            stages.push(Stage {
+                forward: Compiled::new(&fns.forward, sub_mesh, backend)?,
+                backward: Compiled::new(&fns.backward, sub_mesh, backend)?,
+                square: Compiled::new(&fns.square, sub_mesh, backend)?,
+                update: Compiled::new(&fns.update, sub_mesh, backend)?,
+                fns: fns.clone(),
+                params: Vec::new(),
+                slots: Vec::new(),
+            });
+        }
+        Ok(PipelineExecutor {
+            staged,
+            stages,
+            step: HostTensor::scalar(DType::I32, 0.0),
+            mesh: sub_mesh.clone(),
+            backend: backend.into(),
+            last_trace: None,
+            compile_secs: clock.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The cut step.
+    pub fn staged(&self) -> &StagedStep {
+        &self.staged
+    }
+
+    /// Seconds spent compiling the stage functions.
+    pub fn compile_secs(&self) -> f64 {
+        self.compile_secs
+    }
+
+    /// The last step's schedule trace on the executor's clock (seconds
+    /// from the step's start).
+    pub fn last_trace(&self) -> Option<&Trace> {
+        self.last_trace.as_ref()
+    }
+
+    /// Per stage: the buffers of its program and their peak under the
+    /// schedule (per device of the stage's sub-mesh for the transients).
+    pub fn stage_memory(&self) -> Vec<(StageBytes, StagePeak)> {
+        let pc = &self.staged.config;
+        self.stages
+            .iter()
+            .enumerate()
+            .map(|(s, st)| {
+                let b = stage_bytes(st, pc.microbatches);
+                let p = stage_program(pc.schedule, pc.stages, pc.microbatches, s).peak(&b);
+                (b, p)
+            })
+            .collect()
+    }
+
+    /// Loads the global state `state` (leaves by name).
+    pub fn load_tree(&mut self, state: &Tree) -> Result<()> {
+        let get = |n: &str| {
+            state.get(n).cloned().ok_or_else(|| Error::Usage(format!("the pipeline state has no leaf `{n}`")))
+        };
+        for st in &mut self.stages {
+            st.params = st.fns.params.iter().map(|n| get(n)).collect::<Result<_>>()?;
+            st.slots = Vec::new();
+            for slot in &self.staged.slots {
+                for n in &st.fns.params {
+                    st.slots.push(get(&format!("{slot}.{}", &n["params.".len()..]))?);
+                }
+            }
+        }
+        self.step = get("step")?;
+        Ok(())
+    }
+
+    /// The global state (leaves by name).
+    pub fn tree(&self) -> Tree {
+        let mut t = Tree::new();
+        for st in &self.stages {
+            for (n, v) in st.fns.params.iter().zip(&st.params) {
+                t.insert(n.clone(), v.clone());
+            }
+            let np = st.fns.params.len();
+            for (q, slot) in self.staged.slots.iter().enumerate() {
+                for (j, n) in st.fns.params.iter().enumerate() {
+                    t.insert(format!("{slot}.{}", &n["params.".len()..]), st.slots[q * np + j].clone());
+                }
+            }
+        }
+        t.insert("step".into(), self.step.clone());
+        t
+    }
+
+    /// Runs one step on `batch` (the whole batch; it is cut into the
+    /// configured microbatches).
+    pub fn run_step(&mut self, batch: &Tree) -> Result<Metrics> {
+        let pc = self.staged.config.clone();
+        let (s_n, k) = (pc.stages, pc.microbatches);
+        // Microbatch rows of every batch input, by name.
+        let mut micro: BTreeMap<String, Vec<HostTensor>> = BTreeMap::new();
+        for (name, t) in batch {
+            micro.insert(name.clone(), (0..k).map(|m| rows(t, m, k)).collect::<Result<_>>()?);
+        }
+        let mut fwd: Vec<(Option<Sender<Msg>>, Option<Receiver<Msg>>)> = (0..s_n).map(|_| (None, None)).collect();
+        let mut bwd: Vec<(Option<Sender<Msg>>, Option<Receiver<Msg>>)> = (0..s_n).map(|_| (None, None)).collect();
+        for s in 0..s_n.saturating_sub(1) {
+            let (tx, rx) = channel();
+            fwd[s].0 = Some(tx);
+            fwd[s + 1].1 = Some(rx);
+            let (tx, rx) = channel();
+            bwd[s + 1].0 = Some(tx);
+            bwd[s].1 = Some(rx);
+        }
+        let start = Instant::now();
+        let micro = &micro;
+        let runs: Vec<Result<StageRun>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = self
+                .stages
+                .iter_mut()
+                .zip(fwd.into_iter().zip(bwd))
+                .enumerate()
+                .map(|(s, (st, (f, b)))| {
+                    let prog = stage_program(pc.schedule, s_n, k, s);
+                    sc.spawn(move || run_stage(s, st, &prog.ops, micro, f, b, start))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Usage("a stage thread panicked".into()))))
+                .collect()
+        });
+        let runs: Vec<StageRun> = runs.into_iter().collect::<Result<_>>()?;
+        // The global norm from every stage's squares, in parameter order.
+        let mut total = 0.0f32;
+        for (st, run) in self.stages.iter_mut().zip(&runs) {
+            for sq in st.square.run(&run.grads)? {
+                total += scalar_f32(&sq);
+            }
+        }
+        let norm = total.sqrt();
+        let norm_t = HostTensor::from_f32(&[], vec![norm])?;
+        let mut lr = f32::NAN;
+        for (st, run) in self.stages.iter_mut().zip(&runs) {
+            let mut args = st.params.clone();
+            args.extend(st.slots.iter().cloned());
+            args.push(self.step.clone());
+            args.extend(run.grads.iter().cloned());
+            args.push(norm_t.clone());
+            let mut out = st.update.run(&args)?;
+            lr = scalar_f32(&out.pop().expect("lr"));
+            let np = st.params.len();
+            st.slots = out.split_off(np);
+            st.params = out;
+        }
+        self.step = HostTensor::from_i32(&[], vec![self.step.to_f64_vec()[0] as i32 + 1])?;
+        // Loss and auxiliary metrics: summed in microbatch order, then the mean.
+        let outs = &runs[s_n - 1].outputs;
+        let mut metrics = Metrics::new();
+        let names: Vec<String> = std::iter::once("loss".to_string()).chain(self.staged.aux.iter().cloned()).collect();
+        for (i, name) in names.iter().enumerate() {
+            let mut acc = outs[0][i].clone();
+            for o in &outs[1..] {
+                acc = add(&acc, &o[i])?;
+            }
+            let v = scalar_f32(&acc);
+            let v = if k > 1 { v * (1.0 / k as f64) as f32 } else { v };
+            metrics.insert(name.clone(), v as f64);
+        }
+        metrics.insert("grad_norm".into(), norm as f64);
+        metrics.insert("lr".into(), lr as f64);
+        let events = runs.into_iter().flat_map(|r| r.events).collect();
+        self.last_trace = Some(Trace { stages: s_n, clock: "seconds".into(), events });
+        Ok(metrics)
+    }
+}
+
+/// The buffers of a stage's program.
+fn stage_bytes(st: &Stage, k: usize) -> StageBytes {
+    let f = &st.fns.forward;
+    let bytes = |ts: &[weft_ir::TensorType], keep: Option<&[bool]>| -> u64 {
+        ts.iter().enumerate().filter(|(i, _)| keep.is_none_or(|k| k[*i])).map(|(_, t)| t.size_bytes() as u64).sum()
+    };
+    let np = st.fns.params.len();
+    let param_bytes: u64 = (0..np).map(|i| f.ty(f.params[i]).size_bytes() as u64).sum();
+    let batch_bytes: u64 = (np..np + st.fns.batch.len()).map(|i| f.ty(f.params[i]).size_bytes() as u64).sum();
+    let slot_bytes: u64 = st.slots.iter().map(|t| (t.len() * t.dtype().size_bytes()) as u64).sum();
+    let fwd_live = weft_compiler::memory::peak_live_bytes(f);
+    let bwd_live = weft_compiler::memory::peak_live_bytes(&st.fns.backward);
+    let _ = k;
+    StageBytes {
+        resident: 2 * param_bytes + slot_bytes,
+        stash: batch_bytes + bytes(&st.fns.act_in, None),
+        act_out: bytes(&st.fns.act_out, None),
+        cot_out: bytes(&st.fns.act_out, Some(&st.fns.act_out_float)),
+        cot_in: bytes(&st.fns.act_in, Some(&st.fns.act_in_float)),
+        forward_transient: (fwd_live.peak - fwd_live.params) as u64,
+        backward_transient: (bwd_live.peak - bwd_live.params) as u64,
+    }
+}
+
+/// Runs stage `s`'s program for one step.
+fn run_stage(
+    s: usize,
+    st: &mut Stage,
+    ops: &[StageOp],
+    micro: &BTreeMap<String, Vec<HostTensor>>,
+    fwd: (Option<Sender<Msg>>, Option<Receiver<Msg>>),
+    bwd: (Option<Sender<Msg>>, Option<Receiver<Msg>>),
+    start: Instant,
+) -> Result<StageRun> {
+    let lost = |what: &str| Error::Usage(format!("pipeline stage {s}: the neighbouring stage stopped before {what}"));
+    let mut stash: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
+    let mut out_acts: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
+    let mut cots: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
+    let mut cot_in: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
+    let mut grads: Option<Vec<HostTensor>> = None;
+    let mut outputs = Vec::new();
+    let mut events = Vec::new();
+    let np = st.fns.params.len();
+    let last = fwd.0.is_none();
+    let n_lead = if last { 1 + st.fns.forward.results.len() - 1 } else { 1 };
+    let now = || start.elapsed().as_secs_f64();
+    for op in ops {
+        match *op {
+            StageOp::Recv(m) => {
+                let mut inputs: Vec<HostTensor> = st.fns.batch.iter().map(|n| micro[n][m].clone()).collect();
+                if let Some(rx) = &fwd.1 {
+                    let (got, acts) = rx.recv().map_err(|_| lost("sending activations"))?;
+                    debug_assert_eq!(got, m, "activations arrive in microbatch order");
+                    inputs.extend(acts);
+                }
+                stash.insert(m, inputs);
+            }
+            StageOp::Forward(m) => {
+                let t0 = now();
+                let mut args = st.params.clone();
+                args.extend(stash[&m].iter().cloned());
+                let outs = st.forward.run(&args)?;
+                events.push(TraceEvent {
+                    stage: s,
+                    task: Task { phase: Phase::Forward, micro: m },
+                    start: t0,
+                    end: now(),
+                });
+                if last {
+                    outputs.push(outs);
+                } else {
+                    out_acts.insert(m, outs);
+                }
+            }
+            StageOp::Send(m) => {
+                let acts = out_acts.remove(&m).expect("sent after its forward");
+                fwd.0.as_ref().expect("a next stage").send((m, acts)).map_err(|_| lost("receiving activations"))?;
+            }
+            StageOp::RecvCot(m) => {
+                let (got, c) = bwd.1.as_ref().expect("a next stage").recv().map_err(|_| lost("sending cotangents"))?;
+                debug_assert_eq!(got, m, "cotangents arrive in microbatch order");
+                cots.insert(m, c);
+            }
+            StageOp::Backward(m) => {
+                let t0 = now();
+                let mut args = st.params.clone();
+                args.extend(stash.remove(&m).expect("backward after forward"));
+                args.extend(cots.remove(&m).unwrap_or_default());
+                let mut outs = st.backward.run(&args)?;
+                events.push(TraceEvent {
+                    stage: s,
+                    task: Task { phase: Phase::Backward, micro: m },
+                    start: t0,
+                    end: now(),
+                });
+                let rest = outs.split_off(n_lead);
+                let (g, c) = {
+                    let mut rest = rest;
+                    let c = rest.split_off(np);
+                    (rest, c)
+                };
+                grads = Some(match grads {
+                    None => g,
+                    Some(acc) => acc.iter().zip(&g).map(|(a, b)| add(a, b)).collect::<Result<_>>()?,
+                });
+                if s > 0 {
+                    cot_in.insert(m, c);
+                }
+            }
+            StageOp::SendCot(m) => {
+                let c = cot_in.remove(&m).expect("sent after its backward");
+                bwd.0.as_ref().expect("a previous stage").send((m, c)).map_err(|_| lost("receiving cotangents"))?;
+            }
+        }
+    }
+    Ok(StageRun { grads: grads.unwrap_or_default(), outputs, events })
+}
+
+impl super::Executor for PipelineExecutor {
+    fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()> {
+        step.check_state(state)?;
+        self.load_tree(state)
+    }
+
+    fn step(&mut self, _step: &TrainStep, batch: &Tree) -> Result<Metrics> {
+        self.run_step(batch)
+    }
+
+    fn checkpoint_state(&mut self, _step: &TrainStep) -> Result<crate::checkpoint::CheckpointState> {
+        Ok(crate::checkpoint::CheckpointState::from_tree(self.tree()))
+    }
+
+    fn state_layout(&self, step: &TrainStep) -> Vec<weft_ir::TensorSharding> {
+        step.state.iter().map(|l| weft_ir::TensorSharding::replicated(l.ty.rank())).collect()
+    }
+
+    fn global_state(&mut self, _step: &TrainStep) -> Result<Tree> {
+        Ok(self.tree())
+    }
+
+    fn describe(&self) -> String {
+        let pc = &self.staged.config;
+        format!(
+            "pipeline: {} stages x sub-mesh {} on backend {}, {} microbatches, schedule {}, split {:?}",
+            pc.stages, self.mesh, self.backend, pc.microbatches, pc.schedule, self.staged.split.counts
+        )
+    }
+}
+
+pub mod session;
+pub use session::{prepare_pipeline, run_pipeline_session, PipelineReport, PipelineRun};

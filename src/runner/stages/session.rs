@@ -1,0 +1,245 @@
+//! A `weft train` run with `[pipeline]`: the step cut into stages over the
+//! mesh's stage axis, run by the pipeline driver, with the split, each
+//! stage's predicted time and memory, the predicted and measured bubble,
+//! and the schedule traces (unit clock and executor clock) reported.
+
+use super::PipelineExecutor;
+use crate::error::{Error, Result};
+use crate::runner::{prepare, run_steps, Executor, MetricsWriter, Overrides, Prepared, RunConfig, RunSummary};
+use crate::strategy::{self, Strategy};
+use weft_compiler::autoshard::AutoShardOptions;
+use weft_compiler::sharding::Mesh;
+use weft_compiler::stages::{build_stages, simulate, Phase, PipelineConfig, StagedStep, Trace};
+use weft_compiler::train::TrainConfig;
+
+/// A pipeline run's outcome.
+pub struct PipelineRun {
+    /// The steps, as any run reports them.
+    pub summary: RunSummary,
+    /// The report (split, predictions, traces).
+    pub report: PipelineReport,
+}
+
+/// What `weft train` and the plan report show about a pipeline.
+#[derive(Clone, Debug)]
+pub struct PipelineReport {
+    /// The configuration.
+    pub config: PipelineConfig,
+    /// Per stage: its units by name.
+    pub stage_units: Vec<Vec<String>>,
+    /// Per stage: predicted forward and backward time of one microbatch (s).
+    pub predicted_times: Vec<(f64, f64)>,
+    /// Per stage: predicted memory per device (bytes, the split's model).
+    pub predicted_memory: Vec<u64>,
+    /// Per stage: the stage program's peak live bytes and peak activation
+    /// bytes (per device).
+    pub program_peaks: Vec<(u64, u64)>,
+    /// Predicted step time (cost-model seconds) and bubble.
+    pub predicted_step: f64,
+    /// The bubble of the predicted trace.
+    pub predicted_bubble: f64,
+    /// The unit-cost trace (F = 1, B = 2).
+    pub unit_trace: Trace,
+    /// The last step's trace on the executor's clock.
+    pub measured_trace: Option<Trace>,
+    /// Seconds compiling the stage functions.
+    pub compile_secs: f64,
+}
+
+impl PipelineReport {
+    /// The report as text, one line per stage.
+    pub fn text(&self) -> String {
+        let pc = &self.config;
+        let mut out = format!(
+            "pipeline: {} stages, {} microbatches, schedule {}, split {:?} ({})\n",
+            pc.stages,
+            pc.microbatches,
+            pc.schedule,
+            self.stage_units.iter().map(Vec::len).collect::<Vec<_>>(),
+            if pc.split.is_some() { "explicit" } else { "chosen by cost" }
+        );
+        for (s, units) in self.stage_units.iter().enumerate() {
+            let (f, b) = self.predicted_times[s];
+            out.push_str(&format!(
+                "  stage {s}: {}; predicted F {} B {} per microbatch, memory {}; program peak {} (activations {})\n",
+                units.join(", "),
+                secs(f),
+                secs(b),
+                crate::runner::human(self.predicted_memory[s] as usize),
+                crate::runner::human(self.program_peaks[s].0 as usize),
+                crate::runner::human(self.program_peaks[s].1 as usize),
+            ));
+        }
+        out.push_str(&format!(
+            "  predicted step {} and bubble {:.3} (unit clock {:.3}; (S-1)/(M+S-1) = {:.3})",
+            secs(self.predicted_step),
+            self.predicted_bubble,
+            self.unit_trace.bubble(),
+            weft_compiler::stages::ideal_bubble(pc.stages, pc.microbatches)
+        ));
+        if let Some(t) = &self.measured_trace {
+            out.push_str(&format!("\n  measured: last step {} with bubble {:.3}", secs(t.makespan()), t.bubble()));
+        }
+        out
+    }
+
+    /// The report and both traces as JSON.
+    pub fn json(&self) -> String {
+        let split: Vec<usize> = self.stage_units.iter().map(Vec::len).collect();
+        let stages: Vec<String> = (0..self.stage_units.len())
+            .map(|s| {
+                format!(
+                    "{{\"units\":{:?},\"forward\":{},\"backward\":{},\"memory\":{},\"program_peak\":{},\"activation_peak\":{}}}",
+                    self.stage_units[s],
+                    self.predicted_times[s].0,
+                    self.predicted_times[s].1,
+                    self.predicted_memory[s],
+                    self.program_peaks[s].0,
+                    self.program_peaks[s].1
+                )
+            })
+            .collect();
+        format!(
+            "{{\"schedule\":\"{}\",\"stages\":{},\"microbatches\":{},\"split\":{split:?},\"predicted_step\":{},\"predicted_bubble\":{},\"stage\":[{}],\"unit_trace\":{},\"measured_trace\":{}}}\n",
+            self.config.schedule,
+            self.config.stages,
+            self.config.microbatches,
+            self.predicted_step,
+            self.predicted_bubble,
+            stages.join(","),
+            self.unit_trace.to_json(),
+            self.measured_trace.as_ref().map(|t| t.to_json()).unwrap_or_else(|| "null".into())
+        )
+    }
+}
+
+fn secs(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.3} us", s * 1e6)
+    }
+}
+
+fn usage(e: impl std::fmt::Display) -> Error {
+    Error::Usage(e.to_string())
+}
+
+/// The stage axis and the mesh of the other axes.
+pub fn split_mesh(mesh: &Mesh, axis: &str, stages: usize) -> Result<Mesh> {
+    let size = mesh.axis(axis).map(|a| a.size);
+    if size != Some(stages) {
+        return Err(weft_compiler::CompilerError::PipelineStageAxis {
+            axis: axis.into(),
+            size: size.unwrap_or(0),
+            stages,
+        }
+        .into());
+    }
+    let rest: Vec<(&str, usize)> =
+        mesh.axes().iter().filter(|a| a.name != axis).map(|a| (a.name.as_str(), a.size)).collect();
+    Ok(Mesh::new(&rest)?)
+}
+
+/// The training configuration of `c` with the strategy's state and
+/// gradient annotations for the axes `axes` (as [`prepare`] builds it).
+fn train_config(c: &RunConfig, axes: &[&str]) -> Result<TrainConfig> {
+    let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(usage)?;
+    let mut tc = c.optimizer.train_config().map_err(usage)?;
+    let slots = tc.optimizer.slots();
+    let sh = if let Some(cfg) = c.model.mlp().map_err(usage)? {
+        strategy::shardings(strategy, &strategy::mlp_params(&cfg), &strategy::MLP_BATCH, slots, axes)
+    } else if let Some(cfg) = c.model.gpt().map_err(usage)? {
+        strategy::shardings(strategy, &strategy::gpt_params(&cfg), &strategy::GPT_BATCH, slots, axes)
+    } else {
+        unreachable!("ModelConfig has two kinds")
+    };
+    sh.configure(&mut tc);
+    Ok(tc)
+}
+
+/// The pipeline configuration of a validated config's `[pipeline]`.
+pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
+    let p = c.pipeline.as_ref().ok_or_else(|| usage("the config has no [pipeline] table"))?;
+    Ok(PipelineConfig {
+        stages: p.stages,
+        microbatches: p.microbatches,
+        schedule: p.schedule.parse()?,
+        split: p.split.clone(),
+        memory_budget: p.memory_budget.as_deref().map(weft_ir::limits::parse_bytes).transpose().map_err(usage)?,
+    })
+}
+
+/// Builds the model (for microbatches of `batch / M` rows), the
+/// unpipelined accumulating step (its state layout and initial state) and
+/// the step cut into stages, for a config with `[pipeline]` on `mesh`.
+pub fn prepare_pipeline(c: &RunConfig, mesh: &Mesh, ov: &Overrides) -> Result<(Prepared, StagedStep, Mesh)> {
+    let pc = pipeline_config(c)?;
+    let axis = c.pipeline.as_ref().map(|p| p.axis.clone()).unwrap_or_else(|| "stage".into());
+    let sub = split_mesh(mesh, &axis, pc.stages)?;
+    let axes: Vec<&str> = sub.axes().iter().map(|a| a.name.as_str()).collect();
+    let mut c2 = c.clone();
+    c2.optimizer.micro_batches = pc.microbatches;
+    c2.pipeline = None;
+    let prepared = prepare(&c2, &axes, ov)?;
+    let tc = train_config(&c2, &axes)?;
+    let staged = build_stages(&prepared.step.module, &tc, &pc, sub.num_devices(), &AutoShardOptions::default())?;
+    Ok((prepared, staged, sub))
+}
+
+/// The report of a pipelined step before it runs.
+pub fn report(exec: &PipelineExecutor) -> Result<PipelineReport> {
+    let staged = exec.staged();
+    let pc = staged.config.clone();
+    let split = &staged.split;
+    let stage_units = split.ranges().into_iter().map(|r| staged.unit_names[r].to_vec()).collect();
+    let unit_trace =
+        simulate(pc.schedule, pc.stages, pc.microbatches, &|_, p| if p == Phase::Forward { 1.0 } else { 2.0 })?;
+    let program_peaks = exec.stage_memory().into_iter().map(|(_, p)| (p.total, p.activations)).collect();
+    Ok(PipelineReport {
+        config: pc,
+        stage_units,
+        predicted_times: split.times.clone(),
+        predicted_memory: split.memory.clone(),
+        program_peaks,
+        predicted_step: split.step_time,
+        predicted_bubble: split.bubble,
+        unit_trace,
+        measured_trace: exec.last_trace().cloned(),
+        compile_secs: exec.compile_secs(),
+    })
+}
+
+/// Runs a config with `[pipeline]`: builds the stages, runs `c.steps`
+/// steps from the initial state, writes the metrics (`c.metrics`) and,
+/// beside them, `pipeline.json` (the report and both traces).
+pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides) -> Result<PipelineRun> {
+    let c = ov.apply(c.clone());
+    let mesh = super::super::validate::validate(&c)?;
+    if c.checkpoint.is_some() || c.data.is_some() || ov.resume || ov.resume_or_start {
+        return Err(usage(
+            "[pipeline] runs train on the fixed batch without checkpoints for now: remove [checkpoint], [data] and --resume",
+        ));
+    }
+    let clock = std::time::Instant::now();
+    let (prepared, staged, sub) = prepare_pipeline(&c, &mesh, ov)?;
+    let build_secs = clock.elapsed().as_secs_f64();
+    let backend = c.backend.clone().unwrap_or_else(|| crate::runner::default_backend().into());
+    let mut exec = PipelineExecutor::new(staged, &sub, &backend)?;
+    let state = prepared.step.init_state(&prepared.params, c.seed, 1.0)?;
+    exec.load(&prepared.step, &state)?;
+    let mut writer = match &c.metrics {
+        Some(p) => Some(MetricsWriter::open(p, false)?),
+        None => None,
+    };
+    let mut summary = run_steps(&c, &prepared, &mut exec, 0, writer.as_mut(), None, |_, _| Ok(()), ov.quiet)?;
+    summary.compile_secs = vec![("build stages".into(), build_secs), ("compile stages".into(), exec.compile_secs())];
+    let report = report(&exec)?;
+    if let Some(p) = &c.metrics {
+        let path = p.with_file_name("pipeline.json");
+        std::fs::write(&path, report.json()).map_err(|source| Error::Io { path, source })?;
+    }
+    Ok(PipelineRun { summary, report })
+}

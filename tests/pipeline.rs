@@ -1,0 +1,162 @@
+//! Pipeline parallelism: the pipelined step (stages on a mesh axis, GPipe
+//! or 1F1B) equals the unpipelined step with the same microbatch
+//! accumulation, for the MLP and the GPT, S = 2 and 4, M = 1, 4, 8, both
+//! schedules, also composed with DP, TP and FSDP (3D); its memory follows
+//! the schedule; bad inputs are named errors.
+
+use weft::runner::stages::{prepare_pipeline, PipelineExecutor};
+use weft::runner::{executor, prepare, Executor, Overrides, RunConfig};
+use weft_compiler::sharding::Mesh;
+use weft_compiler::train::{Metrics, Tree};
+
+const MLP: &str = r#"
+steps = 3
+seed = 11
+[model]
+kind = "mlp"
+layers = 4
+d = 16
+h = 32
+batch = 16
+[optimizer]
+kind = "sgd"
+lr = 0.05
+momentum = 0.9
+clip = 0.5
+"#;
+
+const GPT: &str = r#"
+steps = 3
+seed = 12
+[model]
+kind = "gpt"
+vocab = 32
+seq = 8
+d_model = 16
+heads = 2
+layers = 2
+batch = 8
+[optimizer]
+kind = "adamw"
+lr = 0.01
+"#;
+
+const STEPS: usize = 3;
+
+/// The unpipelined step with `m` microbatches on `mesh`: per-step metrics
+/// and the final state.
+fn reference(config: &str, mesh: &str, strategy: &str, m: usize) -> (Vec<Metrics>, Tree) {
+    let mut c = RunConfig::from_toml(config).unwrap();
+    c.optimizer.micro_batches = m;
+    c.strategy = Some(strategy.into());
+    let mesh = Mesh::parse(mesh).unwrap();
+    let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+    let p = prepare(&c, &axes, &Overrides::default()).unwrap();
+    let mut exec = executor("cpu", &mesh, &p, None).unwrap();
+    let state = p.step.init_state(&p.params, c.seed, 1.0).unwrap();
+    exec.load(&p.step, &state).unwrap();
+    let metrics = (0..STEPS).map(|_| exec.step(&p.step, &p.batch).unwrap()).collect();
+    (metrics, exec.global_state(&p.step).unwrap())
+}
+
+fn pipelined(config: &str, mesh: &str, strategy: &str, s: usize, m: usize, schedule: &str) -> (Vec<Metrics>, Tree) {
+    let mut c = RunConfig::from_toml(config).unwrap();
+    c.strategy = Some(strategy.into());
+    c.mesh = Some(mesh.into());
+    c.pipeline = Some(toml::from_str(&format!("stages = {s}\nmicrobatches = {m}\nschedule = \"{schedule}\"")).unwrap());
+    let mesh = weft::runner::validate::validate(&c).unwrap();
+    let (p, staged, sub) = prepare_pipeline(&c, &mesh, &Overrides::default()).unwrap();
+    assert_eq!(staged.stages.len(), s);
+    let mut exec = PipelineExecutor::new(staged, &sub, "cpu").unwrap();
+    let state = p.step.init_state(&p.params, c.seed, 1.0).unwrap();
+    exec.load(&p.step, &state).unwrap();
+    let metrics = (0..STEPS).map(|_| exec.step(&p.step, &p.batch).unwrap()).collect();
+    (metrics, exec.global_state(&p.step).unwrap())
+}
+
+/// Compares, returns how many state leaves are bitwise equal.
+fn assert_equivalent(want: &(Vec<Metrics>, Tree), got: &(Vec<Metrics>, Tree), what: &str) -> usize {
+    let rel = |x: f64, y: f64| (x - y).abs() / y.abs().max(1e-30);
+    for (i, (w, g)) in want.0.iter().zip(&got.0).enumerate() {
+        for key in ["loss", "grad_norm", "lr"] {
+            assert!(rel(g[key], w[key]) <= 1e-6, "{what}: step {i}: {key} {} vs unpipelined {}", g[key], w[key]);
+        }
+    }
+    assert!(want.0[0]["loss"] != want.0[STEPS - 1]["loss"], "{what}: the loss did not change");
+    assert_eq!(want.1.keys().collect::<Vec<_>>(), got.1.keys().collect::<Vec<_>>(), "{what}: state leaves");
+    let mut bitwise = 0;
+    for (name, w) in &want.1 {
+        let g = &got.1[name];
+        let scale = w.to_f64_vec().iter().fold(0.0f64, |a, x| a.max(x.abs())).max(1e-30);
+        let diff = g.max_abs_diff(w) / scale;
+        // Parameters to 1e-6; optimizer slots (Adam's moments of gradients
+        // that are sums in another order, e.g. a bias's gradient of ~1e-4)
+        // to 1e-5.
+        let tol = if name.starts_with("params.") { 1e-6 } else { 1e-5 };
+        assert!(diff <= tol, "{what}: leaf {name} differs by {diff} (relative to its largest element)");
+        bitwise += usize::from(g.bitwise_eq(w));
+    }
+    bitwise
+}
+
+#[test]
+fn mlp_pipelined_steps_equal_unpipelined_accumulation() {
+    for m in [1, 4, 8] {
+        let want = reference(MLP, "data=1", "none", m);
+        for s in [2, 4] {
+            for schedule in ["gpipe", "1f1b"] {
+                let got = pipelined(MLP, &format!("stage={s}"), "none", s, m, schedule);
+                let what = format!("mlp S={s} M={m} {schedule}");
+                let bitwise = assert_equivalent(&want, &got, &what);
+                eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn gpt_pipelined_steps_equal_unpipelined_accumulation() {
+    for m in [1, 4, 8] {
+        let want = reference(GPT, "data=1", "none", m);
+        for s in [2, 4] {
+            for schedule in ["gpipe", "1f1b"] {
+                let got = pipelined(GPT, &format!("stage={s}"), "none", s, m, schedule);
+                let what = format!("gpt S={s} M={m} {schedule}");
+                let bitwise = assert_equivalent(&want, &got, &what);
+                eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
+            }
+        }
+    }
+}
+
+/// Sharded over `data`, each microbatch's gradient is reduced across
+/// devices before the microbatches are summed (the unpipelined step sums
+/// first, then reduces once): the same numbers added in another order.
+/// AdamW divides by `sqrt(v)`, which turns the last-bit differences of a
+/// near-zero gradient into visible ones, so the compositions train the GPT
+/// with SGD.
+fn gpt_sgd() -> String {
+    GPT.replace("kind = \"adamw\"", "kind = \"sgd\"\nmomentum = 0.9")
+}
+
+#[test]
+fn pipelines_compose_with_data_tensor_and_fsdp_parallelism() {
+    let gpt = gpt_sgd();
+    for (config, name) in [(MLP, "mlp"), (gpt.as_str(), "gpt")] {
+        for (mesh, sub, strategy) in [
+            ("data=2,stage=2", "data=2", "dp"),
+            ("stage=2,model=2", "model=2", "tp"),
+            ("data=2,stage=2", "data=2", "fsdp"),
+            ("data=2,stage=2,model=2", "data=2,model=2", "fsdp_tp"),
+            ("data=2,stage=2,model=2", "data=2,model=2", "tp"),
+        ] {
+            let want = reference(config, sub, strategy, 4);
+            for schedule in ["gpipe", "1f1b"] {
+                let got = pipelined(config, mesh, strategy, 2, 4, schedule);
+                let what = format!("{name} {strategy} on {mesh}, {schedule}");
+                let bitwise = assert_equivalent(&want, &got, &what);
+                eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
+            }
+        }
+    }
+}
