@@ -1,0 +1,207 @@
+//! Pipeline plans: the unit-cost bubble, the stage programs' memory under
+//! GPipe and 1F1B, the cost-based split against the uniform one, and the
+//! named errors of bad pipeline configurations. `bench_pipeline` (ignored;
+//! `cargo test --release --test pipeline_plan -- --ignored --nocapture`)
+//! prints the benchmark numbers.
+
+use weft::runner::stages::{prepare_pipeline, report, PipelineExecutor};
+use weft::runner::{Executor, Overrides, RunConfig};
+use weft_compiler::stages::ideal_bubble;
+use weft_compiler::CompilerError;
+
+fn gpt(batch: usize, layers: usize, vocab: usize) -> String {
+    format!(
+        "steps = 2\nseed = 3\n[model]\nkind = \"gpt\"\nvocab = {vocab}\nseq = 8\nd_model = 16\nheads = 2\nlayers = {layers}\nbatch = {batch}\n[optimizer]\nkind = \"sgd\"\nlr = 0.05\n"
+    )
+}
+
+fn config(model: &str, mesh: &str, pipeline: &str) -> RunConfig {
+    let mut c = RunConfig::from_toml(model).unwrap();
+    c.mesh = Some(mesh.into());
+    c.pipeline = Some(toml::from_str(pipeline).unwrap());
+    c
+}
+
+fn build(c: &RunConfig, backend: &str) -> weft::Result<(PipelineExecutor, weft::runner::Prepared)> {
+    let mesh = weft::runner::validate::validate(c)?;
+    let (p, staged, sub) = prepare_pipeline(c, &mesh, &Overrides::default())?;
+    Ok((PipelineExecutor::new(staged, &sub, backend)?, p))
+}
+
+#[test]
+fn the_unit_cost_bubble_is_the_textbook_fraction() {
+    for schedule in ["gpipe", "1f1b"] {
+        for m in [4, 8, 16] {
+            let c = config(
+                &gpt(16, 2, 32),
+                "stage=4",
+                &format!("stages = 4\nmicrobatches = {m}\nschedule = \"{schedule}\""),
+            );
+            let (exec, _) = build(&c, "interp").unwrap();
+            let r = report(&exec).unwrap();
+            let want = ideal_bubble(4, m);
+            assert!(
+                (r.unit_trace.bubble() - want).abs() < 1e-12,
+                "{schedule} M={m}: {} vs {want}",
+                r.unit_trace.bubble()
+            );
+            assert_eq!(r.unit_trace.events.len(), 2 * 4 * m);
+            assert!(r.json().contains("\"unit_trace\":{\"clock\":\"unit\""));
+        }
+    }
+}
+
+#[test]
+fn one_f_one_b_holds_at_most_s_microbatches_while_gpipe_grows_with_m() {
+    // Microbatches of 2 rows: the batch grows with M, each microbatch's
+    // activations stay the same.
+    let s = 4;
+    let mut last: Option<(Vec<u64>, Vec<u64>)> = None;
+    for m in [4, 8, 16] {
+        let mut peaks = Vec::new();
+        for schedule in ["gpipe", "1f1b"] {
+            let c = config(
+                &gpt(2 * m, 2, 32),
+                "stage=4",
+                &format!("stages = {s}\nmicrobatches = {m}\nschedule = \"{schedule}\""),
+            );
+            let (exec, _) = build(&c, "interp").unwrap();
+            let mem = exec.stage_memory();
+            for (st, (b, p)) in mem.iter().enumerate() {
+                let per_micro = b.stash + b.act_out + b.cot_out + b.cot_in;
+                assert!(b.stash > 0, "stage {st} stashes something");
+                if schedule == "1f1b" {
+                    assert_eq!(p.in_flight, s - st, "1f1b M={m} stage {st}");
+                    assert!(p.activations <= s as u64 * per_micro, "1f1b M={m} stage {st}: {p:?} vs {b:?}");
+                } else {
+                    assert_eq!(p.in_flight, m, "gpipe M={m} stage {st}");
+                    assert!(p.activations >= m as u64 * b.stash, "gpipe M={m} stage {st}: {p:?} vs {b:?}");
+                }
+            }
+            peaks.push(mem.iter().map(|(_, p)| p.total).collect::<Vec<u64>>());
+        }
+        let (g, o) = (peaks[0].clone(), peaks[1].clone());
+        // Stage 0 holds S microbatches under 1F1B, M under GPipe; the
+        // later stages fewer under 1F1B.
+        for st in 0..s {
+            assert!(o[st] <= g[st], "M={m}: 1f1b peak {o:?} vs gpipe {g:?}");
+        }
+        if m > s {
+            assert!(o[0] < g[0], "M={m}: 1f1b peak {o:?} vs gpipe {g:?}");
+        }
+        if let Some((pg, po)) = &last {
+            for st in 0..s {
+                assert!(g[st] > pg[st], "gpipe's stage {st} peak grows with M: {} after {}", g[st], pg[st]);
+                assert_eq!(o[st], po[st], "1f1b's stage {st} peak does not depend on M");
+            }
+        }
+        last = Some((g, o));
+    }
+}
+
+#[test]
+fn the_cost_based_split_beats_the_uniform_split_on_a_model_with_heavy_ends() {
+    // A large vocabulary makes the embedding and the head heavy.
+    let model = gpt(16, 6, 2048);
+    let best = config(&model, "stage=4", "stages = 4\nmicrobatches = 8");
+    let uniform = config(&model, "stage=4", "stages = 4\nmicrobatches = 8\nsplit = [2, 2, 2, 2]");
+    let (eb, _) = build(&best, "interp").unwrap();
+    let (eu, _) = build(&uniform, "interp").unwrap();
+    let (rb, ru) = (report(&eb).unwrap(), report(&eu).unwrap());
+    assert_ne!(eb.staged().split.counts, vec![2, 2, 2, 2]);
+    assert!(rb.predicted_step < ru.predicted_step, "{}\nvs\n{}", rb.text(), ru.text());
+    // The head (the last unit) is the heaviest: it gets a stage of its own.
+    assert_eq!(eb.staged().split.counts.last(), Some(&1), "{}", rb.text());
+}
+
+fn compiler_error(e: weft::Error) -> CompilerError {
+    match e {
+        weft::Error::Compiler(b) => *b,
+        other => panic!("expected a compiler error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_pipeline_configurations_are_named_errors() {
+    let model = gpt(8, 2, 32);
+    // GPT with 2 blocks: 4 units.
+    let e = build(&config(&model, "stage=5", "stages = 5\nmicrobatches = 1"), "interp").err().unwrap();
+    assert!(matches!(compiler_error(e), CompilerError::PipelineStagesExceedLayers { stages: 5, layers: 4, .. }));
+    let e = build(&config(&model, "stage=2", "stages = 2\nmicrobatches = 3"), "interp").err().unwrap();
+    assert!(matches!(compiler_error(e), CompilerError::PipelineMicrobatches { microbatches: 3, batch: 8 }));
+    let e = build(&config(&model, "stage=2", "stages = 4\nmicrobatches = 2"), "interp").err().unwrap();
+    assert!(matches!(compiler_error(e), CompilerError::PipelineStageAxis { size: 2, stages: 4, .. }));
+    let e = build(&config(&model, "data=4", "stages = 4\nmicrobatches = 2"), "interp").err().unwrap();
+    assert!(matches!(compiler_error(e), CompilerError::PipelineStageAxis { size: 0, stages: 4, .. }));
+    let e = build(&config(&model, "stage=2", "stages = 2\nmicrobatches = 2\nmemory_budget = \"4KiB\""), "interp")
+        .err()
+        .unwrap();
+    let e = compiler_error(e);
+    assert!(matches!(e, CompilerError::PipelineMemoryInfeasible { budget: 4096, .. }), "{e}");
+    assert!(e.to_string().contains("no split of 4 layers into 2 stages fits"), "{e}");
+    let e = build(&config(&model, "stage=2", "stages = 2\nmicrobatches = 2\nsplit = [1, 2]"), "interp").err().unwrap();
+    assert!(matches!(compiler_error(e), CompilerError::PipelineConfig { .. }));
+    // The budget that fits, and an explicit split, are accepted.
+    build(
+        &config(&model, "stage=2", "stages = 2\nmicrobatches = 2\nmemory_budget = \"1GiB\"\nsplit = [1, 3]"),
+        "interp",
+    )
+    .unwrap();
+}
+
+/// The median of the steps after the first (seconds).
+fn median_step(exec: &mut PipelineExecutor, p: &weft::runner::Prepared, steps: usize) -> f64 {
+    let state = p.step.init_state(&p.params, 0, 1.0).unwrap();
+    exec.load(&p.step, &state).unwrap();
+    let mut t: Vec<f64> = (0..steps)
+        .map(|_| {
+            let c = std::time::Instant::now();
+            exec.step(&p.step, &p.batch).unwrap();
+            c.elapsed().as_secs_f64()
+        })
+        .skip(1)
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+#[test]
+#[ignore = "benchmark: run with --release -- --ignored --nocapture"]
+fn bench_pipeline() {
+    // Compile time of the pipelined GPT step, bubble and step time for S=4.
+    let model = "steps = 2\nseed = 3\n[model]\nkind = \"gpt\"\nvocab = 256\nseq = 64\nd_model = 128\nheads = 4\nlayers = 8\nbatch = 32\n[optimizer]\nkind = \"adamw\"\nlr = 0.001\n";
+    for schedule in ["gpipe", "1f1b"] {
+        for m in [4, 8, 16] {
+            let c = config(model, "stage=4", &format!("stages = 4\nmicrobatches = {m}\nschedule = \"{schedule}\""));
+            let clock = std::time::Instant::now();
+            let (mut exec, p) = build(&c, "cpu").unwrap();
+            let compile = clock.elapsed().as_secs_f64();
+            let step = median_step(&mut exec, &p, 6);
+            let r = report(&exec).unwrap();
+            let t = r.measured_trace.as_ref().unwrap();
+            println!(
+                "S=4 M={m:2} {schedule:5}: build+compile {compile:.3} s, step {:.1} ms, measured bubble {:.3}, unit bubble {:.3}, predicted bubble {:.3}, split {:?}",
+                step * 1e3,
+                t.bubble(),
+                r.unit_trace.bubble(),
+                r.predicted_bubble,
+                exec.staged().split.counts
+            );
+        }
+    }
+    // Cost-based vs uniform split on heavy ends, measured.
+    let heavy = gpt(32, 6, 4096);
+    for split in ["", "\nsplit = [2, 2, 2, 2]"] {
+        let c = config(&heavy, "stage=4", &format!("stages = 4\nmicrobatches = 8{split}"));
+        let (mut exec, p) = build(&c, "cpu").unwrap();
+        let step = median_step(&mut exec, &p, 8);
+        let r = report(&exec).unwrap();
+        println!(
+            "heavy ends, split {:?}: predicted step {:.3} ms, measured step {:.1} ms, measured bubble {:.3}",
+            exec.staged().split.counts,
+            r.predicted_step * 1e3,
+            step * 1e3,
+            r.measured_trace.as_ref().unwrap().bubble()
+        );
+    }
+}
