@@ -205,3 +205,41 @@ fn bench_pipeline() {
         );
     }
 }
+
+#[test]
+fn weft_train_runs_a_pipeline_and_weft_plot_draws_its_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("metrics.jsonl");
+    let cfg = dir.path().join("pp.toml");
+    let text = format!(
+        "{}metrics = {:?}\nmesh = \"data=2,stage=2\"\nstrategy = \"dp\"\n[pipeline]\nstages = 2\nmicrobatches = 4\nschedule = \"gpipe\"\n",
+        "steps = 3\nseed = 1\n",
+        metrics.display().to_string()
+    ) + &gpt(8, 2, 32).replace("steps = 2\nseed = 3\n", "");
+    std::fs::write(&cfg, text).unwrap();
+    let weft = env!("CARGO_BIN_EXE_weft");
+    let out = std::process::Command::new(weft).arg("train").arg(&cfg).arg("-q").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("pipeline: 2 stages, 4 microbatches, schedule gpipe"), "{stdout}");
+    assert!(stdout.contains("stage 1: "), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap().lines().count(), 3);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("pipeline.json")).unwrap()).unwrap();
+    assert_eq!(json["unit_trace"]["events"].as_array().unwrap().len(), 2 * 2 * 4);
+    assert_eq!(json["measured_trace"]["events"].as_array().unwrap().len(), 2 * 2 * 4);
+    assert!((json["unit_trace"]["bubble"].as_f64().unwrap() - ideal_bubble(2, 4)).abs() < 1e-12);
+    let svg = dir.path().join("timeline.svg");
+    let out = std::process::Command::new(weft)
+        .arg("plot")
+        .arg(dir.path().join("pipeline.json"))
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    for label in ["F0", "B3", "unit_trace", "measured_trace"] {
+        assert!(drawn.contains(label), "the timeline has no {label}");
+    }
+}

@@ -1,5 +1,8 @@
 //! `weft plot METRICS.jsonl... -o loss.svg`: loss curves, several runs on
-//! one chart (plotters, SVG).
+//! one chart (plotters, SVG). `weft plot pipeline.json -o timeline.svg`
+//! draws a pipeline's schedule traces instead (one row per stage, a box per
+//! forward or backward task labelled with its microbatch; the unit clock
+//! above, the executor's clock below).
 
 use crate::error::{Error, Result};
 use crate::runner::read_metrics;
@@ -9,6 +12,11 @@ use std::path::{Path, PathBuf};
 /// Draws each of `metrics` against step for every file onto an SVG at
 /// `out`. No metrics named: `loss`, plus `val_loss` for files that have it.
 pub fn plot(files: &[PathBuf], out: &Path, metrics: &[String], log_y: bool) -> Result<i32> {
+    if let [f] = files {
+        if f.extension().is_some_and(|e| e == "json") {
+            return plot_timeline(f, out);
+        }
+    }
     let mut series = Vec::new();
     let named = !metrics.is_empty();
     let wanted: Vec<String> = if named { metrics.to_vec() } else { vec!["loss".into(), "val_loss".into()] };
@@ -91,6 +99,90 @@ pub fn plot(files: &[PathBuf], out: &Path, metrics: &[String], log_y: bool) -> R
                 .legend(|(x, y)| Cross::new((x + 8, y), 5, RED.stroke_width(2)));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Error::Usage(format!("plotting to {}: {e}", out.display())))?;
+    println!("wrote {}", out.display());
+    Ok(0)
+}
+
+/// One task box of a trace: stage, phase letter, microbatch, start, end.
+type TaskBox = (usize, String, u64, f64, f64);
+
+fn read_trace(v: &serde_json::Value) -> Option<(String, usize, Vec<TaskBox>)> {
+    let clock = v.get("clock")?.as_str()?.to_string();
+    let stages = v.get("stages")?.as_u64()? as usize;
+    let events = v.get("events")?.as_array()?;
+    let boxes = events
+        .iter()
+        .map(|e| {
+            Some((
+                e.get("stage")?.as_u64()? as usize,
+                e.get("phase")?.as_str()?.to_string(),
+                e.get("micro")?.as_u64()?,
+                e.get("start")?.as_f64()?,
+                e.get("end")?.as_f64()?,
+            ))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((clock, stages, boxes))
+}
+
+/// Draws the traces of a `pipeline.json` (`weft train` with `[pipeline]`).
+fn plot_timeline(file: &Path, out: &Path) -> Result<i32> {
+    let text = crate::error::read_to_string(file)?;
+    let bad = |why: &str| Error::Usage(format!("{}: not a pipeline trace ({why})", file.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+    let mut traces = Vec::new();
+    for key in ["unit_trace", "measured_trace"] {
+        match v.get(key) {
+            Some(t) if !t.is_null() => traces.push((key, read_trace(t).ok_or_else(|| bad(key))?)),
+            _ => {}
+        }
+    }
+    if traces.is_empty() {
+        return Err(bad("no `unit_trace` or `measured_trace`"));
+    }
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(out, (1000, 260 * traces.len() as u32)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let areas = root.split_evenly((traces.len(), 1));
+        for (area, (key, (clock, stages, boxes))) in areas.iter().zip(&traces) {
+            let end = boxes.iter().map(|b| b.4).fold(0.0f64, f64::max).max(1e-12);
+            let busy: f64 = boxes.iter().map(|b| b.4 - b.3).sum();
+            let bubble = 1.0 - busy / (*stages as f64 * end);
+            let unit = if clock == "seconds" { "ms" } else { "unit" };
+            let k = if clock == "seconds" { 1e3 } else { 1.0 };
+            let caption = format!("{key}: {stages} stages, bubble {bubble:.3} ({unit})");
+            let mut chart = ChartBuilder::on(area)
+                .caption(caption, ("sans-serif", 18))
+                .margin(10)
+                .x_label_area_size(30)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0.0..end * k, -0.5..(*stages as f64 - 0.5))?;
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .x_desc(unit)
+                .y_labels(*stages)
+                .y_label_formatter(&|y| format!("stage {}", y.round() as i64))
+                .draw()?;
+            let forward = RGBColor(70, 130, 200);
+            let backward = RGBColor(230, 140, 50);
+            chart.draw_series(boxes.iter().map(|(s, p, _, a, b)| {
+                let y = *s as f64;
+                let color = if p == "F" { forward } else { backward };
+                Rectangle::new([(a * k, y - 0.35), (b * k, y + 0.35)], color.filled())
+            }))?;
+            chart.draw_series(boxes.iter().map(|(s, _, _, a, b)| {
+                Rectangle::new([(a * k, *s as f64 - 0.35), (b * k, *s as f64 + 0.35)], WHITE.stroke_width(1))
+            }))?;
+            chart.draw_series(boxes.iter().map(|(s, p, m, a, b)| {
+                let x = (a + b) / 2.0 * k;
+                Text::new(format!("{p}{m}"), (x, *s as f64), ("sans-serif", 11).into_font().color(&WHITE))
+            }))?;
+        }
         root.present()?;
         Ok(())
     };

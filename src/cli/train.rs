@@ -9,6 +9,10 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
     let text = read_to_string(config)?;
     let c = RunConfig::from_toml(&text).map_err(|e| Error::Usage(format!("{}: {e}", config.display())))?;
     let c = ov.apply(c);
+    if c.pipeline.is_some() {
+        // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md).
+        return crate::runner::stages::train_cli(&c, ov);
+    }
     // `-q` hides the progress bar only: what the run does goes to stdout
     // and warnings to stderr, always.
     let summary = run_session(&c, ov, &mut |line| match line {

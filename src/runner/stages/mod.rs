@@ -470,4 +470,4 @@ impl super::Executor for PipelineExecutor {
 }
 
 pub mod session;
-pub use session::{prepare_pipeline, report, run_pipeline_session, PipelineReport, PipelineRun};
+pub use session::{prepare_pipeline, report, run_pipeline_session, train_cli, PipelineReport, PipelineRun};

@@ -243,3 +243,20 @@ pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides) -> Result<PipelineRun
     }
     Ok(PipelineRun { summary, report })
 }
+
+/// `weft train` for a config with `[pipeline]`: runs it and prints the
+/// pipeline report and the last step's loss. Returns the exit code.
+pub fn train_cli(c: &RunConfig, ov: &Overrides) -> Result<i32> {
+    let run = run_pipeline_session(c, ov)?;
+    println!("{}", run.report.text());
+    for (phase, s) in &run.summary.compile_secs {
+        println!("compile: {phase} {s:.3} s");
+    }
+    if let Some(s) = run.summary.steady_step_secs() {
+        println!("step time: {:.3} ms (median after the first)", s * 1e3);
+    }
+    if let Some((s, m)) = run.summary.metrics.last() {
+        println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], run.summary.steps_per_sec);
+    }
+    Ok(0)
+}
