@@ -60,6 +60,28 @@ pub enum Error {
     /// The command line asked for something that does not exist or fit.
     #[error("{0}")]
     Usage(String),
+    /// Launched as several processes (`mpirun -n N`) by a weft built
+    /// without MPI support.
+    #[error(
+        "launched as {processes} processes, but this weft was built without MPI support; build it with \
+         `cargo build --release --features mpi` (needs libopenmpi-dev and libclang-dev), or run one process"
+    )]
+    NoMpi {
+        /// Processes the launcher started.
+        processes: usize,
+    },
+    /// The processes of a multi-process run disagree (other binaries,
+    /// configs or programs).
+    #[error(
+        "the processes run different {what}: processes {processes:?} differ from process 0; every process must run \
+         the same weft binary with the same config and flags"
+    )]
+    ProcessMismatch {
+        /// What differs (`binary`, `config`, `program`).
+        what: String,
+        /// The processes whose copy differs from process 0's.
+        processes: Vec<usize>,
+    },
 }
 
 impl From<weft_compiler::CompilerError> for Error {

@@ -14,7 +14,7 @@
 
 use super::error::{io, CheckpointError, Result};
 use super::fsutil;
-use super::manifest::Manifest;
+use super::manifest::{FileEntry, Manifest};
 use super::read::{self, LatestValid, Restored};
 use super::retention::Retention;
 use super::state::{CheckpointState, RestoreTarget};
@@ -116,6 +116,29 @@ impl CheckpointManager {
         Ok(previous)
     }
 
+    /// Saves `state` — this process's devices' blocks — as `step` together
+    /// with every other process of `group` (which call this at the same
+    /// point), and returns once the step is committed by process 0 or the
+    /// save failed in any process ([`super::across`]). Waits for a save in
+    /// flight first.
+    pub fn save_across(
+        &mut self,
+        step: u64,
+        state: &CheckpointState,
+        group: &dyn weft_runtime::ProcessGroup,
+        timeout: std::time::Duration,
+    ) -> Result<CommitInfo> {
+        self.wait()?;
+        super::across::save_across(&self.root, &self.options, step, state, group, timeout)
+    }
+
+    /// Opens the checkpoint root as a process other than the first of a
+    /// multi-process run: no clean-up (the first process cleans up, alone,
+    /// before the others open it).
+    pub fn open_shared(root: impl Into<PathBuf>, options: CheckpointOptions) -> Result<CheckpointManager> {
+        Ok(CheckpointManager { root: root.into(), options, in_flight: None, cleaned: Vec::new() })
+    }
+
     /// Waits for the save in flight, if any, and returns its commit or error.
     pub fn wait(&mut self) -> Result<Option<CommitInfo>> {
         let Some(InFlight { step, handle }) = self.in_flight.take() else { return Ok(None) };
@@ -181,7 +204,24 @@ impl Drop for CheckpointManager {
 
 /// Writes and commits a snapshot, then applies the retention policy.
 fn commit_and_retain(root: &Path, options: &CheckpointOptions, snap: &Snapshot<'_>) -> Result<CommitInfo> {
-    let mut info = write::write(root, snap, options.threads)?;
+    let info = write::write(root, snap, options.threads)?;
+    retain(root, options, snap, info)
+}
+
+/// Commits a snapshot whose `files` are written in `tmp` (by every process
+/// of a multi-process save), then applies the retention policy.
+pub(crate) fn commit_and_retain_written(
+    root: &Path,
+    options: &CheckpointOptions,
+    snap: &Snapshot<'_>,
+    tmp: &Path,
+    files: Vec<FileEntry>,
+) -> Result<CommitInfo> {
+    let info = write::commit_written(root, snap, tmp, files)?;
+    retain(root, options, snap, info)
+}
+
+fn retain(root: &Path, options: &CheckpointOptions, snap: &Snapshot<'_>, mut info: CommitInfo) -> Result<CommitInfo> {
     let committed = fsutil::list_steps(root)?;
     for step in options.retention.to_delete(&committed, snap.step) {
         fsutil::delete_step(root, step)?;

@@ -23,6 +23,7 @@
 //! be restored onto another mesh or sharding (resharding on load). The
 //! format is specified in `specs/checkpoint.md`.
 
+mod across;
 mod bytes;
 pub mod crash;
 mod error;

@@ -29,7 +29,7 @@ use weft_ir::TensorType;
 
 /// One safetensors file to write: tensor name to data.
 pub(crate) struct FilePlan<'a> {
-    name: String,
+    pub(crate) name: String,
     tensors: Vec<(String, Cow<'a, HostTensor>)>,
 }
 
@@ -37,8 +37,8 @@ pub(crate) struct FilePlan<'a> {
 /// sizes and checksums.
 pub(crate) struct Snapshot<'a> {
     pub(crate) step: u64,
-    manifest: Manifest,
-    files: Vec<FilePlan<'a>>,
+    pub(crate) manifest: Manifest,
+    pub(crate) files: Vec<FilePlan<'a>>,
 }
 
 /// What a committed save wrote.
@@ -75,6 +75,20 @@ impl Snapshot<'_> {
 /// block once, grouped by the device it is taken from, and files cut at
 /// about `max_file_bytes`.
 pub(crate) fn prepare(step: u64, state: &CheckpointState, max_file_bytes: u64) -> Result<Snapshot<'_>> {
+    prepare_part(step, state, max_file_bytes, false)
+}
+
+/// [`prepare`] for one process of a multi-process save: `state` holds the
+/// blocks of this process's devices only. Every block is planned (the
+/// manifest is the same in every process) and taken from its lowest
+/// device; this process's files get the blocks whose lowest device it
+/// holds. With `partial` false, a missing block is an error.
+pub(crate) fn prepare_part(
+    step: u64,
+    state: &CheckpointState,
+    max_file_bytes: u64,
+    partial: bool,
+) -> Result<Snapshot<'_>> {
     let mesh = &state.mesh;
     let invalid = |leaf: &str, message: String| CheckpointError::InvalidState { step, leaf: leaf.into(), message };
     mesh.check().map_err(|m| invalid("", m))?;
@@ -94,11 +108,12 @@ pub(crate) fn prepare(step: u64, state: &CheckpointState, max_file_bytes: u64) -
                 mesh: mesh.to_string(),
                 message,
             })?;
-        let blocks = pick_blocks(leaf, &layout, mesh.num_devices()).map_err(|m| invalid(name, m))?;
+        let blocks = pick_blocks(leaf, &layout, mesh.num_devices(), partial).map_err(|m| invalid(name, m))?;
         let block_ty = TensorType::new(ty.dtype, layout.block_shape());
         let mut shards = Vec::with_capacity(blocks.len());
         for (b, (dev, t)) in blocks.into_iter().enumerate() {
-            if !t.has_type(&block_ty) {
+            if t.is_some_and(|t| !t.has_type(&block_ty)) {
+                let t = t.expect("checked");
                 return Err(invalid(name, format!("shard of device {dev} is {}, its block is {block_ty}", t.ty())));
             }
             let size = block_ty.size_bytes() as u64;
@@ -110,11 +125,13 @@ pub(crate) fn prepare(step: u64, state: &CheckpointState, max_file_bytes: u64) -
             *used += size;
             let file = format!("shard_{dev:05}_{idx:04}.safetensors");
             let tensor = if layout.is_replicated() { name.clone() } else { format!("{name}@shard{b}") };
-            files
-                .entry(file.clone())
-                .or_insert_with(|| FilePlan { name: file.clone(), tensors: Vec::new() })
-                .tensors
-                .push((tensor.clone(), Cow::Borrowed(t)));
+            if let Some(t) = t {
+                files
+                    .entry(file.clone())
+                    .or_insert_with(|| FilePlan { name: file.clone(), tensors: Vec::new() })
+                    .tensors
+                    .push((tensor.clone(), Cow::Borrowed(t)));
+            }
             shards.push(ShardEntry { file, tensor, offset: layout.block_offset(b), shape: layout.block_shape() });
         }
         leaves.push(LeafEntry {
@@ -131,16 +148,26 @@ pub(crate) fn prepare(step: u64, state: &CheckpointState, max_file_bytes: u64) -
 }
 
 /// For every block of the leaf, the device it is taken from and its data:
-/// the lowest given device holding the block.
+/// the lowest given device holding the block. With `partial`, the lowest
+/// device of the mesh holding it, and its data only if given.
 fn pick_blocks<'a>(
     leaf: &'a LeafData,
     layout: &BlockLayout,
     devices: usize,
-) -> Result<Vec<(usize, &'a HostTensor)>, String> {
+    partial: bool,
+) -> Result<Vec<(usize, Option<&'a HostTensor>)>, String> {
     let s = match leaf {
-        LeafData::Global(t) => return Ok(vec![(0, t)]),
+        LeafData::Global(t) => return Ok(vec![(0, Some(t))]),
         LeafData::Sharded(s) => s,
     };
+    if partial {
+        for &dev in s.shards.keys() {
+            if dev >= devices {
+                return Err(format!("shard for device {dev}, but the mesh has {devices} devices"));
+            }
+        }
+        return Ok(layout.owners().into_iter().map(|dev| (dev, s.shards.get(&dev))).collect());
+    }
     let mut chosen: Vec<Option<(usize, &HostTensor)>> = vec![None; layout.num_blocks()];
     for (&dev, t) in &s.shards {
         if dev >= devices {
@@ -153,7 +180,8 @@ fn pick_blocks<'a>(
         .into_iter()
         .enumerate()
         .map(|(b, c)| {
-            c.ok_or_else(|| format!("no shard given for block {b} (held by device {} and its replicas)", owners[b]))
+            c.map(|(d, t)| (d, Some(t)))
+                .ok_or_else(|| format!("no shard given for block {b} (held by device {} and its replicas)", owners[b]))
         })
         .collect()
 }
@@ -163,7 +191,7 @@ fn pick_blocks<'a>(
 pub(crate) fn write(root: &Path, snap: &Snapshot<'_>, threads: usize) -> Result<CommitInfo> {
     let tmp = fsutil::create_temp_dir(root, snap.step)?;
     let files = run_jobs(snap.files.len(), threads, |i| write_file(&tmp, &snap.files[i], snap.step));
-    let mut files = match files {
+    let files = match files {
         Ok(files) => files,
         Err(e) => {
             // Best effort: the directory is hidden and cleanup removes it anyway.
@@ -171,12 +199,20 @@ pub(crate) fn write(root: &Path, snap: &Snapshot<'_>, threads: usize) -> Result<
             return Err(e);
         }
     };
+    commit_written(root, snap, &tmp, files)
+}
+
+/// Writes the manifest of `snap` listing `files` (already written and
+/// fsynced in `tmp`, by this process or, in a multi-process save, by all)
+/// and commits `tmp` as the step.
+pub(crate) fn commit_written(root: &Path, snap: &Snapshot<'_>, tmp: &Path, mut files: Vec<FileEntry>) -> Result<CommitInfo> {
     files.sort_by(|a, b| a.name.cmp(&b.name));
     let bytes = files.iter().map(|f| f.bytes).sum();
+    let count = files.len();
     let manifest = Manifest { files, ..snap.manifest.clone() };
-    manifest.write(&tmp)?;
-    let path = fsutil::commit(root, &tmp, snap.step)?;
-    Ok(CommitInfo { step: snap.step, path, bytes, files: snap.files.len(), deleted: Vec::new() })
+    manifest.write(tmp)?;
+    let path = fsutil::commit(root, tmp, snap.step)?;
+    Ok(CommitInfo { step: snap.step, path, bytes, files: count, deleted: Vec::new() })
 }
 
 /// Writes one shard file as safetensors, hashing as it goes, and fsyncs
@@ -184,7 +220,7 @@ pub(crate) fn write(root: &Path, snap: &Snapshot<'_>, threads: usize) -> Result<
 /// is streamed from the tensors' memory ([`tensor_bytes`]) instead of being
 /// assembled into one more buffer first. As the crate does, tensors are
 /// ordered by decreasing element size, so every tensor's data is aligned.
-fn write_file(dir: &Path, plan: &FilePlan<'_>, step: u64) -> Result<FileEntry> {
+pub(crate) fn write_file(dir: &Path, plan: &FilePlan<'_>, step: u64) -> Result<FileEntry> {
     let path = dir.join(&plan.name);
     let mut order: Vec<&(String, Cow<'_, HostTensor>)> = plan.tensors.iter().collect();
     order.sort_by(|(a, x), (b, y)| y.dtype().size_bytes().cmp(&x.dtype().size_bytes()).then(a.cmp(b)));
@@ -207,7 +243,15 @@ fn write_file(dir: &Path, plan: &FilePlan<'_>, step: u64) -> Result<FileEntry> {
         leaf: order.first().map(|(n, _)| n.clone()).unwrap_or_default(),
         message: format!("cannot encode {}: {e}", plan.name),
     })?;
-    let mut header = serde_json::to_vec(&header).expect("safetensors metadata serializes");
+    // The crate keeps `__metadata__` in a HashMap, whose order changes from
+    // process to process; written in a fixed order instead, identical
+    // states give identical files (and checksums) in every run.
+    let mut value = serde_json::to_value(&header).expect("safetensors metadata serializes");
+    let mut fixed = serde_json::Map::new();
+    fixed.insert("format".into(), FORMAT.into());
+    fixed.insert("step".into(), step.to_string().into());
+    value["__metadata__"] = serde_json::Value::Object(fixed);
+    let mut header = serde_json::to_vec(&value).expect("a JSON value serializes");
     header.resize(header.len().next_multiple_of(8), b' ');
 
     let mut file = File::options().write(true).create_new(true).open(&path).map_err(io("create", &path))?;

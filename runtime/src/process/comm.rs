@@ -41,7 +41,7 @@ struct State {
 
 /// The communicator of one process of a multi-process run (module docs).
 pub struct ProcessComm {
-    group: Box<dyn ProcessGroup>,
+    group: std::sync::Arc<dyn ProcessGroup>,
     /// The process owning each device of the mesh.
     owner: Vec<usize>,
     /// How many devices this process owns.
@@ -55,7 +55,7 @@ impl ProcessComm {
     /// The communicator of process `group.rank()`, whose devices are those
     /// `owner` maps to it; every wait (for local devices or for other
     /// processes) lasts at most `timeout`.
-    pub fn new(group: Box<dyn ProcessGroup>, owner: Vec<usize>, timeout: Duration) -> ProcessComm {
+    pub fn new(group: std::sync::Arc<dyn ProcessGroup>, owner: Vec<usize>, timeout: Duration) -> ProcessComm {
         let local = owner.iter().filter(|&&p| p == group.rank()).count();
         ProcessComm { group, owner, local, timeout, state: Mutex::new(State::default()), changed: Condvar::new() }
     }

@@ -23,7 +23,7 @@ fn run_split(case: &Case, processes: usize) -> Vec<weft_ir::tensor::HostTensor> 
                 s.spawn(move || {
                     let local: Vec<usize> = devices_of_process(n, processes, rank).collect();
                     let backends = vec![FastCpuBackend::new(); local.len()];
-                    let comm = Box::new(ProcessComm::new(Box::new(g), owner, Duration::from_secs(30)));
+                    let comm = Box::new(ProcessComm::new(std::sync::Arc::new(g), owner, Duration::from_secs(30)));
                     let mut exe = Executable::with_devices(program, local, backends, comm, ExecOptions::default()).unwrap();
                     exe.run(inputs).unwrap()
                 })
@@ -72,7 +72,7 @@ fn a_process_that_never_comes_is_named() {
     let mut groups = ThreadGroup::new(2);
     let _absent = groups.pop();
     let g = groups.pop().unwrap();
-    let comm = Box::new(ProcessComm::new(Box::new(g), owner, Duration::from_millis(100)));
+    let comm = Box::new(ProcessComm::new(std::sync::Arc::new(g), owner, Duration::from_millis(100)));
     let backends = vec![FastCpuBackend::new(); 2];
     let mut exe = Executable::with_devices(case.program.clone(), vec![0, 1], backends, comm, ExecOptions::default()).unwrap();
     let err = exe.run(vec![vec![case.inputs[0].tensor()], vec![case.inputs[1].tensor()]]).unwrap_err();
