@@ -44,6 +44,28 @@ pub fn inline(m: &Module, entry: &str) -> Result<InlinedFunction> {
     Ok(InlinedFunction(inline_calls(m, entry)?))
 }
 
+/// [`CompilerError::CallNotInlined`] for `f`'s first call, if it has one:
+/// the one check that a function is call-free, for the entry points that
+/// take a plain [`Function`] ([`InlinedFunction::new`],
+/// [`crate::sharding::propagate`], [`crate::autoshard::auto_shard`]).
+pub fn check_call_free(f: &Function) -> Result<()> {
+    match f.iter_insts().find(|(_, i)| matches!(i.op, Op::Call { .. })) {
+        Some((id, _)) => Err(call_not_inlined(f, id)),
+        None => Ok(()),
+    }
+}
+
+/// The error for call `id` of `f` (a pass that met a call it cannot take).
+pub(crate) fn call_not_inlined(f: &Function, id: weft_ir::InstId) -> CompilerError {
+    let inst = f.inst(id);
+    let site = crate::Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
+    let callee = match &inst.op {
+        Op::Call { callee, .. } => callee.clone(),
+        _ => String::new(),
+    };
+    CompilerError::CallNotInlined { site, callee }
+}
+
 /// A function without calls. Made by [`inline`] or checked by
 /// [`InlinedFunction::new`], so the passes that take one
 /// ([`crate::sharding::propagate_inlined`], the pipeline) do not re-check
@@ -54,14 +76,7 @@ pub struct InlinedFunction(Function);
 impl InlinedFunction {
     /// Wraps `f`; [`CompilerError::CallNotInlined`] names its first call.
     pub fn new(f: Function) -> Result<InlinedFunction> {
-        if let Some((id, inst)) = f.iter_insts().find(|(_, i)| matches!(i.op, Op::Call { .. })) {
-            let site = crate::Site::new(&f.name, weft_ir::verify::inst_subject(&f, id), inst.loc);
-            let callee = match &inst.op {
-                Op::Call { callee, .. } => callee.clone(),
-                _ => String::new(),
-            };
-            return Err(CompilerError::CallNotInlined { site, callee });
-        }
+        check_call_free(&f)?;
         Ok(InlinedFunction(f))
     }
 

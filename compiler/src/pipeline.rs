@@ -29,8 +29,20 @@ use std::time::{Duration, Instant};
 use weft_ir::device::{parse_program, print_program, verify_program};
 use weft_ir::{Module, TensorSharding};
 
-/// The wall time of each pass, in order.
-pub type PassTimes = Vec<(String, Duration)>;
+/// The wall time of each pass (or phase: [`crate::partition::compile_stable`]
+/// sums passes into phases), in order.
+pub type PassTimes = Vec<(&'static str, Duration)>;
+
+/// The table of pass times: one line per pass, then the total.
+pub fn format_pass_times(times: &[(&'static str, Duration)]) -> String {
+    let mut out = String::new();
+    for (pass, t) in times {
+        out.push_str(&format!("  {pass:<20} {:>10.3} ms\n", t.as_secs_f64() * 1e3));
+    }
+    let total: Duration = times.iter().map(|(_, t)| *t).sum();
+    out.push_str(&format!("  {:<20} {:>10.3} ms\n", "total", total.as_secs_f64() * 1e3));
+    out
+}
 
 /// A program between two passes.
 #[derive(Clone, Debug)]
@@ -206,15 +218,10 @@ impl Pipeline {
     /// Runs `inline` on function `entry` of `m`, then every pass; calls
     /// `after(pass, program)` after each. Returns the final program and the
     /// time of every pass.
-    pub fn run(
-        &self,
-        m: &Module,
-        entry: &str,
-        after: &mut dyn FnMut(&str, &Program),
-    ) -> Result<(Program, PassTimes)> {
+    pub fn run(&self, m: &Module, entry: &str, after: &mut dyn FnMut(&str, &Program)) -> Result<(Program, PassTimes)> {
         let clock = Instant::now();
         let f = inline(m, entry)?;
-        let mut times = vec![("inline".to_string(), clock.elapsed())];
+        let mut times = vec![("inline", clock.elapsed())];
         let p = Program::Inlined(f);
         self.check("inline", &p)?;
         after("inline", &p);
@@ -229,7 +236,7 @@ impl Pipeline {
         for pass in &self.passes {
             let clock = Instant::now();
             p = pass.run(p, &self.mesh)?;
-            times.push((pass.name().to_string(), clock.elapsed()));
+            times.push((pass.name(), clock.elapsed()));
             self.check(pass.name(), &p)?;
             after(pass.name(), &p);
         }
@@ -254,7 +261,8 @@ impl Pipeline {
                 sf.check().map_err(|e| internal(format!("the sharded function is not locally computable: {e}")))
             }
             Program::Partitioned(pf) => {
-                verify_program(&pf.program).map_err(|e| internal(format!("the device program does not verify: {e}")))?;
+                verify_program(&pf.program)
+                    .map_err(|e| internal(format!("the device program does not verify: {e}")))?;
                 let text = print_program(&pf.program);
                 let back = parse_program(&text).map_err(|e| internal(format!("its text does not parse: {e}")))?;
                 // Before `compact`, buffers nothing defines are not in the
@@ -270,17 +278,10 @@ impl Pipeline {
 
 /// Whether every buffer of `p` is an input or written by a step.
 fn all_defined(p: &weft_ir::device::DeviceProgram) -> bool {
-    use weft_ir::device::Step;
     let mut defined = vec![false; p.buffers.len()];
-    for b in &p.inputs {
+    let written = p.steps.iter().flat_map(crate::partition::liveness::writes);
+    for b in p.inputs.iter().copied().chain(written) {
         defined[b.index()] = true;
-    }
-    for s in &p.steps {
-        match s {
-            Step::Compute { outputs, .. } => outputs.iter().for_each(|b| defined[b.index()] = true),
-            Step::ShardSlice { output, .. } | Step::Collective { output, .. } => defined[output.index()] = true,
-            Step::Free(_) => {}
-        }
     }
     defined.into_iter().all(|d| d)
 }

@@ -5,6 +5,7 @@
 //! (0 success, 1 a problem in the user's program or data, 2 bad usage).
 
 mod check;
+mod compare;
 mod data;
 pub mod lower;
 mod plot;
@@ -80,6 +81,10 @@ pub enum Command {
     /// Run an experiment from a TOML config: build the model's training
     /// step, shard it over the mesh, train, checkpoint and log metrics.
     Train(TrainArgs),
+    /// Train one config under every strategy (the named ones and `auto`)
+    /// and print the cost model's predicted step time next to the measured
+    /// one, with their rank correlation.
+    CompareStrategies(compare::CompareArgs),
     /// Draw metric curves of one or more runs into an SVG.
     Plot {
         /// Metrics files (JSONL).
@@ -253,6 +258,7 @@ pub fn main() -> i32 {
             let config = args.config.clone();
             train::train(&config, &args.overrides())
         }
+        Command::CompareStrategies(args) => compare::compare(&args),
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
         Command::Data { command: DataCommand::Prepare { texts, output, val_fraction } } => {
             data::prepare_cmd(&texts, &output, val_fraction)

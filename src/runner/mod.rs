@@ -12,6 +12,7 @@ pub mod estimate;
 mod exec;
 mod mesh;
 mod metrics;
+pub mod report;
 pub mod stages;
 mod session;
 pub mod validate;

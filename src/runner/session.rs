@@ -5,7 +5,6 @@ use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWrit
 use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
 use crate::checkpoint::{Manifest, MeshSpec};
 use crate::error::{Error, Result};
-use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::sharding::Mesh;
 use weft_ir::limits::MemoryLimit;
 
@@ -84,24 +83,6 @@ pub fn executor(
     executor_with_limit(backend, mesh, prepared, threads, None)
 }
 
-/// The auto-sharder's machine model for `backend` on `mesh`: its defaults
-/// describe accelerators (100 TFLOP/s, 100 GB/s links), under which the
-/// cheapest CPU plan is to replicate everything. Logical CPU devices share
-/// the host's cores and exchange through host memory: each gets its share
-/// of the cores' GEMM rate (about 97 GFLOP/s per core on the 2-core
-/// development machine, BENCHMARKS.md) and collectives cost a rendezvous
-/// and a memory copy.
-fn auto_options(backend: &str, mesh: &Mesh, base: &AutoShardOptions) -> AutoShardOptions {
-    let mut o = base.clone();
-    if matches!(backend, "cpu" | "cpu-ref" | "sim" | "interp") {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        o.device_flops = 97e9 * cores / mesh.num_devices().max(1) as f64;
-        o.default_bandwidth = 5e9;
-        o.default_latency = 20e-6;
-    }
-    o
-}
-
 /// [`executor`], checking the compiled program's memory against `limit`
 /// before any device memory is allocated.
 fn executor_with_limit(
@@ -111,7 +92,7 @@ fn executor_with_limit(
     threads: Option<usize>,
     limit: Option<&MemoryLimit>,
 ) -> Result<Box<dyn Executor>> {
-    let auto = prepared.auto.as_ref().map(|o| auto_options(backend, mesh, o));
+    let auto = prepared.auto.as_ref().map(|o| super::report::machine_model(backend, mesh, o));
     let auto = auto.as_ref();
     match backend {
         "interp" => {
@@ -186,6 +167,9 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
         }
         log(Line::Info(plan));
     }
+    // The cost model's price of this step, to set beside the measured one.
+    let predicted = super::report::predict(&prepared, &mesh, &backend)?;
+    log(Line::Info(super::report::predicted_line(&predicted)));
     if let (Some(d), Some(dc)) = (&dataset, &c.data) {
         log(Line::Info(d.describe(dc)));
     }
@@ -276,7 +260,8 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
         compile_secs.iter().map(|(n, t)| format!("{n} {:.0} ms", t * 1e3)).collect::<Vec<_>>().join(", ")
     )));
     let data_json = identity.as_ref().map(|i| i.to_json());
-    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), None)?;
+    let prediction = |m| super::report::json(&predicted, m);
+    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &prediction(None), None)?;
     let mut feed = match dataset {
         Some(d) => Some(super::data::Feed::start(c, d, &backend, first)?),
         None => None,
@@ -315,15 +300,17 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
     summary.compile_secs = compile_secs;
     if let Some(t) = summary.steady_step_secs() {
         log(Line::Info(format!(
-            "steady-state step {:.2} ms (median of {} steps after the first)",
+            "steady-state step {:.2} ms (median of {} steps after the first); {}",
             t * 1e3,
-            summary.step_secs.len().saturating_sub(1).max(1)
+            summary.step_secs.len().saturating_sub(1).max(1),
+            super::report::versus(&predicted, t)
         )));
     }
     if let Some(w) = super::data::wait_summary(&summary) {
         log(Line::Info(w));
     }
-    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), Some(&summary))?;
+    let measured = prediction(summary.steady_step_secs());
+    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &measured, Some(&summary))?;
     Ok(summary)
 }
 
@@ -332,6 +319,7 @@ pub fn default_backend() -> &'static str {
     "cpu"
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_manifest(
     c: &RunConfig,
     mesh: &Mesh,
@@ -339,6 +327,7 @@ fn write_manifest(
     backend: &str,
     prepared: &super::Prepared,
     data: Option<&serde_json::Value>,
+    prediction: &serde_json::Value,
     summary: Option<&RunSummary>,
 ) -> Result<()> {
     let dir = match (&c.checkpoint, &c.metrics) {
@@ -366,6 +355,7 @@ fn write_manifest(
     if let Some(d) = data {
         manifest["data"] = d.clone();
     }
+    manifest["predicted_step"] = prediction.clone();
     if let Some(s) = summary {
         manifest["timings"] = serde_json::json!({
             "compile_s": s.compile_secs.iter().map(|(n, t)| (n.clone(), serde_json::json!(t))).collect::<serde_json::Map<_, _>>(),

@@ -3,7 +3,11 @@
 //!
 //! - **Compute**: an instruction's floating-point operations
 //!   ([`super::space::inst_flops`]) divided by the number of devices its
-//!   strategy splits the work over, at `device_flops` per second.
+//!   strategy splits the work over, at `device_flops` per second — or, when
+//!   longer, the bytes of its operands and result per device at
+//!   `device_memory_bandwidth` (a roofline: element-wise ops and
+//!   reductions are bound by memory, not arithmetic, on a CPU). Ops without
+//!   FLOPs (data movement, constants) are free.
 //! - **Communication**, per collective over mesh axes `A` (`n` = product of
 //!   their sizes, `α` = sum of their latencies, `β` = 1 / the smallest
 //!   bandwidth; `b` = bytes per device):
@@ -90,6 +94,7 @@ pub struct CollCost {
 pub struct CostModel {
     mesh: Mesh,
     device_flops: f64,
+    memory_bandwidth: f64,
     bandwidth: f64,
     latency: f64,
 }
@@ -100,6 +105,7 @@ impl CostModel {
         CostModel {
             mesh: mesh.clone(),
             device_flops: opts.device_flops,
+            memory_bandwidth: opts.device_memory_bandwidth,
             bandwidth: opts.default_bandwidth,
             latency: opts.default_latency,
         }
@@ -142,6 +148,17 @@ impl CostModel {
         } else {
             flops / split as f64 / self.device_flops
         }
+    }
+
+    /// Time of an op of `flops` FLOPs split over `split` devices that reads
+    /// and writes `bytes` per device: the longer of its compute and its
+    /// memory traffic; free when it has no FLOPs.
+    pub fn op_time(&self, flops: f64, split: usize, bytes: f64) -> f64 {
+        if flops == 0.0 {
+            return 0.0;
+        }
+        let streamed = if self.memory_bandwidth.is_infinite() { 0.0 } else { bytes / self.memory_bandwidth };
+        self.compute(flops, split).max(streamed)
     }
 
     /// Bytes per device of a tensor of type `ty` in `layout`.
@@ -197,5 +214,14 @@ mod tests {
         assert_eq!(m.compute(1e9, 4), 0.0);
         let real = CostModel::new(&mesh, &AutoShardOptions::default());
         assert_eq!(real.compute(4e12, 4), 0.01);
+        // No memory rate: FLOPs only.
+        assert_eq!(real.op_time(4e12, 4, 1e15), 0.01);
+        // A roofline: the memory traffic when it takes longer; nothing
+        // without FLOPs.
+        let cpu = AutoShardOptions { device_flops: 1e9, device_memory_bandwidth: 1e8, ..AutoShardOptions::default() };
+        let cpu = CostModel::new(&mesh, &cpu);
+        assert_eq!(cpu.op_time(1e6, 1, 1e6), 0.01);
+        assert_eq!(cpu.op_time(1e8, 2, 1e6), 0.05);
+        assert_eq!(cpu.op_time(0.0, 1, 1e6), 0.0);
     }
 }

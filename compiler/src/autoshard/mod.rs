@@ -35,6 +35,7 @@ pub mod lang;
 pub mod options;
 pub mod persist;
 pub mod plan;
+pub mod predict;
 pub mod problem;
 pub mod rewrites;
 pub mod seeds;
@@ -44,6 +45,7 @@ pub use cost::{CollKind, CostModel};
 pub use explain::Alternative;
 pub use options::{fmt_bytes, parse_memory_budget, AliasPolicy, AutoShardOptions, SearchLimits};
 pub use plan::{AutoShardPlan, CommStats, CostBreakdown, MemoryKind, MemoryReport, PlannedCollective, SearchReport};
+pub use predict::{predict_program, spearman, StepPrediction};
 pub use rewrites::EGraphReport;
 
 use crate::error::{CompilerError, Result};
@@ -63,12 +65,7 @@ use weft_ir::{Function, Module};
 /// [`CompilerError::MemoryBudgetInfeasible`] (with the smallest reachable
 /// peak and what dominates it) when no plan fits the budget.
 pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<AutoShardPlan> {
-    for (id, inst) in f.iter_insts() {
-        if let weft_ir::Op::Call { callee, .. } = &inst.op {
-            let site = crate::Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
-            return Err(CompilerError::CallNotInlined { site, callee: callee.clone() });
-        }
-    }
+    crate::inline::check_call_free(f)?;
     weft_ir::verify_function(&Module::new(), f)?;
     if mesh.axes().len() > 15 {
         return Err(CompilerError::Unsupported(format!("auto-sharding supports meshes of at most 15 axes ({mesh})")));

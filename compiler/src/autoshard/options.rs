@@ -56,6 +56,12 @@ pub struct AutoShardOptions {
     /// Floating-point operations per second of one device; `f64::INFINITY`
     /// makes compute free (Alpa's communication-only objective).
     pub device_flops: f64,
+    /// Bytes per second one device streams through memory: an op costs
+    /// the larger of its FLOPs at `device_flops` and the bytes of its
+    /// operands and result at this rate (a roofline), which prices the
+    /// element-wise ops and reductions that memory, not arithmetic, bounds.
+    /// `f64::INFINITY` (the default): FLOPs only.
+    pub device_memory_bandwidth: f64,
     /// Link bandwidth (bytes/s) of mesh axes that do not set their own
     /// (`Mesh::with_link`).
     pub default_bandwidth: f64,
@@ -76,6 +82,7 @@ impl Default for AutoShardOptions {
         AutoShardOptions {
             memory_budget: None,
             device_flops: 100e12,
+            device_memory_bandwidth: f64::INFINITY,
             default_bandwidth: 100e9,
             default_latency: 5e-6,
             shard_every_dot: false,

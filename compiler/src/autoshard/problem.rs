@@ -126,7 +126,11 @@ pub fn build_problem(g: &ShardGraph, nv: usize, ninst: usize) -> Problem {
                             ch.iter().map(|c| index[usize::from(g.find(*c))]).collect();
                         let Some(children) = children else { continue };
                         let s = &a.space.strategies[k.inst as usize][k.strategy as usize];
-                        let compute = a.cost.compute(a.space.flops[k.inst as usize], s.split);
+                        // Bytes per device the op reads and writes, in
+                        // the layouts of this form.
+                        let bytes = p.classes[v][ci].bytes
+                            + children.iter().map(|&(u, c)| p.classes[u as usize][c as usize].bytes).sum::<f64>();
+                        let compute = a.cost.op_time(a.space.flops[k.inst as usize], s.split, bytes);
                         p.options[k.inst as usize].push(Opt {
                             class: ci as u8,
                             strategy: k.strategy,

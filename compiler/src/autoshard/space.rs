@@ -329,13 +329,13 @@ pub fn build_space(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result
         .map(|i| matches!(i.op, Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Convert { .. }))
         .collect();
     for (id, inst) in f.iter_insts() {
-        if let Op::Call { callee, .. } = &inst.op {
-            let site = Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
-            return Err(CompilerError::CallNotInlined { site, callee: callee.clone() });
+        // Every op but a call has one result and a rule.
+        if matches!(inst.op, Op::Call { .. }) {
+            return Err(crate::inline::call_not_inlined(f, id));
         }
         let r = inst.results[0];
         let ops: Vec<&TensorType> = inst.operands.iter().map(|&o| f.ty(o)).collect();
-        let rule = rule_for(&inst.op, &ops, &[f.ty(r)]).expect("calls were rejected above");
+        let rule = rule_for(&inst.op, &ops, &[f.ty(r)]).ok_or_else(|| crate::inline::call_not_inlined(f, id))?;
         flops.push(inst_flops(&inst.op, &rule, &ops, f.ty(r)));
         let from_constants = match inst.op {
             Op::Constant(_) | Op::Iota { .. } => true,

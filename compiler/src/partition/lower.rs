@@ -64,10 +64,7 @@ pub(crate) fn lower_function(f: &Function, mesh: &Mesh) -> Result<Lowered> {
         let r = *inst.results.first().expect("every op but call has one result");
         let rs = &shardings[r.index()];
         let out = match &inst.op {
-            Op::Call { callee, .. } => {
-                let site = Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
-                return Err(CompilerError::CallNotInlined { site, callee: callee.clone() });
-            }
+            Op::Call { .. } => return Err(crate::inline::call_not_inlined(f, id)),
             Op::ShardingConstraint { .. } => ins[0],
             Op::Reshard { .. } => {
                 let v = inst.operands[0];

@@ -21,7 +21,7 @@
 
 mod builder;
 pub mod host;
-mod liveness;
+pub(crate) mod liveness;
 mod lower;
 pub mod report;
 mod reshard;
@@ -30,7 +30,7 @@ pub use host::{shard_tensor, unshard_tensor};
 pub use report::{CollectiveStat, ProgramReport};
 
 use crate::error::{CompilerError, Result};
-use crate::pipeline::{Pass, Pipeline, Program};
+use crate::pipeline::{Pass, PassTimes, Pipeline, Program};
 use crate::sharding::{Mesh, MeshSharding, PropagateOptions, ShardedFunction};
 use weft_ir::device::{simulate, verify_program, DeviceProgram};
 use weft_ir::tensor::HostTensor;
@@ -98,7 +98,8 @@ pub fn partition(sf: &ShardedFunction, mesh: &Mesh) -> Result<DeviceProgram> {
 /// pipeline's `partition` pass and every clean-up ([`crate::pipeline`]).
 pub fn partition_function(sf: &ShardedFunction, mesh: &Mesh) -> Result<PartitionedFunction> {
     let lowered = Program::Partitioned(Box::new(lower_sharded(sf, mesh)?));
-    let cleanups = Pipeline { mesh: mesh.clone(), passes: Pipeline::cleanups().collect(), verify: cfg!(debug_assertions) };
+    let cleanups =
+        Pipeline { mesh: mesh.clone(), passes: Pipeline::cleanups().collect(), verify: cfg!(debug_assertions) };
     cleanups.run_from(lowered, &mut |_, _| {})?.0.into_partitioned()
 }
 
@@ -127,9 +128,6 @@ pub fn compile(m: &Module, entry: &str, mesh: &Mesh, options: &PropagateOptions)
     Pipeline::standard(mesh, options).run(m, entry, &mut |_, _| {})?.0.into_partitioned()
 }
 
-/// Wall time of each phase of [`compile_stable`], in order.
-pub type PhaseTimes = Vec<(&'static str, std::time::Duration)>;
-
 /// The compile of a function whose first `state` parameters are replaced,
 /// result for parameter, by its first `state` results (a training step),
 /// over any pipeline (e.g. [`Pipeline::standard`], or one with an
@@ -153,7 +151,7 @@ pub fn compile_stable(
     m: &Module,
     entry: &str,
     state: usize,
-) -> Result<(PartitionedFunction, PhaseTimes)> {
+) -> Result<(PartitionedFunction, PassTimes)> {
     let clock = std::time::Instant::now();
     let f = crate::inline::inline(m, entry)?;
     let inlined = ("inline", clock.elapsed());
@@ -162,9 +160,7 @@ pub fn compile_stable(
     if state > n_params.min(n_results) {
         return Err(CompilerError::State {
             leaf: format!("@{entry}"),
-            message: format!(
-                "{n_params} parameters and {n_results} results, fewer than its {state} state leaves"
-            ),
+            message: format!("{n_params} parameters and {n_results} results, fewer than its {state} state leaves"),
         });
     }
     let budget = pipeline.passes.iter().find_map(|p| match p {
@@ -203,14 +199,14 @@ fn settle_state(
     mut f: crate::inline::InlinedFunction,
     entry: &str,
     state: usize,
-    mut times: PhaseTimes,
-) -> Result<(PartitionedFunction, PhaseTimes)> {
+    mut times: PassTimes,
+) -> Result<(PartitionedFunction, PassTimes)> {
     // Pinning a result can move the layout propagation picks for an unpinned
     // parameter; a few rounds reach the fixed point.
     for _round in 0..4 {
         let (p, passes) = pipeline.run_from(Program::Inlined(f.clone()), &mut |_, _| {})?;
         for (name, t) in passes {
-            let phase = match name.as_str() {
+            let phase = match name {
                 "annotate" => "annotate",
                 "autoshard" => "autoshard",
                 "propagate" => "propagate",
@@ -234,8 +230,8 @@ fn settle_state(
 }
 
 /// Sums repeated phases, keeping first-seen order.
-fn merge_phases(times: PhaseTimes) -> PhaseTimes {
-    let mut out: PhaseTimes = Vec::new();
+fn merge_phases(times: PassTimes) -> PassTimes {
+    let mut out: PassTimes = Vec::new();
     for (name, t) in times {
         match out.iter_mut().find(|(n, _)| *n == name) {
             Some((_, acc)) => *acc += t,

@@ -60,12 +60,7 @@ impl Default for PropagateOptions {
 /// [`crate::inline_calls`]) on `mesh`, and returns the fully annotated
 /// program with reshards inserted, and why every value is sharded as it is.
 pub fn propagate(f: &Function, mesh: &Mesh, options: &PropagateOptions) -> Result<ShardedFunction> {
-    for (id, inst) in f.iter_insts() {
-        if let Op::Call { callee, .. } = &inst.op {
-            let site = Site::new(&f.name, weft_ir::verify::inst_subject(f, id), inst.loc);
-            return Err(CompilerError::CallNotInlined { site, callee: callee.clone() });
-        }
-    }
+    crate::inline::check_call_free(f)?;
     propagate_call_free(f, mesh, options)
 }
 

@@ -1,0 +1,194 @@
+//! The step time the cost model predicts for a partitioned program, whatever
+//! chose its shardings (a named strategy, user annotations or the
+//! auto-sharder).
+//!
+//! The auto-sharder costs its own alternatives while it searches; to ask
+//! "how good is the cost model?" the same model must also price the plans
+//! it did not choose. The device program is what every device runs, so it
+//! is priced step by step with [`CostModel`]: a compute step's FLOPs
+//! ([`inst_flops`] on its local shapes) at the device rate (or its bytes
+//! at the memory rate, when longer: [`CostModel::op_time`]), a collective by
+//! its α-β formula on the bytes of its buffers (all-gather: the gathered
+//! buffer; reduce-scatter: the buffer before scattering, as
+//! [`CostModel::reshard`] charges them), slices and frees free. The
+//! devices run the same steps, so one device's sum is the step time; a
+//! machine that overlaps nothing (the CPU backend) adds compute and
+//! communication.
+
+use super::cost::{CollKind, CostModel};
+use super::options::AutoShardOptions;
+use super::space::inst_flops;
+use crate::sharding::rules::rule_for;
+use crate::sharding::Mesh;
+use std::collections::BTreeMap;
+use weft_ir::device::{Collective, DeviceProgram, Step};
+use weft_ir::TensorType;
+
+/// The predicted step time of a device program, split by what takes it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct StepPrediction {
+    /// Compute time (seconds, or model units).
+    pub compute: f64,
+    /// Communication time.
+    pub communication: f64,
+    /// Their sum: the predicted step time.
+    pub total: f64,
+    /// FLOPs one device runs.
+    pub flops: f64,
+    /// Of those, the FLOPs of `dot_general`s.
+    pub dot_flops: f64,
+    /// Bytes one device's priced ops other than `dot_general` read and
+    /// write (element-wise ops, reductions: what memory bounds).
+    pub streamed_bytes: f64,
+    /// Per kind of collective: how many, bytes per device (as charged) and
+    /// time.
+    pub collectives: BTreeMap<CollKind, super::CommStats>,
+}
+
+/// Prices `program` (partitioned for `mesh`) with the cost model of `opts`.
+/// Axes of a collective that `mesh` does not name are ignored (priced as a
+/// group of one: free).
+pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOptions) -> StepPrediction {
+    let model = CostModel::new(mesh, opts);
+    let ty = |b: &weft_ir::device::BufferId| &program.buffers[b.index()].ty;
+    let bytes = |t: &TensorType| (t.num_elements() * t.dtype.size_bytes()) as f64;
+    let axes_of = |names: &[String]| names.iter().filter_map(|n| mesh.axis_index(n)).collect::<Vec<usize>>();
+    let every_axis: Vec<usize> = (0..mesh.axes().len()).collect();
+    let mut p = StepPrediction::default();
+    for step in &program.steps {
+        match step {
+            Step::Compute { op, inputs, outputs } => {
+                let operands: Vec<&TensorType> = inputs.iter().map(ty).collect();
+                let results: Vec<&TensorType> = outputs.iter().map(ty).collect();
+                let (Some(rule), Some(&result)) = (rule_for(op, &operands, &results), results.first()) else {
+                    continue;
+                };
+                let flops = inst_flops(op, &rule, &operands, result);
+                let moved = operands.iter().chain(&results).map(|t| bytes(t)).sum::<f64>();
+                p.flops += flops;
+                if matches!(op, weft_ir::Op::DotGeneral(_)) {
+                    p.dot_flops += flops;
+                } else if flops > 0.0 {
+                    p.streamed_bytes += moved;
+                }
+                p.compute += model.op_time(flops, 1, moved);
+            }
+            Step::Collective { op, input, output } => {
+                let (kind, axes, charged) = match op {
+                    Collective::AllReduce { axes, .. } => (CollKind::AllReduce, axes_of(axes), bytes(ty(input))),
+                    Collective::AllGather { axes, .. } => (CollKind::AllGather, axes_of(axes), bytes(ty(output))),
+                    Collective::ReduceScatter { axes, .. } => {
+                        (CollKind::ReduceScatter, axes_of(axes), bytes(ty(input)))
+                    }
+                    Collective::AllToAll { axes, .. } => (CollKind::AllToAll, axes_of(axes), bytes(ty(input))),
+                    Collective::CollectivePermute { .. } => (CollKind::Permute, every_axis.clone(), bytes(ty(input))),
+                };
+                let cost = model.collective(kind, &axes, charged);
+                let s = p.collectives.entry(kind).or_default();
+                s.count += 1;
+                s.bytes += charged;
+                s.cost += cost;
+                p.communication += cost;
+            }
+            Step::ShardSlice { .. } | Step::Free(_) => {}
+        }
+    }
+    p.total = p.compute + p.communication;
+    p
+}
+
+/// Spearman's rank correlation of two equally long series (ties get their
+/// mean rank); `None` when fewer than two points or a series is constant.
+pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
+    if a.len() != b.len() || a.len() < 2 {
+        return None;
+    }
+    let (ra, rb) = (ranks(a), ranks(b));
+    let n = a.len() as f64;
+    let mean = (n + 1.0) / 2.0;
+    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - mean) * (y - mean)).sum();
+    let var = |r: &[f64]| r.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
+    let (va, vb) = (var(&ra), var(&rb));
+    (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
+}
+
+/// 1-based ranks, ties sharing their mean rank.
+fn ranks(x: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    order.sort_by(|&i, &j| x[i].total_cmp(&x[j]));
+    let mut r = vec![0.0; x.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && x[order[j + 1]] == x[order[i]] {
+            j += 1;
+        }
+        let mean = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &order[i..=j] {
+            r[k] = mean;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(text: &str) -> DeviceProgram {
+        weft_ir::device::parse_program(text).unwrap()
+    }
+
+    #[test]
+    fn prices_compute_and_collectives() {
+        let p = program(
+            "device_program @g mesh [data=2, model=4] {
+  input %0 : f32[8,16]
+  input %1 : f32[16,4]
+  %2 = dot_general %0, %1 {lhs_contract = [1], rhs_contract = [0]} : f32[8,4]
+  %3 = all_reduce %2 {axes = [model], op = sum} : f32[8,4]
+  %4 = all_gather %3 {dim = 0, axes = [data]} : f32[16,4]
+  %5 = tanh %4 : f32[16,4]
+  return %5
+}",
+        );
+        let mesh = Mesh::parse("data=2,model=4").unwrap();
+        let opts =
+            AutoShardOptions { device_flops: 1e9, default_bandwidth: 1e6, default_latency: 1e-3, ..Default::default() };
+        let x = predict_program(&p, &mesh, &opts);
+        // 2·8·16·4 for the dot, one per element for tanh.
+        assert_eq!(x.flops, 1024.0 + 64.0);
+        assert_eq!(x.compute, 1088.0 / 1e9);
+        // all-reduce over model (n = 4) of 128 bytes; all-gather over data
+        // (n = 2) of the gathered 256 bytes.
+        let ar = 1e-3 + 2.0 * 0.75 * 128.0 / 1e6;
+        let ag = 1e-3 + 0.5 * 256.0 / 1e6;
+        assert!((x.communication - (ar + ag)).abs() < 1e-15, "{x:?}");
+        assert_eq!(x.collectives[&CollKind::AllReduce].count, 1);
+        assert_eq!(x.collectives[&CollKind::AllGather].bytes, 256.0);
+        assert_eq!(x.total, x.compute + x.communication);
+        assert_eq!((x.dot_flops, x.streamed_bytes), (1024.0, 2.0 * 256.0));
+        // With a slow memory, both ops take their bytes' time: the dot
+        // 512 + 256 + 128 bytes, tanh 256 read and 256 written.
+        let slow = AutoShardOptions { device_memory_bandwidth: 1e6, ..opts.clone() };
+        let z = predict_program(&p, &mesh, &slow);
+        assert!((z.compute - (896.0 + 512.0) / 1e6).abs() < 1e-15, "{z:?}");
+        // The same program on a mesh where `model` has one device: its
+        // all-reduce is free.
+        let flat = Mesh::parse("data=2,model=1").unwrap();
+        let y = predict_program(&p, &flat, &opts);
+        assert!((y.communication - ag).abs() < 1e-15, "{y:?}");
+    }
+
+    #[test]
+    fn rank_correlation() {
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), Some(1.0));
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), Some(-1.0));
+        // Ranks 1, 2.5, 2.5 against 1, 2, 3.
+        let r = spearman(&[1.0, 5.0, 5.0], &[1.0, 2.0, 3.0]).unwrap();
+        assert!((r - 0.866_025_403_784_438_6).abs() < 1e-12, "{r}");
+        assert_eq!(spearman(&[1.0, 1.0], &[1.0, 2.0]), None);
+        assert_eq!(spearman(&[1.0], &[1.0]), None);
+    }
+}
