@@ -2,9 +2,13 @@
 //! the auto-sharder inside the stable-state compile, trains to the
 //! unsharded run's losses, fits a per-device memory budget on the devices
 //! (measured, not only planned), and an infeasible budget is a named error
-//! before any step runs.
+//! before any step runs. Every run, auto or named, states the cost model's
+//! predicted step time next to the measured one (`weft compare-strategies`
+//! does it for every strategy at once).
 
-use weft::runner::{prepare, run_session, Executor, MeshBackend, MeshExecutor, Overrides, RunConfig};
+use weft::runner::report::machine_model;
+use weft::runner::{prepare, run_session, Executor, Line, MeshBackend, MeshExecutor, Overrides, RunConfig};
+use weft_compiler::autoshard::{predict_program, AutoShardOptions};
 use weft_compiler::sharding::Mesh;
 
 const MLP: &str = "steps = 4\nseed = 3\n[model]\nkind = \"mlp\"\nlayers = 2\nd = 16\nh = 32\nbatch = 64\n[optimizer]\nkind = \"sgd\"\nlr = 0.01\n";
@@ -93,4 +97,80 @@ fn an_infeasible_budget_is_a_named_error_before_training() {
     c.memory_budget = Some("1MiB".into());
     let e = run_session(&c, &Overrides::default(), &mut |_| {}).unwrap_err().to_string();
     assert!(e.contains("memory_budget") && e.contains("auto"), "{e}");
+}
+
+#[test]
+fn the_run_states_the_predicted_step_next_to_the_measured_one() {
+    let mesh = Mesh::parse("data=2,model=2").unwrap();
+    let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+    let mut communication = Vec::new();
+    for strategy in ["none", "tp", "auto"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(MLP, "data=2,model=2", strategy, "cpu");
+        c.metrics = Some(dir.path().join("metrics.jsonl"));
+        let mut lines = Vec::new();
+        let ov = Overrides { quiet: true, ..Default::default() };
+        let summary = run_session(&c, &ov, &mut |l| {
+            if let Line::Info(l) = l {
+                lines.push(l)
+            }
+        })
+        .unwrap();
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("run.json")).unwrap()).unwrap();
+        let p = &manifest["predicted_step"];
+        let (predicted, measured) = (p["step_s"].as_f64().unwrap(), summary.steady_step_secs().unwrap());
+        assert!(predicted > 0.0, "{strategy}: {p}");
+        assert_eq!(p["measured_step_s"].as_f64(), Some(measured), "{strategy}: {p}");
+        assert_eq!(p["measured_step_s"], manifest["timings"]["steady_step_s"], "{strategy}");
+        let ratio = p["measured_over_predicted"].as_f64().unwrap();
+        assert!((ratio - measured / predicted).abs() <= 1e-12 * ratio, "{strategy}: {p}");
+        let sum = p["compute_s"].as_f64().unwrap() + p["communication_s"].as_f64().unwrap();
+        assert!((sum - predicted).abs() <= 1e-12 * predicted, "{strategy}: {p}");
+        assert!(lines.iter().any(|l| l.starts_with("cost model: predicted step")), "{strategy}: {lines:?}");
+        let last = lines.iter().find(|l| l.starts_with("steady-state step")).unwrap();
+        assert!(last.contains(&format!("predicted {:.2} ms, measured / predicted", predicted * 1e3)), "{last}");
+        // The prediction prices the program the devices ran.
+        let prepared = prepare(&c, &axes, &ov).unwrap();
+        let auto = prepared.auto.as_ref().map(|o| machine_model("cpu", &mesh, o));
+        let kind = weft_runtime::select_backend(Some("cpu")).unwrap();
+        let e = MeshExecutor::with_limit(&prepared.step, &mesh, MeshBackend::Devices(kind), None, None, auto.as_ref())
+            .unwrap();
+        let model = machine_model("cpu", &mesh, &AutoShardOptions::default());
+        let again = predict_program(&e.partitioned().program, &mesh, &model).total;
+        assert!((again - predicted).abs() <= 1e-12 * predicted, "{strategy}: {again} vs {predicted}");
+        communication.push((strategy, p["communication_s"].as_f64().unwrap()));
+    }
+    // Replicated runs exchange nothing; Megatron all-reduces activations.
+    assert_eq!(communication[0], ("none", 0.0));
+    assert!(communication[1].1 > 0.0, "{communication:?}");
+}
+
+#[test]
+fn compare_strategies_prints_predicted_against_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mlp.toml");
+    std::fs::write(&path, format!("mesh = \"data=2,model=2\"\n{MLP}")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["compare-strategies", path.to_str().unwrap(), "--steps", "2", "--rounds", "1"])
+        .args(["--strategies", "none,tp,auto", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    for strategy in ["none", "tp", "auto"] {
+        let row = text.lines().find(|l| l.starts_with(&format!("| {strategy} |"))).unwrap_or_else(|| panic!("{text}"));
+        // Name, predicted, compute, communication, GEMM GFLOP, streamed
+        // MiB, measured (min), all rounds, measured / predicted.
+        assert_eq!(row.split('|').count(), 11, "{row}");
+    }
+    assert!(text.contains("Spearman rank correlation, predicted vs measured (3 strategies): "), "{text}");
+    assert!(text.contains("against the best named strategy, "), "{text}");
+    // A strategy that does not exist is a usage error, before any run.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["compare-strategies", path.to_str().unwrap(), "--strategies", "dp,bogus"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy `bogus`"));
 }
