@@ -5,7 +5,7 @@
 //! `cargo run --release --example pipeline_passes`
 
 use std::time::Duration;
-use weft::compiler::pipeline::Pipeline;
+use weft::compiler::pipeline::{format_pass_times, PassTimes, Pipeline};
 use weft::compiler::sharding::{Mesh, PropagateOptions};
 use weft::compiler::train::{build_train_step, Optimizer, Schedule, TrainConfig};
 use weft::models::{gpt, mlp, Shardings};
@@ -18,14 +18,15 @@ fn times(
     batch: &[(&str, usize)],
 ) {
     let mesh = Mesh::parse("data=2,model=4").unwrap();
-    let mut tc = TrainConfig { optimizer: Optimizer::adamw(), schedule: Schedule::Constant(1e-3), ..Default::default() };
+    let mut tc =
+        TrainConfig { optimizer: Optimizer::adamw(), schedule: Schedule::Constant(1e-3), ..Default::default() };
     let axes = ["data", "model"];
     let sh = strategy::shardings(Strategy::TensorParallel, params, batch, tc.optimizer.slots(), &axes);
     let m = module(&sh.configure(&mut tc));
     let ts = build_train_step(&m, m.function("loss").unwrap(), &tc).unwrap();
     let mut pipeline = Pipeline::standard(&mesh, &PropagateOptions::default());
     pipeline.verify = false;
-    let mut runs: Vec<Vec<(String, Duration)>> = Vec::new();
+    let mut runs: Vec<PassTimes> = Vec::new();
     let mut steps = 0;
     for _ in 0..3 {
         let (p, t) = pipeline.run(&ts.module, "train_step", &mut |_, _| {}).unwrap();
@@ -33,19 +34,29 @@ fn times(
         runs.push(t);
     }
     println!("{name} (Megatron on {mesh}, {steps} device steps), median of 3:");
-    let mut total = Duration::ZERO;
-    for (i, (pass, _)) in runs[0].iter().enumerate() {
-        let mut v: Vec<Duration> = runs.iter().map(|r| r[i].1).collect();
-        v.sort();
-        total += v[1];
-        println!("  {pass:<20} {:>9.3} ms", v[1].as_secs_f64() * 1e3);
-    }
-    println!("  {:<20} {:>9.3} ms", "total", total.as_secs_f64() * 1e3);
+    let median: PassTimes = (0..runs[0].len())
+        .map(|i| {
+            let mut v: Vec<Duration> = runs.iter().map(|r| r[i].1).collect();
+            v.sort();
+            (runs[0][i].0, v[1])
+        })
+        .collect();
+    print!("{}", format_pass_times(&median, "  "));
 }
 
 fn main() {
     let mcfg = mlp::MlpConfig { layers: 4, d: 64, h: 128, batch: 256, ..Default::default() };
-    times("MLP-4 training step", &|s| mlp::build(&mcfg, s).unwrap(), &strategy::mlp_params(&mcfg), &strategy::MLP_BATCH);
+    times(
+        "MLP-4 training step",
+        &|s| mlp::build(&mcfg, s).unwrap(),
+        &strategy::mlp_params(&mcfg),
+        &strategy::MLP_BATCH,
+    );
     let gcfg = gpt::GptConfig { vocab: 64, seq: 16, d_model: 32, heads: 4, layers: 32, batch: 8, ..Default::default() };
-    times("GPT-32 training step", &|s| gpt::build(&gcfg, s).unwrap(), &strategy::gpt_params(&gcfg), &strategy::GPT_BATCH);
+    times(
+        "GPT-32 training step",
+        &|s| gpt::build(&gcfg, s).unwrap(),
+        &strategy::gpt_params(&gcfg),
+        &strategy::GPT_BATCH,
+    );
 }

@@ -39,7 +39,8 @@ fn mesh_of(text: &str) -> Result<weft_compiler::sharding::Mesh, String> {
 /// program (every value's sharding, reshards inserted) and the reshards'
 /// collectives, or the error.
 fn shard_stage(text: &str) -> String {
-    use weft_compiler::sharding::{fmt_sharding, propagate, PropagateOptions};
+    use weft_compiler::pipeline::Program;
+    use weft_compiler::sharding::{propagate, PropagateOptions};
     let mesh = match mesh_of(text) {
         Ok(m) => m,
         Err(e) => return format!("{e}\n"),
@@ -53,18 +54,8 @@ fn shard_stage(text: &str) -> String {
         let f = weft_compiler::inline_calls(&m, &entry)?;
         let sf = propagate(&f, &mesh, &PropagateOptions::default())?;
         sf.check()?;
-        let mut out = weft_ir::text::print_function(&sf.function);
-        for r in &sf.reshards {
-            out.push_str(&format!(
-                "// {} = reshard {}: {} -> {}: {}\n",
-                sf.function.value_ref(r.value),
-                sf.reshard_operand(r),
-                fmt_sharding(&r.from),
-                fmt_sharding(&r.to),
-                if r.collectives.is_empty() { "local".to_string() } else { r.collectives.join(", ") }
-            ));
-        }
-        Ok(out)
+        // The text `weft lower --dump-after propagate` prints.
+        Ok(Program::Sharded(Box::new(sf)).text())
     };
     run().unwrap_or_else(|e| format!("error: {e}\n"))
 }

@@ -33,15 +33,17 @@ use weft_ir::{Module, TensorSharding};
 /// sums passes into phases), in order.
 pub type PassTimes = Vec<(&'static str, Duration)>;
 
-/// The table of pass times: one line per pass, then the total.
-pub fn format_pass_times(times: &[(&'static str, Duration)]) -> String {
-    let mut out = String::new();
-    for (pass, t) in times {
-        out.push_str(&format!("  {pass:<20} {:>10.3} ms\n", t.as_secs_f64() * 1e3));
-    }
+/// The table of pass times (`weft lower --time-passes`, the
+/// `pipeline_passes` example): one line per pass, then the total, each
+/// starting with `prefix`.
+pub fn format_pass_times(times: &[(&'static str, Duration)], prefix: &str) -> String {
     let total: Duration = times.iter().map(|(_, t)| *t).sum();
-    out.push_str(&format!("  {:<20} {:>10.3} ms\n", "total", total.as_secs_f64() * 1e3));
-    out
+    times
+        .iter()
+        .copied()
+        .chain([("total", total)])
+        .map(|(pass, t)| format!("{prefix}{pass:<20} {:>10.3} ms\n", t.as_secs_f64() * 1e3))
+        .collect()
 }
 
 /// A program between two passes.

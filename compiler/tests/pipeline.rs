@@ -61,7 +61,7 @@ fn every_pass_is_dumped_and_timed_and_compile_is_the_same_program() {
     let (out, times) = p.run(&module(), "main", &mut |name, prog| dumps.push((name.to_string(), prog.text()))).unwrap();
     let names: Vec<&str> = dumps.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, p.names());
-    let timed: Vec<&str> = times.iter().map(|(n, _)| n.as_str()).collect();
+    let timed: Vec<&str> = times.iter().map(|(n, _)| *n).collect();
     assert_eq!(timed, p.names());
     // inline: calls are gone; propagate: shardings; partition: a device
     // program with its identity transpose; forward_identities: without it.

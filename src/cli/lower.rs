@@ -17,7 +17,7 @@ use crate::diagnostics::render_ir_error;
 use crate::error::{read_to_string, Error, Result};
 use std::path::Path;
 use std::path::PathBuf;
-use weft_compiler::pipeline::{PassTimes, Pipeline, Program};
+use weft_compiler::pipeline::{format_pass_times, PassTimes, Pipeline, Program};
 use weft_compiler::sharding::{Mesh, PropagateOptions};
 use weft_compiler::CompilerError;
 
@@ -38,8 +38,9 @@ pub struct LowerOptions {
 pub struct Lowered {
     /// The device program and the summary.
     pub text: String,
-    /// `(pass, program text)` after each pass asked for, in order.
-    pub dumps: Vec<(String, String)>,
+    /// `(position, pass, program text)` after each pass asked for, in
+    /// order; the position counts passes from `inline` (0).
+    pub dumps: Vec<(usize, String, String)>,
     /// Every pass's wall time.
     pub times: PassTimes,
 }
@@ -95,10 +96,12 @@ pub fn lower_source_with(
         (None, None) => None,
     };
     let mut dumps = Vec::new();
+    let mut position = 0;
     let mut after = |pass: &str, p: &Program| {
         if want.as_deref().is_some_and(|w| w == "all" || w == pass) {
-            dumps.push((pass.to_string(), p.text()));
+            dumps.push((position, pass.to_string(), p.text()));
         }
+        position += 1;
     };
     let (p, times) = pipeline.run(&m, &f.name, &mut after).map_err(compiler)?;
     let pf = p.into_partitioned().map_err(compiler)?;
@@ -111,12 +114,11 @@ pub fn lower_source_with(
 /// Writes the dumps to `dir` (`NN-PASS.txt`, NN the pass's position) or to
 /// stderr, and the pass times to stderr.
 fn report(l: &Lowered, opts: &LowerOptions) -> Result<()> {
-    for (pass, text) in &l.dumps {
+    for (n, pass, text) in &l.dumps {
         match &opts.dump_dir {
             Some(dir) => {
                 let io = |source| Error::Io { path: dir.clone(), source };
                 std::fs::create_dir_all(dir).map_err(io)?;
-                let n = l.times.iter().position(|(p, _)| p == pass).unwrap_or(0);
                 let path = dir.join(format!("{n:02}-{pass}.txt"));
                 std::fs::write(&path, text).map_err(|source| Error::Io { path: path.clone(), source })?;
             }
@@ -124,11 +126,7 @@ fn report(l: &Lowered, opts: &LowerOptions) -> Result<()> {
         }
     }
     if opts.time_passes {
-        let total: std::time::Duration = l.times.iter().map(|(_, t)| *t).sum();
-        for (pass, t) in &l.times {
-            eprintln!("pass {pass:<20} {:>10.3} ms", t.as_secs_f64() * 1e3);
-        }
-        eprintln!("pass {:<20} {:>10.3} ms", "total", total.as_secs_f64() * 1e3);
+        eprint!("{}", format_pass_times(&l.times, "pass "));
     }
     Ok(())
 }
