@@ -24,7 +24,6 @@
 //! format is specified in `specs/checkpoint.md`.
 
 mod across;
-mod bytes;
 pub mod crash;
 mod error;
 mod fsutil;

@@ -11,7 +11,7 @@
 //! These functions only read; they are safe to call while another process
 //! saves into the same root.
 
-use super::bytes::BlockBuf;
+use weft_ir::tensor::BlockBuf;
 use super::error::{io, CheckpointError, Result};
 use super::fsutil::{self, step_dir_name};
 use super::manifest::{hex, FileEntry, Manifest};

@@ -90,7 +90,7 @@ impl LeafData {
             }
             let offset = layout.block_offset(block);
             copy_region(
-                &super::bytes::tensor_bytes(t),
+                &weft_ir::tensor::tensor_bytes(t),
                 t.shape(),
                 &offset,
                 &mut out,

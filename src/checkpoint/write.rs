@@ -9,7 +9,7 @@
 //! writes and fsyncs them (in parallel) in a temporary directory, writes the manifest and
 //! commits the directory with one rename ([`super::fsutil::commit`]).
 
-use super::bytes::tensor_bytes;
+use weft_ir::tensor::tensor_bytes;
 use super::error::io;
 use super::error::{CheckpointError, Result};
 use super::fsutil;

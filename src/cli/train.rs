@@ -1,11 +1,25 @@
 //! `weft train CONFIG.toml [flags]`.
 
 use crate::error::{read_to_string, Error, Result};
-use crate::runner::{run_session, Line, Overrides, RunConfig};
+use crate::runner::processes::{Launch, Processes};
+use crate::runner::{run_session_on, Line, Overrides, RunConfig};
 use std::path::Path;
 
-/// Runs an experiment. Returns the exit code.
+/// Runs an experiment (as one process of a job when launched by `mpirun`
+/// or `srun`). Returns the exit code.
 pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
+    let launch = Launch::from_environment()?;
+    let processes = launch.processes.as_ref();
+    let result = train_on(config, ov, processes);
+    if let (Err(e), Some(p)) = (&result, processes) {
+        // Stop the whole job: no process is left waiting for this one.
+        eprintln!("error: process {} of {}: {e}", p.rank(), p.size());
+        p.abort_all(1);
+    }
+    result
+}
+
+fn train_on(config: &Path, ov: &Overrides, processes: Option<&Processes>) -> Result<i32> {
     let text = read_to_string(config)?;
     let c = RunConfig::from_toml(&text).map_err(|e| Error::Usage(format!("{}: {e}", config.display())))?;
     let c = ov.apply(c);
@@ -15,10 +29,13 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
     }
     // `-q` hides the progress bar only: what the run does goes to stdout
     // and warnings to stderr, always.
-    let summary = run_session(&c, ov, &mut |line| match line {
+    let summary = run_session_on(&c, ov, processes, &mut |line| match line {
         Line::Info(l) => println!("{l}"),
         Line::Warn(l) => eprintln!("warning: {l}"),
     })?;
+    if processes.is_some_and(|p| !p.is_first()) {
+        return Ok(0);
+    }
     match summary.metrics.last() {
         Some((s, m)) => println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], summary.steps_per_sec),
         None => println!("nothing to do: the run is already at step {}", c.steps),

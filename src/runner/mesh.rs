@@ -15,6 +15,7 @@
 //! re-laid out on the host.
 
 use super::exec::Executor;
+use super::processes::Processes;
 use super::{human, mesh_spec};
 use crate::checkpoint::{CheckpointState, ShardedLeaf};
 use crate::error::Result;
@@ -28,7 +29,7 @@ use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::device::simulate;
 use weft_ir::limits::MemoryLimit;
 use weft_ir::tensor::HostTensor;
-use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, TransferStats};
+use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, ProcessComm, TransferStats};
 
 /// Simulated devices available in one process.
 pub const MAX_SIMULATED_DEVICES: usize = 1024;
@@ -43,8 +44,17 @@ pub enum MeshBackend {
 }
 
 enum Engine {
-    Simulator { state: Vec<Vec<HostTensor>> },
-    Devices { exe: Box<Executable<AnyBackend>>, map: DeviceMap },
+    Simulator {
+        state: Vec<Vec<HostTensor>>,
+    },
+    /// `local`: the devices this process runs (every device of the mesh,
+    /// unless the run has several processes).
+    Devices {
+        exe: Box<Executable<AnyBackend>>,
+        map: DeviceMap,
+        local: Vec<usize>,
+        processes: Option<Processes>,
+    },
 }
 
 /// Runs the partitioned training step on the devices of a mesh.
@@ -91,6 +101,21 @@ impl MeshExecutor {
         limit: Option<&MemoryLimit>,
         auto: Option<&AutoShardOptions>,
     ) -> Result<MeshExecutor> {
+        MeshExecutor::on_processes(step, mesh, backend, threads, limit, auto, None)
+    }
+
+    /// [`MeshExecutor::with_limit`] for one process of a multi-process run
+    /// (`processes`): the executable runs this process's devices only, and
+    /// the processes first check that they compiled the same program.
+    pub fn on_processes(
+        step: &TrainStep,
+        mesh: &Mesh,
+        backend: MeshBackend,
+        threads: Option<usize>,
+        limit: Option<&MemoryLimit>,
+        auto: Option<&AutoShardOptions>,
+        processes: Option<&Processes>,
+    ) -> Result<MeshExecutor> {
         let ns = step.state.len();
         let (pf, mut phases) = compile_step(step, mesh, auto)?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
@@ -108,16 +133,38 @@ impl MeshExecutor {
             std::fs::write(&path, text).map_err(|source| crate::error::Error::Io { path: path.into(), source })?;
         }
         let engine = match backend {
+            MeshBackend::Simulator if processes.is_some() => {
+                return Err(crate::error::Error::Usage(
+                    "backend `sim` simulates the whole mesh in one process; run several processes on cpu, wgpu or cuda"
+                        .into(),
+                ));
+            }
             MeshBackend::Simulator => Engine::Simulator { state: Vec::new() },
             MeshBackend::Devices(kind) => {
+                let n = mesh.num_devices();
+                let local = match processes {
+                    Some(p) => {
+                        let text = weft_ir::device::print_program(&pf.program);
+                        p.check_same(&[("program", text.as_bytes())])?;
+                        p.local_devices(n)?
+                    }
+                    None => (0..n).collect(),
+                };
                 let clock = Instant::now();
-                let devices = weft_runtime::open_devices(kind, mesh.num_devices())?;
+                let devices = weft_runtime::open_devices(kind, local.len())?;
                 phases.push(("open devices", clock.elapsed()));
                 let clock = Instant::now();
                 let options = ExecOptions { donate: (0..ns).map(|i| (i, i)).collect(), threads, ..Default::default() };
-                let exe = Executable::new(pf.program.clone(), devices.backends, options)?;
+                let exe = match processes {
+                    Some(p) => {
+                        let comm = ProcessComm::new(p.group().clone(), p.owners(n), p.timeout());
+                        let comm = Box::new(comm);
+                        Executable::with_devices(pf.program.clone(), local.clone(), devices.backends, comm, options)?
+                    }
+                    None => Executable::new(pf.program.clone(), devices.backends, options)?,
+                };
                 phases.push(("executable", clock.elapsed()));
-                Engine::Devices { exe: Box::new(exe), map: devices.map }
+                Engine::Devices { exe: Box::new(exe), map: devices.map, local, processes: processes.cloned() }
             }
         };
         Ok(MeshExecutor { pf, mesh: mesh.clone(), engine, phases })
@@ -145,7 +192,22 @@ impl MeshExecutor {
         }
     }
 
-    /// Per device, the blocks of every state leaf (in `TrainStep::state` order).
+    /// The devices whose blocks this process holds: every device, unless
+    /// the run has several processes.
+    fn local_devices(&self) -> Vec<usize> {
+        match &self.engine {
+            Engine::Simulator { .. } => (0..self.mesh.num_devices()).collect(),
+            Engine::Devices { local, .. } => local.clone(),
+        }
+    }
+
+    /// Whether this process holds only some devices' blocks.
+    fn is_partial(&self) -> bool {
+        self.local_devices().len() != self.mesh.num_devices()
+    }
+
+    /// Per device of [`MeshExecutor::local_devices`], the blocks of every
+    /// state leaf (in `TrainStep::state` order).
     fn state_blocks(&mut self) -> Result<Vec<Vec<HostTensor>>> {
         match &mut self.engine {
             Engine::Simulator { state } => Ok(state.clone()),
@@ -154,14 +216,24 @@ impl MeshExecutor {
     }
 }
 
+/// Keeps the blocks of the devices in `local` (ascending) of a list over
+/// every device of the mesh.
+fn keep_local<T>(all: Vec<T>, local: &[usize]) -> Vec<T> {
+    if all.len() == local.len() {
+        return all;
+    }
+    all.into_iter().enumerate().filter(|(d, _)| local.binary_search(d).is_ok()).map(|(_, t)| t).collect()
+}
+
 impl Executor for MeshExecutor {
     fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()> {
         step.check_state(state)?;
-        let n = self.mesh.num_devices();
-        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); n];
+        let local = self.local_devices();
+        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); local.len()];
         for (leaf, g) in step.state.iter().zip(&self.pf.inputs) {
-            for (d, blk) in shard_tensor(&state[&leaf.name], &g.sharding, &self.mesh)?.into_iter().enumerate() {
-                per_device[d].push(blk);
+            let blocks = keep_local(shard_tensor(&state[&leaf.name], &g.sharding, &self.mesh)?, &local);
+            for (k, blk) in blocks.into_iter().enumerate() {
+                per_device[k].push(blk);
             }
         }
         match &mut self.engine {
@@ -174,11 +246,12 @@ impl Executor for MeshExecutor {
     fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics> {
         step.check_batch(batch)?;
         let ns = step.state.len();
-        let n = self.mesh.num_devices();
-        let mut inputs: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(step.batch.len()); n];
+        let local = self.local_devices();
+        let mut inputs: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(step.batch.len()); local.len()];
         for ((name, _), g) in step.batch.iter().zip(&self.pf.inputs[ns..]) {
-            for (d, blk) in shard_tensor(&batch[name], &g.sharding, &self.mesh)?.into_iter().enumerate() {
-                inputs[d].push(blk);
+            let blocks = keep_local(shard_tensor(&batch[name], &g.sharding, &self.mesh)?, &local);
+            for (k, blk) in blocks.into_iter().enumerate() {
+                inputs[k].push(blk);
             }
         }
         let metric_outputs: Vec<Vec<HostTensor>> = match &mut self.engine {
@@ -188,7 +261,7 @@ impl Executor for MeshExecutor {
                     s.extend(b);
                 }
                 let outs = simulate(&self.pf.program, all)?;
-                let mut metrics = Vec::with_capacity(n);
+                let mut metrics = Vec::with_capacity(local.len());
                 for mut o in outs {
                     metrics.push(o.split_off(ns));
                     state.push(o);
@@ -200,7 +273,17 @@ impl Executor for MeshExecutor {
         let mut m = Metrics::new();
         for (k, (name, g)) in step.metrics.iter().zip(&self.pf.outputs[ns..]).enumerate() {
             let blocks: Vec<HostTensor> = metric_outputs.iter().map(|o| o[k].clone()).collect();
-            let t = unshard_tensor(&blocks, &g.sharding, &self.mesh)?;
+            let t = if blocks.len() == self.mesh.num_devices() {
+                unshard_tensor(&blocks, &g.sharding, &self.mesh)?
+            } else if g.sharding.is_replicated() {
+                // Every device holds the whole (scalar) metric.
+                blocks.into_iter().next().expect("a process owns at least one device")
+            } else {
+                return Err(crate::error::Error::Usage(format!(
+                    "metric {name} is sharded ({}); a multi-process run needs replicated metrics",
+                    g.sharding
+                )));
+            };
             m.insert(name.clone(), t.to_f64_vec()[0]);
         }
         Ok(m)
@@ -217,6 +300,18 @@ impl Executor for MeshExecutor {
             }
         }
         let mut cs = CheckpointState::new(mesh_spec(&self.mesh));
+        if self.is_partial() {
+            // Only this process's devices' blocks, every leaf as shards (a
+            // replicated leaf's block is written by the process owning
+            // device 0).
+            let local = self.local_devices();
+            for ((leaf, g), blocks) in step.state.iter().zip(&self.pf.inputs).zip(per_leaf) {
+                let shards: BTreeMap<usize, HostTensor> = local.iter().copied().zip(blocks).collect();
+                let sharded = ShardedLeaf { ty: leaf.ty.clone(), sharding: g.sharding.clone(), shards };
+                cs.insert_sharded(leaf.name.clone(), sharded);
+            }
+            return Ok(cs);
+        }
         for ((leaf, g), blocks) in step.state.iter().zip(&self.pf.inputs).zip(per_leaf) {
             if g.sharding.is_replicated() {
                 let first = blocks.into_iter().next().expect("every device holds every state leaf");
@@ -237,6 +332,11 @@ impl Executor for MeshExecutor {
     }
 
     fn global_state(&mut self, step: &TrainStep) -> Result<Tree> {
+        if self.is_partial() {
+            return Err(crate::error::Error::Usage(
+                "the global state of a multi-process run is never assembled in one process".into(),
+            ));
+        }
         let blocks = self.state_blocks()?;
         let mut t = Tree::new();
         for (i, (leaf, g)) in step.state.iter().zip(&self.pf.inputs).enumerate() {
@@ -259,12 +359,27 @@ impl Executor for MeshExecutor {
                 self.mesh.num_devices(),
                 self.mesh
             ),
-            Engine::Devices { exe, map } => format!(
-                "{}\nmesh {} (logical device d = mesh position d), {} worker threads, state resident on the devices",
-                map.to_string().trim_end(),
-                self.mesh,
-                exe.threads()
-            ),
+            Engine::Devices { exe, map, local, processes } => {
+                let owner = match processes {
+                    Some(p) => format!(
+                        "process {} of {} owns devices {}..={} ({} of {}, contiguous runs by rank); ",
+                        p.rank(),
+                        p.size(),
+                        local[0],
+                        local[local.len() - 1],
+                        local.len(),
+                        self.mesh.num_devices()
+                    ),
+                    None => String::new(),
+                };
+                format!(
+                    "{}\n{owner}mesh {} (logical device d = mesh position d), {} worker threads, state resident on \
+                     the devices",
+                    map.to_string().trim_end(),
+                    self.mesh,
+                    exe.threads()
+                )
+            }
         };
         format!(
             "{placement}; per device: {} params, {} optimizer state, {} peak live; per step: {}",

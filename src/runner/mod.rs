@@ -12,6 +12,7 @@ pub mod estimate;
 mod exec;
 mod mesh;
 mod metrics;
+pub mod processes;
 pub mod report;
 pub mod stages;
 mod session;
@@ -21,7 +22,7 @@ pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use session::{default_backend, executor, run_session, Line};
+pub use session::{default_backend, executor, run_session, run_session_on, Line};
 
 use crate::checkpoint::MeshSpec;
 use crate::error::{Error, Result};

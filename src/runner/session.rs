@@ -1,6 +1,7 @@
 //! One `weft train` session: executor, checkpoints, resume, manifest.
 
 use super::mesh::{MeshBackend, MeshExecutor};
+use super::processes::Processes;
 use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
 use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
 use crate::checkpoint::{Manifest, MeshSpec};
@@ -80,7 +81,7 @@ pub fn executor(
     prepared: &super::Prepared,
     threads: Option<usize>,
 ) -> Result<Box<dyn Executor>> {
-    executor_with_limit(backend, mesh, prepared, threads, None)
+    executor_with_limit(backend, mesh, prepared, threads, None, None)
 }
 
 /// [`executor`], checking the compiled program's memory against `limit`
@@ -91,7 +92,14 @@ fn executor_with_limit(
     prepared: &super::Prepared,
     threads: Option<usize>,
     limit: Option<&MemoryLimit>,
+    processes: Option<&Processes>,
 ) -> Result<Box<dyn Executor>> {
+    if let (Some(p), "interp" | "sim") = (processes, backend) {
+        return Err(Error::Usage(format!(
+            "backend `{backend}` runs in one process, but this run has {} processes; use cpu, wgpu or cuda",
+            p.size()
+        )));
+    }
     let auto = prepared.auto.as_ref().map(|o| super::report::machine_model(backend, mesh, o));
     let auto = auto.as_ref();
     match backend {
@@ -115,7 +123,7 @@ fn executor_with_limit(
         other => {
             let kind = weft_runtime::select_backend(Some(other))?;
             let backend = MeshBackend::Devices(kind);
-            Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, backend, threads, limit, auto)?))
+            Ok(Box::new(MeshExecutor::on_processes(&prepared.step, mesh, backend, threads, limit, auto, processes)?))
         }
     }
 }
@@ -132,11 +140,31 @@ pub enum Line {
 
 /// Runs a whole session; `log` receives the lines a user sees.
 pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> Result<RunSummary> {
+    run_session_on(c, ov, None, log)
+}
+
+/// [`run_session`] as one process of a multi-process run (`processes`;
+/// `None`: alone). Every process runs the same session on its own devices;
+/// only process 0 reports lines and writes the metrics and run manifest,
+/// and checkpoints are saved by all together ([`super::processes`]).
+pub fn run_session_on(
+    c: &RunConfig,
+    ov: &Overrides,
+    processes: Option<&Processes>,
+    log: &mut dyn FnMut(Line),
+) -> Result<RunSummary> {
+    let first_process = processes.is_none_or(|p| p.is_first());
+    let mut silent = |_: Line| {};
+    let log: &mut dyn FnMut(Line) = if first_process { log } else { &mut silent };
     // Everything the user gave is checked before anything is built.
     let mesh = super::validate::validate(c)?;
     let limit = super::estimate::memory_limit(c)?;
     super::estimate::check(c, limit.as_ref())?;
     super::data::check_flags(c, ov)?;
+    if let Some(p) = processes {
+        let config = serde_json::to_vec(c).unwrap_or_default();
+        p.check_same(&[("binary", &super::processes::binary_bytes()), ("config", &config)])?;
+    }
     let resume = ov.resume || ov.resume_or_start;
     if resume {
         check_resumable(c, ov)?;
@@ -149,7 +177,7 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
     let dataset = super::data::open_dataset(c, &prepared)?;
     let identity = dataset.as_ref().map(|d| d.identity.clone());
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
-    let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref())?;
+    let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref(), processes)?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
     log(Line::Info(format!(
         "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
@@ -180,7 +208,19 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
                 retention: Retention { keep_last: Some(k.keep_last), keep_every: k.keep_every },
                 ..Default::default()
             };
-            let m = CheckpointManager::open(&k.dir, opts)?;
+            // In a multi-process run the first process cleans up, alone.
+            let m = match processes {
+                Some(p) if !p.is_first() => {
+                    p.barrier("opening the checkpoint directory")?;
+                    CheckpointManager::open_shared(&k.dir, opts)?
+                }
+                Some(p) => {
+                    let m = CheckpointManager::open(&k.dir, opts);
+                    p.barrier("opening the checkpoint directory")?;
+                    m?
+                }
+                None => CheckpointManager::open(&k.dir, opts)?,
+            };
             for p in m.cleaned() {
                 log(Line::Warn(format!("removed the unfinished checkpoint {}", p.display())));
             }
@@ -261,12 +301,15 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
     )));
     let data_json = identity.as_ref().map(|i| i.to_json());
     let prediction = |m| super::report::json(&predicted, m);
-    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &prediction(None), None)?;
+    if first_process {
+        write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &prediction(None), None)?;
+    }
     let mut feed = match dataset {
         Some(d) => Some(super::data::Feed::start(c, d, &backend, first)?),
         None => None,
     };
     let mut writer = match &c.metrics {
+        Some(_) if !first_process => None,
         Some(p) if resumed => Some(MetricsWriter::open_resume(p, first)?),
         Some(p) => Some(MetricsWriter::open(p, false)?),
         None => None,
@@ -287,12 +330,20 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
                     if let Some(id) = &identity {
                         super::data::add_identity(&mut state, id);
                     }
-                    m.save_async(next, &state)?;
+                    match processes {
+                        Some(p) => {
+                            super::processes::own_replicated_leaves(&mut state, p.is_first());
+                            m.save_across(next, &state, p.group().as_ref(), p.timeout())?;
+                        }
+                        None => {
+                            m.save_async(next, &state)?;
+                        }
+                    }
                 }
             }
             Ok(())
         },
-        ov.quiet,
+        ov.quiet || !first_process,
     )?;
     if let Some(m) = manager {
         m.finish()?;
@@ -310,7 +361,9 @@ pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> 
         log(Line::Info(w));
     }
     let measured = prediction(summary.steady_step_secs());
-    write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &measured, Some(&summary))?;
+    if first_process {
+        write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &measured, Some(&summary))?;
+    }
     Ok(summary)
 }
 

@@ -1,17 +1,19 @@
 //! Tensor data as little-endian bytes without needless copies.
 //!
-//! A checkpoint moves hundreds of megabytes; an element-by-element
+//! A checkpoint moves hundreds of megabytes, and a collective between
+//! processes moves a step's gradients every step; an element-by-element
 //! conversion or an extra buffer per file doubles the time a save or
 //! restore takes. On a little-endian machine a standard-layout host tensor
-//! already *is* its file bytes, so saves borrow them ([`tensor_bytes`]) and
-//! restores copy file bytes straight into typed tensors ([`BlockBuf`]), with
+//! already *is* its file (or message) bytes, so writers borrow them
+//! ([`tensor_bytes`]) and readers copy bytes straight into typed tensors
+//! ([`BlockBuf`]), with
 //! `zerocopy` proving the casts sound. Bool tensors (whose bytes must be 0
 //! or 1), other layouts and big-endian machines take the checked,
 //! element-wise path of `weft_ir`.
 
 use std::borrow::Cow;
-use weft_ir::tensor::HostTensor;
-use weft_ir::{DType, IrError, TensorType};
+use crate::tensor::HostTensor;
+use crate::{DType, IrError, TensorType};
 use zerocopy::IntoBytes;
 
 /// The tensor's elements as dense little-endian row-major bytes (borrowed

@@ -14,12 +14,14 @@
 //! Submodules: `convert` (dtype conversion, bytes, literals), `compare`
 //! (bitwise and tolerance comparisons for tests), `safetensors_io` (files).
 
+mod bytes;
 mod compare;
 mod convert;
 mod element;
 mod safetensors_io;
 mod strided;
 
+pub use bytes::{tensor_bytes, BlockBuf};
 pub use compare::{assert_close, check_close, epsilon};
 pub use element::Element;
 pub use safetensors_io::{

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 use weft_ir::device::Collective;
-use weft_ir::tensor::HostTensor;
+use weft_ir::tensor::{tensor_bytes, BlockBuf, HostTensor};
 
 /// One local device's contribution to the current step.
 struct Contribution {
@@ -107,18 +107,19 @@ impl ProcessComm {
                 .map(|(&p, devs)| {
                     let mut bytes = Vec::with_capacity(devs.len() * block_bytes);
                     for d in devs {
-                        bytes.extend_from_slice(&mine[d].input.to_bytes_le());
+                        bytes.extend_from_slice(&tensor_bytes(&mine[d].input));
                     }
                     (p, bytes)
                 })
                 .collect();
             let receives: Vec<(usize, usize)> = recv_from.iter().map(|(&p, devs)| (p, devs.len() * block_bytes)).collect();
             let what = format!("step {step} (`{}`)", op.name());
-            let got = self.group.exchange((step % 30_000) as u32, &sends, &receives, self.timeout, &what)?;
+            let got = self.group.exchange((step % 30_000) as u32, sends, &receives, self.timeout, &what)?;
             for ((_, devs), bytes) in recv_from.iter().zip(got) {
                 for (k, &d) in devs.iter().enumerate() {
-                    let t = HostTensor::from_bytes_le(&ty, &bytes[k * block_bytes..(k + 1) * block_bytes])?;
-                    remote.insert(d, t);
+                    let mut block = BlockBuf::new(&ty);
+                    block.bytes_mut().copy_from_slice(&bytes[k * block_bytes..(k + 1) * block_bytes]);
+                    remote.insert(d, block.finish()?);
                 }
             }
         }

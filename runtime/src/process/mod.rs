@@ -63,7 +63,7 @@ pub trait ProcessGroup: Send + Sync {
     fn exchange(
         &self,
         tag: u32,
-        sends: &[(usize, Vec<u8>)],
+        sends: Vec<(usize, Vec<u8>)>,
         receives: &[(usize, usize)],
         timeout: Duration,
         what: &str,
@@ -81,14 +81,14 @@ pub trait ProcessGroup: Send + Sync {
         let len = (bytes.len() as u64).to_le_bytes().to_vec();
         let sends: Vec<(usize, Vec<u8>)> = peers.iter().map(|&q| (q, len.clone())).collect();
         let receives: Vec<(usize, usize)> = peers.iter().map(|&q| (q, 8)).collect();
-        let lens = self.exchange(CONTROL_TAG, &sends, &receives, timeout, what)?;
+        let lens = self.exchange(CONTROL_TAG, sends, &receives, timeout, what)?;
         let sends: Vec<(usize, Vec<u8>)> = peers.iter().map(|&q| (q, bytes.to_vec())).collect();
         let receives: Vec<(usize, usize)> = peers
             .iter()
             .zip(&lens)
             .map(|(&q, l)| (q, u64::from_le_bytes(l[..8].try_into().expect("8 bytes")) as usize))
             .collect();
-        let mut got = self.exchange(CONTROL_TAG + 1, &sends, &receives, timeout, what)?.into_iter();
+        let mut got = self.exchange(CONTROL_TAG + 1, sends, &receives, timeout, what)?.into_iter();
         Ok((0..self.size()).map(|q| if q == me { bytes.to_vec() } else { got.next().expect("one per peer") }).collect())
     }
 

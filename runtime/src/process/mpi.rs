@@ -81,7 +81,7 @@ impl ProcessGroup for MpiGroup {
     fn exchange(
         &self,
         tag: u32,
-        sends: &[(usize, Vec<u8>)],
+        sends: Vec<(usize, Vec<u8>)>,
         receives: &[(usize, usize)],
         timeout: Duration,
         what: &str,
@@ -90,8 +90,8 @@ impl ProcessGroup for MpiGroup {
         let count = |n: usize| c_int::try_from(n).map_err(|_| err(format!("a message of {n} bytes is over MPI's limit")));
         let _serial = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let mut bufs: Vec<Vec<u8>> = receives.iter().map(|&(_, len)| vec![0u8; len]).collect();
-        let sent: Vec<Vec<u8>> = sends.iter().map(|(_, b)| b.clone()).collect();
-        let mut pending: Vec<Pending> = Vec::with_capacity(sends.len() + receives.len());
+        let (peers, sent): (Vec<usize>, Vec<Vec<u8>>) = sends.into_iter().unzip();
+        let mut pending: Vec<Pending> = Vec::with_capacity(peers.len() + receives.len());
         // SAFETY: every buffer outlives its request: requests are completed
         // before `bufs` and `sent` are returned or dropped, and on a timeout
         // both are leaked (the job is about to be aborted).
@@ -112,7 +112,7 @@ impl ProcessGroup for MpiGroup {
                 }
                 pending.push(Pending { request, peer, receive: Some(k) });
             }
-            for (&(peer, _), buf) in sends.iter().zip(&sent) {
+            for (&peer, buf) in peers.iter().zip(&sent) {
                 let mut request = std::mem::zeroed();
                 let rc = ffi::MPI_Isend(
                     buf.as_ptr() as *const c_void,
@@ -162,14 +162,14 @@ impl ProcessGroup for MpiGroup {
                 return Err(RuntimeError::ProcessTimeout { rank: self.rank, what: what.to_string(), waited: timeout, missing });
             }
             // Spin briefly (a collective's partner is usually close behind),
-            // then yield the core: processes may outnumber cores.
+            // then keep polling but yield the core at each round: processes
+            // may outnumber cores, and a sleep would hold back MPI's progress
+            // (a large message moves only while MPI_Test is being called).
             spins += 1;
-            if spins < 200 {
+            if spins < 100 {
                 std::hint::spin_loop();
-            } else if spins < 2000 {
-                std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(50));
+                std::thread::yield_now();
             }
         }
         Ok(bufs)

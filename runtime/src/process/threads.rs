@@ -43,7 +43,7 @@ impl ProcessGroup for ThreadGroup {
     fn exchange(
         &self,
         tag: u32,
-        sends: &[(usize, Vec<u8>)],
+        sends: Vec<(usize, Vec<u8>)>,
         receives: &[(usize, usize)],
         timeout: Duration,
         what: &str,
@@ -51,7 +51,7 @@ impl ProcessGroup for ThreadGroup {
         let (lock, changed) = &*self.shared;
         let mut m = lock.lock().unwrap_or_else(|p| p.into_inner());
         for (q, bytes) in sends {
-            m.queues.entry((self.rank, *q, tag)).or_default().push_back(bytes.clone());
+            m.queues.entry((self.rank, q, tag)).or_default().push_back(bytes);
         }
         changed.notify_all();
         let deadline = Instant::now() + timeout;

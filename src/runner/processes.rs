@@ -1,0 +1,198 @@
+//! Multi-process runs: `mpirun -n P weft train CONFIG` (or `srun`).
+//!
+//! Every process runs the same session: it parses the same config,
+//! compiles the same program and owns a contiguous run of the mesh's
+//! devices ([`weft_runtime::process::devices_of_process`]: on 8 devices
+//! and 2 processes, process 0 owns devices 0–3 and process 1 devices
+//! 4–7). Collectives between processes go through MPI
+//! ([`weft_runtime::process::ProcessComm`]), folded in rank order, so the
+//! metrics are bitwise those of one process. Before anything runs, the
+//! processes compare hashes of the binary, the config and the compiled
+//! program, and stop with [`Error::ProcessMismatch`] if any differs.
+//! Process 0 writes the metrics, the run manifest and the checkpoint
+//! manifest; every process writes the checkpoint blocks its devices hold.
+//!
+//! A process that fails stops the whole job (`MPI_Abort`), so none is left
+//! waiting; a process that dies or hangs is noticed by the others within
+//! the collective timeout (`WEFT_COLLECTIVE_TIMEOUT`, seconds), whose
+//! error names it.
+
+use crate::error::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+use weft_runtime::process::{check_process_count, device_owners, devices_of_process};
+use weft_runtime::ProcessGroup;
+
+/// How long a process waits for the others by default.
+pub const DEFAULT_PROCESS_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The processes of a multi-process run, as this one sees them.
+#[derive(Clone)]
+pub struct Processes {
+    group: Arc<dyn ProcessGroup>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Processes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "process {} of {}", self.group.rank(), self.group.size())
+    }
+}
+
+/// Keeps the transport alive (MPI: finalised when dropped).
+pub struct Launch {
+    /// The processes, if launched as several.
+    pub processes: Option<Processes>,
+    #[cfg(feature = "mpi")]
+    _session: Option<weft_runtime::process::MpiSession>,
+}
+
+/// The number of processes the launcher (`mpirun`, `srun`) started, from
+/// its environment; `None` outside a launcher.
+fn launched_size() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().and_then(|s| s.trim().parse().ok()))
+}
+
+/// The collective timeout: `WEFT_COLLECTIVE_TIMEOUT` seconds, or the default.
+pub fn timeout_from_env() -> Result<Duration> {
+    match std::env::var("WEFT_COLLECTIVE_TIMEOUT") {
+        Err(_) => Ok(DEFAULT_PROCESS_TIMEOUT),
+        Ok(s) => match s.trim().parse::<f64>() {
+            Ok(secs) if secs > 0.0 && secs.is_finite() => Ok(Duration::from_secs_f64(secs)),
+            _ => Err(Error::Usage(format!("WEFT_COLLECTIVE_TIMEOUT={s}: expected a positive number of seconds"))),
+        },
+    }
+}
+
+impl Launch {
+    /// Joins the job the launcher started: with the `mpi` feature under
+    /// `mpirun`/`srun`, MPI is initialised; a single process (no launcher,
+    /// or a job of one) runs alone. A launch of several processes by a
+    /// weft built without the `mpi` feature is [`Error::NoMpi`].
+    pub fn from_environment() -> Result<Launch> {
+        let size = launched_size();
+        #[cfg(feature = "mpi")]
+        {
+            if size.is_none_or(|n| n <= 1) {
+                return Ok(Launch { processes: None, _session: None });
+            }
+            let timeout = timeout_from_env()?;
+            let (group, session) = weft_runtime::process::MpiGroup::init()?;
+            let processes = Processes { group: Arc::new(group), timeout };
+            Ok(Launch { processes: Some(processes), _session: Some(session) })
+        }
+        #[cfg(not(feature = "mpi"))]
+        {
+            match size {
+                Some(n) if n > 1 => Err(Error::NoMpi { processes: n }),
+                _ => Ok(Launch { processes: None }),
+            }
+        }
+    }
+}
+
+impl Processes {
+    /// Processes over any transport (threads in tests, MPI in `weft`).
+    pub fn new(group: Arc<dyn ProcessGroup>, timeout: Duration) -> Processes {
+        Processes { group, timeout }
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.group.rank()
+    }
+
+    /// The number of processes.
+    pub fn size(&self) -> usize {
+        self.group.size()
+    }
+
+    /// The transport.
+    pub fn group(&self) -> &Arc<dyn ProcessGroup> {
+        &self.group
+    }
+
+    /// How long a process waits for the others.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether this process writes what is written once (metrics, run
+    /// manifest, checkpoint manifest).
+    pub fn is_first(&self) -> bool {
+        self.rank() == 0
+    }
+
+    /// The devices this process owns on a mesh of `devices` devices.
+    pub fn local_devices(&self, devices: usize) -> Result<Vec<usize>> {
+        check_process_count(devices, self.size())?;
+        Ok(devices_of_process(devices, self.size(), self.rank()).collect())
+    }
+
+    /// The process owning each device of a mesh of `devices` devices.
+    pub fn owners(&self, devices: usize) -> Vec<usize> {
+        device_owners(devices, self.size())
+    }
+
+    /// Stops every process of the job (after an error here).
+    pub fn abort_all(&self, code: i32) {
+        self.group.abort_all(code)
+    }
+
+    /// Waits for every process at `what`.
+    pub fn barrier(&self, what: &str) -> Result<()> {
+        Ok(self.group.barrier(self.timeout, what)?)
+    }
+
+    /// Every process's `bytes`, in rank order.
+    pub fn all_gather(&self, bytes: &[u8], what: &str) -> Result<Vec<Vec<u8>>> {
+        Ok(self.group.all_gather(bytes, self.timeout, what)?)
+    }
+
+    /// Checks that every process has the same `(what, bytes)` items (the
+    /// binary, the config, the program): [`Error::ProcessMismatch`] names
+    /// the first item that differs and the processes whose copy differs
+    /// from process 0's.
+    pub fn check_same(&self, items: &[(&str, &[u8])]) -> Result<()> {
+        let mut digest = Vec::with_capacity(32 * items.len());
+        for (_, bytes) in items {
+            digest.extend_from_slice(&Sha256::digest(bytes));
+        }
+        let all = self.all_gather(&digest, "the start-up check")?;
+        for (k, (what, _)) in items.iter().enumerate() {
+            let first = &all[0][32 * k..32 * (k + 1)];
+            let differ: Vec<usize> =
+                (1..all.len()).filter(|&p| all[p].get(32 * k..32 * (k + 1)) != Some(first)).collect();
+            if !differ.is_empty() {
+                return Err(Error::ProcessMismatch { what: what.to_string(), processes: differ });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of the running binary (for [`Processes::check_same`]).
+pub fn binary_bytes() -> Vec<u8> {
+    std::env::current_exe().and_then(std::fs::read).unwrap_or_default()
+}
+
+/// Makes the whole-leaf (replicated) entries of this process's part of a
+/// checkpoint state blocks of device 0, held by the first process only:
+/// a multi-process save writes each block once, from its lowest device.
+pub fn own_replicated_leaves(state: &mut crate::checkpoint::CheckpointState, first: bool) {
+    use crate::checkpoint::{LeafData, ShardedLeaf};
+    for leaf in state.leaves.values_mut() {
+        if let LeafData::Global(t) = leaf {
+            let ty = t.ty();
+            let sharding = weft_ir::TensorSharding::replicated(ty.rank());
+            let mut shards = std::collections::BTreeMap::new();
+            if first {
+                shards.insert(0, t.clone());
+            }
+            *leaf = LeafData::Sharded(ShardedLeaf { ty, sharding, shards });
+        }
+    }
+}

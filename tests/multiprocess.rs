@@ -1,0 +1,352 @@
+//! `mpirun -n P weft train ...`: the same run on 1, 2, 4 and 8 processes
+//! gives bitwise the same metrics and checkpoint files under every
+//! strategy; checkpoints move between process counts; mismatched ranks,
+//! too many processes, a hung rank and a killed rank give named errors and
+//! leave nothing behind, and the restarted job equals the uninterrupted one.
+//!
+//! Needs `mpirun` (Open MPI: `apt-get install openmpi-bin libopenmpi-dev
+//! libclang-dev`) and a weft built with `--features mpi` (the README's test
+//! command builds the tests so). Without them the tests fail under
+//! `CI=true` and print SKIPPED elsewhere.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `Some(mpirun)` when multi-process tests can run here.
+fn mpirun_or_skip(test: &str) -> Option<PathBuf> {
+    let why = if !cfg!(feature = "mpi") {
+        "weft was built without the `mpi` feature (cargo test --features mpi)"
+    } else if Command::new("mpirun").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+    } else {
+        return Some(PathBuf::from("mpirun"));
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    None
+}
+
+fn mpirun(n: usize) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string()]);
+    c
+}
+
+/// Runs `weft train CONFIG ARGS` on `n` processes (`n == 0`: no mpirun).
+fn train(n: usize, config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = if n == 0 { Command::new(WEFT) } else { mpirun(n) };
+    if n > 0 {
+        c.arg(WEFT);
+    }
+    c.arg("train").arg(root().join(config)).args(args).arg("-q");
+    for (k, v) in env {
+        c.env(k, v);
+        if n > 0 {
+            c.args(["-x", k]);
+        }
+    }
+    c.output().expect("runs")
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn read(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Every file of a committed step, by name.
+fn step_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), read(&e.path())))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
+    let Some(_) = mpirun_or_skip("metrics_and_checkpoints_are_bitwise_those_of_one_process") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str, &[usize])] = &[
+        ("examples/configs/mlp.toml", "dp", &[2, 4, 8]),
+        ("examples/configs/mlp.toml", "tp", &[2, 8]),
+        ("examples/configs/mlp.toml", "fsdp", &[2, 4, 8]),
+        ("examples/configs/mlp.toml", "fsdp_tp", &[2, 8]),
+        ("examples/configs/mlp.toml", "zero3", &[4]),
+        ("examples/configs/gpt.toml", "tp", &[2, 8]),
+        ("examples/configs/gpt.toml", "fsdp", &[8]),
+        ("examples/configs/gpt.toml", "fsdp_tp", &[4]),
+        ("examples/configs/gpt.toml", "zero1", &[2]),
+    ];
+    let mut compared = 0;
+    for (config, strategy, counts) in cases {
+        let run = |n: usize| {
+            let dir = tmp.path().join(format!("{}-{strategy}-{n}", config.replace('/', "_")));
+            let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
+            let o = train(
+                n,
+                config,
+                &[
+                    "--steps",
+                    "6",
+                    "--mesh",
+                    "data=2,model=4",
+                    "--strategy",
+                    strategy,
+                    "--metrics",
+                    m.to_str().unwrap(),
+                    "--checkpoint-dir",
+                    k.to_str().unwrap(),
+                    "--checkpoint-every",
+                    "3",
+                ],
+                &[],
+            );
+            ok(&o, &format!("{config} {strategy} on {n} processes"));
+            (read(&m), step_files(&k.join("step_00000006")))
+        };
+        let (metrics, ckpt) = run(0);
+        assert!(metrics.len() > 100, "{config}: metrics written");
+        for &n in counts.iter() {
+            let (m, c) = run(n);
+            assert!(m == metrics, "{config} {strategy}: metrics on {n} processes differ from one process");
+            assert!(c == ckpt, "{config} {strategy}: checkpoint files on {n} processes differ from one process");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 16);
+}
+
+#[test]
+fn checkpoints_move_between_process_counts() {
+    let Some(_) = mpirun_or_skip("checkpoints_move_between_process_counts") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let config = "examples/configs/gpt.toml";
+    let args = |m: &Path, k: &Path, steps: &str| {
+        vec![
+            "--steps".to_string(),
+            steps.into(),
+            "--strategy".into(),
+            "fsdp_tp".into(),
+            "--metrics".into(),
+            m.to_str().unwrap().into(),
+            "--checkpoint-dir".into(),
+            k.to_str().unwrap().into(),
+            "--checkpoint-every".into(),
+            "4".into(),
+        ]
+    };
+    let run = |n: usize, a: Vec<String>, extra: &[&str]| {
+        let mut a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+        a.extend(extra);
+        let o = train(n, config, &a, &[]);
+        ok(&o, &format!("{a:?} on {n} processes"));
+    };
+    // The uninterrupted run, in one process.
+    let (m0, k0) = (tmp.path().join("m0.jsonl"), tmp.path().join("k0"));
+    run(0, args(&m0, &k0, "12"), &[]);
+    // 8 processes save at 4 and 8; 2 processes resume; 1 process finishes.
+    let (m1, k1) = (tmp.path().join("m1.jsonl"), tmp.path().join("k1"));
+    run(8, args(&m1, &k1, "8"), &[]);
+    run(2, args(&m1, &k1, "10"), &["--resume"]);
+    std::fs::remove_dir_all(k1.join("step_00000010")).ok();
+    run(0, args(&m1, &k1, "12"), &["--resume"]);
+    // 1 process saves; 4 resume.
+    let (m2, k2) = (tmp.path().join("m2.jsonl"), tmp.path().join("k2"));
+    run(0, args(&m2, &k2, "4"), &[]);
+    run(4, args(&m2, &k2, "12"), &["--resume"]);
+    let all = read(&m0);
+    assert!(read(&m1) == all, "8 -> 2 -> 1 processes: metrics differ from the uninterrupted run");
+    assert!(read(&m2) == all, "1 -> 4 processes: metrics differ from the uninterrupted run");
+    assert!(step_files(&k0.join("step_00000012")) == step_files(&k2.join("step_00000012")));
+}
+
+#[test]
+fn mismatched_ranks_and_too_many_processes_are_named_errors() {
+    let Some(_) = mpirun_or_skip("mismatched_ranks_and_too_many_processes_are_named_errors") else { return };
+    let cfg = root().join("examples/configs/mlp.toml");
+    // MPMD launch: rank 1 runs other flags.
+    let o = Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "1", WEFT, "train"])
+        .arg(&cfg)
+        .args(["--steps", "3", "-q", ":", "-n", "1", WEFT, "train"])
+        .arg(&cfg)
+        .args(["--steps", "4", "-q"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("the processes run different config: processes [1] differ from process 0"), "{err}");
+    // Two devices, four processes.
+    let o = train(4, "examples/configs/mlp.toml", &["--steps", "2", "--mesh", "data=2"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("the mesh has 2 devices but the job has 4 processes"), "{err}");
+}
+
+/// The pids of the weft processes `mpirun` (pid `parent`) started.
+fn children(parent: u32) -> Vec<u32> {
+    let out = Command::new("pgrep").args(["-P", &parent.to_string()]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|s| s.parse().ok()).collect()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// Starts a 4-process run of `steps` steps saving every 5 steps.
+fn start(dir: &Path, steps: &str, timeout: &str) -> std::process::Child {
+    let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
+    let mut c = mpirun(4);
+    c.args(["-x", "WEFT_COLLECTIVE_TIMEOUT"]).env("WEFT_COLLECTIVE_TIMEOUT", timeout);
+    c.arg(WEFT).arg("train").arg(root().join("examples/configs/gpt.toml"));
+    c.args(["--steps", steps, "--strategy", "fsdp", "--checkpoint-every", "5", "-q"]);
+    c.arg("--metrics").arg(&m).arg("--checkpoint-dir").arg(&k);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+/// Waits for `child` at most `limit`; kills it (and its processes) if it
+/// is still running then.
+fn wait_at_most(mut child: std::process::Child, limit: Duration) -> (Option<Output>, Duration) {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return (Some(child.wait_with_output().unwrap()), t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in children(child.id()) {
+        signal(p, "-KILL");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (None, t.elapsed())
+}
+
+#[test]
+fn a_hung_rank_is_named_within_the_timeout() {
+    let Some(_) = mpirun_or_skip("a_hung_rank_is_named_within_the_timeout") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let child = start(tmp.path(), "100000", "3");
+    let pid = child.id();
+    // Let it get going, then stop rank 2.
+    let t = Instant::now();
+    let mut ranks = Vec::new();
+    while ranks.len() < 4 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(200));
+        ranks = children(pid);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(ranks.len(), 4, "mpirun started {ranks:?}");
+    signal(ranks[2], "-STOP");
+    let (out, waited) = wait_at_most(child, Duration::from_secs(60));
+    signal(ranks[2], "-CONT");
+    let out = out.expect("the job stopped by itself");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("for process(es) [2], which never sent"), "{err}");
+    assert!(waited < Duration::from_secs(30), "stopped after {waited:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    for p in ranks {
+        assert!(!Path::new(&format!("/proc/{p}")).exists() || is_zombie(p), "rank pid {p} is left behind");
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
+}
+
+#[test]
+fn a_killed_rank_stops_the_job_and_the_restart_is_bitwise() {
+    let Some(_) = mpirun_or_skip("a_killed_rank_stops_the_job_and_the_restart_is_bitwise") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let steps = "30";
+    // The uninterrupted run.
+    let whole = tmp.path().join("whole");
+    let o = train(
+        0,
+        "examples/configs/gpt.toml",
+        &[
+            "--steps",
+            steps,
+            "--strategy",
+            "fsdp",
+            "--checkpoint-every",
+            "5",
+            "--metrics",
+            whole.join("metrics.jsonl").to_str().unwrap(),
+            "--checkpoint-dir",
+            whole.join("ckpt").to_str().unwrap(),
+        ],
+        &[],
+    );
+    ok(&o, "uninterrupted");
+    // Kill a rank at a different moment each time (mid-step or mid-save,
+    // whatever the moment meets).
+    let mut interrupted = 0;
+    for (round, (delay_ms, victim)) in [(900u64, 1usize), (1400, 3), (2100, 0)].into_iter().enumerate() {
+        let dir = tmp.path().join(format!("killed{round}"));
+        let child = start(&dir, steps, "20");
+        let pid = child.id();
+        let t = Instant::now();
+        let mut ranks = Vec::new();
+        while ranks.len() < 4 && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(100));
+            ranks = children(pid);
+        }
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        if let Some(&p) = ranks.get(victim) {
+            signal(p, "-KILL");
+        }
+        let (out, _) = wait_at_most(child, Duration::from_secs(60));
+        let out = out.expect("the job stopped by itself");
+        let finished = out.status.success();
+        if !finished {
+            interrupted += 1;
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&format!("rank {victim}")), "mpirun's report names the killed rank: {err}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        for p in &ranks {
+            assert!(!Path::new(&format!("/proc/{p}")).exists() || is_zombie(*p), "rank pid {p} is left behind");
+        }
+        // Restart from the newest committed checkpoint (every one validates).
+        let o = Command::new(WEFT)
+            .arg("train")
+            .arg(root().join("examples/configs/gpt.toml"))
+            .args(["--steps", steps, "--strategy", "fsdp", "--checkpoint-every", "5", "-q", "--resume-or-start"])
+            .arg("--metrics")
+            .arg(dir.join("metrics.jsonl"))
+            .arg("--checkpoint-dir")
+            .arg(dir.join("ckpt"))
+            .output()
+            .unwrap();
+        ok(&o, &format!("restart after round {round} (the killed job {})", if finished { "had finished" } else { "failed" }));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("skipping the checkpoint"), "a committed checkpoint was corrupt: {stderr}");
+        assert!(
+            read(&dir.join("metrics.jsonl")) == read(&whole.join("metrics.jsonl")),
+            "round {round}: the restarted job's metrics differ from the uninterrupted run"
+        );
+    }
+    assert!(interrupted > 0, "no round killed a rank before the job finished");
+}
