@@ -166,6 +166,7 @@ fn compare_strategies_prints_predicted_against_measured() {
     }
     assert!(text.contains("Spearman rank correlation, predicted vs measured (3 strategies): "), "{text}");
     assert!(text.contains("against the best named strategy, "), "{text}");
+    assert!(text.contains("measured / predicted from "), "{text}");
     // A strategy that does not exist is a usage error, before any run.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["compare-strategies", path.to_str().unwrap(), "--strategies", "dp,bogus"])

@@ -138,6 +138,10 @@ fn table(rows: &[Row]) -> String {
         )),
         None => out.push_str("Spearman rank correlation: undefined (fewer than two strategies, or a tie in all)\n"),
     }
+    // A model off by the same factor everywhere still ranks right.
+    let ratios: Vec<f64> = rows.iter().map(|r| best(r) / r.predicted.total).collect();
+    let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    out.push_str(&format!("measured / predicted from {lo:.2} to {hi:.2}\n"));
     let auto = rows.iter().find(|r| r.name == Strategy::Auto.name());
     let named = rows.iter().filter(|r| r.name != Strategy::Auto.name()).min_by(|a, b| best(a).total_cmp(&best(b)));
     if let (Some(a), Some(n)) = (auto, named) {

@@ -7,7 +7,9 @@
 //!   longer, the bytes of its operands and result per device at
 //!   `device_memory_bandwidth` (a roofline: element-wise ops and
 //!   reductions are bound by memory, not arithmetic, on a CPU). Ops without
-//!   FLOPs (data movement, constants) are free.
+//!   FLOPs (data movement, constants) are free. Every op adds
+//!   `op_overhead` (default 0: dispatch and buffers, what sets the step of
+//!   a program of many small ops).
 //! - **Communication**, per collective over mesh axes `A` (`n` = product of
 //!   their sizes, `α` = sum of their latencies, `β` = 1 / the smallest
 //!   bandwidth; `b` = bytes per device):
@@ -95,6 +97,7 @@ pub struct CostModel {
     mesh: Mesh,
     device_flops: f64,
     memory_bandwidth: f64,
+    op_overhead: f64,
     bandwidth: f64,
     latency: f64,
 }
@@ -106,6 +109,7 @@ impl CostModel {
             mesh: mesh.clone(),
             device_flops: opts.device_flops,
             memory_bandwidth: opts.device_memory_bandwidth,
+            op_overhead: opts.op_overhead,
             bandwidth: opts.default_bandwidth,
             latency: opts.default_latency,
         }
@@ -151,14 +155,14 @@ impl CostModel {
     }
 
     /// Time of an op of `flops` FLOPs split over `split` devices that reads
-    /// and writes `bytes` per device: the longer of its compute and its
-    /// memory traffic; free when it has no FLOPs.
+    /// and writes `bytes` per device: the per-op overhead plus the longer
+    /// of its compute and its memory traffic (none without FLOPs).
     pub fn op_time(&self, flops: f64, split: usize, bytes: f64) -> f64 {
         if flops == 0.0 {
-            return 0.0;
+            return self.op_overhead;
         }
         let streamed = if self.memory_bandwidth.is_infinite() { 0.0 } else { bytes / self.memory_bandwidth };
-        self.compute(flops, split).max(streamed)
+        self.op_overhead + self.compute(flops, split).max(streamed)
     }
 
     /// Bytes per device of a tensor of type `ty` in `layout`.
@@ -223,5 +227,9 @@ mod tests {
         assert_eq!(cpu.op_time(1e6, 1, 1e6), 0.01);
         assert_eq!(cpu.op_time(1e8, 2, 1e6), 0.05);
         assert_eq!(cpu.op_time(0.0, 1, 1e6), 0.0);
+        let busy = AutoShardOptions { op_overhead: 1e-3, ..AutoShardOptions::default() };
+        let busy = CostModel::new(&mesh, &busy);
+        assert_eq!(busy.op_time(0.0, 1, 1e6), 1e-3);
+        assert_eq!(busy.op_time(4e12, 4, 0.0), 0.011);
     }
 }

@@ -62,6 +62,9 @@ pub struct AutoShardOptions {
     /// element-wise ops and reductions that memory, not arithmetic, bounds.
     /// `f64::INFINITY` (the default): FLOPs only.
     pub device_memory_bandwidth: f64,
+    /// Seconds every op takes on a device besides its work (dispatch,
+    /// buffers): the whole step of a program of many small ops. Default 0.
+    pub op_overhead: f64,
     /// Link bandwidth (bytes/s) of mesh axes that do not set their own
     /// (`Mesh::with_link`).
     pub default_bandwidth: f64,
@@ -83,6 +86,7 @@ impl Default for AutoShardOptions {
             memory_budget: None,
             device_flops: 100e12,
             device_memory_bandwidth: f64::INFINITY,
+            op_overhead: 0.0,
             default_bandwidth: 100e9,
             default_latency: 5e-6,
             shard_every_dot: false,

@@ -61,6 +61,7 @@ pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOpt
                 let operands: Vec<&TensorType> = inputs.iter().map(ty).collect();
                 let results: Vec<&TensorType> = outputs.iter().map(ty).collect();
                 let (Some(rule), Some(&result)) = (rule_for(op, &operands, &results), results.first()) else {
+                    p.compute += model.op_time(0.0, 1, 0.0);
                     continue;
                 };
                 let flops = inst_flops(op, &rule, &operands, result);
@@ -174,6 +175,12 @@ mod tests {
         let slow = AutoShardOptions { device_memory_bandwidth: 1e6, ..opts.clone() };
         let z = predict_program(&p, &mesh, &slow);
         assert!((z.compute - (896.0 + 512.0) / 1e6).abs() < 1e-15, "{z:?}");
+        // Two compute steps, each with the per-op overhead; collectives
+        // keep their own latency.
+        let busy = AutoShardOptions { op_overhead: 1e-2, ..opts.clone() };
+        let w = predict_program(&p, &mesh, &busy);
+        assert!((w.compute - (x.compute + 2e-2)).abs() < 1e-15, "{w:?}");
+        assert_eq!(w.communication, x.communication);
         // The same program on a mesh where `model` has one device: its
         // all-reduce is free.
         let flat = Mesh::parse("data=2,model=1").unwrap();
