@@ -6,7 +6,7 @@
 
 use weft::runner::stages::{prepare_pipeline, report, PipelineExecutor};
 use weft::runner::{Executor, Overrides, RunConfig};
-use weft_compiler::stages::ideal_bubble;
+use weft_compiler::stages::{ideal_bubble, simulate, Phase, Schedule};
 use weft_compiler::CompilerError;
 
 fn gpt(batch: usize, layers: usize, vocab: usize) -> String {
@@ -109,6 +109,7 @@ fn the_cost_based_split_beats_the_uniform_split_on_a_model_with_heavy_ends() {
     let (eu, _) = build(&uniform, "interp").unwrap();
     let (rb, ru) = (report(&eb).unwrap(), report(&eu).unwrap());
     assert_ne!(eb.staged().split.counts, vec![2, 2, 2, 2]);
+    eprintln!("{}\n{}", rb.text(), ru.text());
     assert!(rb.predicted_step < ru.predicted_step, "{}\nvs\n{}", rb.text(), ru.text());
     // The head (the last unit) is the heaviest: it gets a stage of its own.
     assert_eq!(eb.staged().split.counts.last(), Some(&1), "{}", rb.text());
@@ -189,19 +190,58 @@ fn bench_pipeline() {
             );
         }
     }
-    // Cost-based vs uniform split on heavy ends, measured.
-    let heavy = gpt(32, 6, 4096);
-    for split in ["", "\nsplit = [2, 2, 2, 2]"] {
-        let c = config(&heavy, "stage=4", &format!("stages = 4\nmicrobatches = 8{split}"));
+    // The unpipelined step with the same accumulation, one device.
+    for m in [4, 8, 16] {
+        let mut c = RunConfig::from_toml(model).unwrap();
+        c.optimizer.micro_batches = m;
+        let mesh = weft_compiler::sharding::Mesh::parse("data=1").unwrap();
+        let p = weft::runner::prepare(&c, &["data"], &Overrides::default()).unwrap();
+        let mut exec = weft::runner::executor("cpu", &mesh, &p, None).unwrap();
+        let state = p.step.init_state(&p.params, 0, 1.0).unwrap();
+        exec.load(&p.step, &state).unwrap();
+        let mut t: Vec<f64> = (0..6)
+            .map(|_| {
+                let c = std::time::Instant::now();
+                exec.step(&p.step, &p.batch).unwrap();
+                c.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .collect();
+        t.sort_by(f64::total_cmp);
+        println!("unpipelined, micro_batches = {m:2}: step {:.1} ms", t[t.len() / 2] * 1e3);
+    }
+    // Cost-based vs uniform split on a GPT whose head (unembedding and the
+    // softmax over 2048 tokens) is heavy, S = 2 (one core per stage on this
+    // 2-core machine), predicted and measured: the wall step time, and the
+    // schedule replayed with each stage's measured median F and B times
+    // from a serial run (one task at a time, so no task shares a core).
+    let heavy = "steps = 2\nseed = 3\n[model]\nkind = \"gpt\"\nvocab = 2048\nseq = 32\nd_model = 64\nheads = 2\nlayers = 6\nbatch = 16\n[optimizer]\nkind = \"sgd\"\nlr = 0.01\n";
+    for split in ["", "\nsplit = [4, 4]"] {
+        let c = config(heavy, "stage=2", &format!("stages = 2\nmicrobatches = 8{split}"));
         let (mut exec, p) = build(&c, "cpu").unwrap();
-        let step = median_step(&mut exec, &p, 8);
+        let wall = median_step(&mut exec, &p, 12);
+        exec.set_serial(true);
+        median_step(&mut exec, &p, 2);
         let r = report(&exec).unwrap();
+        let t = r.measured_trace.as_ref().unwrap();
+        let median = |s: usize, phase: Phase| {
+            let mut d: Vec<f64> =
+                t.events.iter().filter(|e| e.stage == s && e.task.phase == phase).map(|e| e.end - e.start).collect();
+            d.sort_by(f64::total_cmp);
+            d[d.len() / 2]
+        };
+        let replay = simulate(Schedule::OneFOneB, 2, 8, &|s, ph| median(s, ph)).unwrap();
+        let times: Vec<String> = (0..2)
+            .map(|s| format!("{:.2}+{:.2}", median(s, Phase::Forward) * 1e3, median(s, Phase::Backward) * 1e3))
+            .collect();
         println!(
-            "heavy ends, split {:?}: predicted step {:.3} ms, measured step {:.1} ms, measured bubble {:.3}",
+            "heavy head, split {:?}: predicted step {:.2} ms (bubble {:.3}); measured wall step {:.1} ms; serial stage F+B ms {times:?}, replayed step {:.1} ms (bubble {:.3})",
             exec.staged().split.counts,
             r.predicted_step * 1e3,
-            step * 1e3,
-            r.measured_trace.as_ref().unwrap().bubble()
+            r.predicted_bubble,
+            wall * 1e3,
+            replay.makespan() * 1e3,
+            replay.bubble()
         );
     }
 }

@@ -159,11 +159,25 @@ mod tests {
         for schedule in Schedule::ALL {
             let (s_n, m) = (3, 5);
             let ps: Vec<StageProgram> = (0..s_n).map(|s| stage_program(schedule, s_n, m, s)).collect();
-            for s in 0..s_n {
-                let sends = ps[s].ops.iter().filter(|o| matches!(o, StageOp::Send(_))).count();
-                let cots = ps[s].ops.iter().filter(|o| matches!(o, StageOp::SendCot(_))).count();
-                assert_eq!(sends, if s + 1 < s_n { m } else { 0 });
-                assert_eq!(cots, if s > 0 { m } else { 0 });
+            let pick = |p: &StageProgram, f: fn(&StageOp) -> Option<usize>| -> Vec<usize> {
+                p.ops.iter().filter_map(f).collect()
+            };
+            let send = |o: &StageOp| if let StageOp::Send(m) = o { Some(*m) } else { None };
+            let recv = |o: &StageOp| if let StageOp::Recv(m) = o { Some(*m) } else { None };
+            let send_cot = |o: &StageOp| if let StageOp::SendCot(m) = o { Some(*m) } else { None };
+            let recv_cot = |o: &StageOp| if let StageOp::RecvCot(m) = o { Some(*m) } else { None };
+            for (s, p) in ps.iter().enumerate() {
+                // Every microbatch once, in the order the neighbour uses it.
+                assert_eq!(pick(p, recv), (0..m).collect::<Vec<_>>());
+                if s + 1 < s_n {
+                    assert_eq!(pick(p, send), pick(&ps[s + 1], recv), "{schedule} stage {s}");
+                    assert_eq!(pick(&ps[s + 1], send_cot), pick(p, recv_cot), "{schedule} stage {s}");
+                } else {
+                    assert!(pick(p, send).is_empty() && pick(p, recv_cot).is_empty());
+                }
+                if s == 0 {
+                    assert!(pick(p, send_cot).is_empty());
+                }
             }
         }
     }

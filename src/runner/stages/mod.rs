@@ -91,6 +91,9 @@ struct Stage {
 /// What a stage thread sends to a neighbour: a microbatch and its tensors.
 type Msg = (usize, Vec<HostTensor>);
 
+/// A stage's ends of one direction: to its neighbour, from its neighbour.
+type Link = (Option<Sender<Msg>>, Option<Receiver<Msg>>);
+
 /// What a stage's run of one step produced.
 struct StageRun {
     grads: Vec<HostTensor>,
@@ -108,6 +111,7 @@ pub struct PipelineExecutor {
     backend: String,
     last_trace: Option<Trace>,
     compile_secs: f64,
+    serial: bool,
 }
 
 fn rows(t: &HostTensor, m: usize, k: usize) -> Result<HostTensor> {
@@ -167,7 +171,16 @@ impl PipelineExecutor {
             backend: backend.into(),
             last_trace: None,
             compile_secs: clock.elapsed().as_secs_f64(),
+            serial: false,
         })
+    }
+
+    /// With `serial`, one task runs at a time (the stages still follow
+    /// the schedule): each task's duration on the trace is then its own,
+    /// not shared with other stages' tasks on the same cores, for
+    /// replaying the schedule as on one core per stage.
+    pub fn set_serial(&mut self, serial: bool) {
+        self.serial = serial;
     }
 
     /// The cut step.
@@ -247,8 +260,8 @@ impl PipelineExecutor {
         for (name, t) in batch {
             micro.insert(name.clone(), (0..k).map(|m| rows(t, m, k)).collect::<Result<_>>()?);
         }
-        let mut fwd: Vec<(Option<Sender<Msg>>, Option<Receiver<Msg>>)> = (0..s_n).map(|_| (None, None)).collect();
-        let mut bwd: Vec<(Option<Sender<Msg>>, Option<Receiver<Msg>>)> = (0..s_n).map(|_| (None, None)).collect();
+        let mut fwd: Vec<Link> = (0..s_n).map(|_| (None, None)).collect();
+        let mut bwd: Vec<Link> = (0..s_n).map(|_| (None, None)).collect();
         for s in 0..s_n.saturating_sub(1) {
             let (tx, rx) = channel();
             fwd[s].0 = Some(tx);
@@ -259,6 +272,8 @@ impl PipelineExecutor {
         }
         let start = Instant::now();
         let micro = &micro;
+        let lock = std::sync::Mutex::new(());
+        let serial = self.serial.then_some(&lock);
         let runs: Vec<Result<StageRun>> = std::thread::scope(|sc| {
             let handles: Vec<_> = self
                 .stages
@@ -267,7 +282,7 @@ impl PipelineExecutor {
                 .enumerate()
                 .map(|(s, (st, (f, b)))| {
                     let prog = stage_program(pc.schedule, s_n, k, s);
-                    sc.spawn(move || run_stage(s, st, &prog.ops, micro, f, b, start))
+                    sc.spawn(move || run_stage(s, st, &prog.ops, micro, f, b, start, serial))
                 })
                 .collect();
             handles
@@ -345,14 +360,16 @@ fn stage_bytes(st: &Stage, k: usize) -> StageBytes {
 }
 
 /// Runs stage `s`'s program for one step.
+#[allow(clippy::too_many_arguments)] // the stage, its neighbours' channels and the step's clocks
 fn run_stage(
     s: usize,
     st: &mut Stage,
     ops: &[StageOp],
     micro: &BTreeMap<String, Vec<HostTensor>>,
-    fwd: (Option<Sender<Msg>>, Option<Receiver<Msg>>),
-    bwd: (Option<Sender<Msg>>, Option<Receiver<Msg>>),
+    fwd: Link,
+    bwd: Link,
     start: Instant,
+    serial: Option<&std::sync::Mutex<()>>,
 ) -> Result<StageRun> {
     let lost = |what: &str| Error::Usage(format!("pipeline stage {s}: the neighbouring stage stopped before {what}"));
     let mut stash: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
@@ -378,6 +395,7 @@ fn run_stage(
                 stash.insert(m, inputs);
             }
             StageOp::Forward(m) => {
+                let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
                 let mut args = st.params.clone();
                 args.extend(stash[&m].iter().cloned());
@@ -404,6 +422,7 @@ fn run_stage(
                 cots.insert(m, c);
             }
             StageOp::Backward(m) => {
+                let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
                 let mut args = st.params.clone();
                 args.extend(stash.remove(&m).expect("backward after forward"));
@@ -470,4 +489,6 @@ impl super::Executor for PipelineExecutor {
 }
 
 pub mod session;
-pub use session::{prepare_pipeline, report, run_pipeline_session, train_cli, PipelineReport, PipelineRun};
+pub use session::{
+    plan_report, prepare_pipeline, report, run_pipeline_session, train_cli, PipelineReport, PipelineRun,
+};

@@ -160,6 +160,18 @@ fn train_config(c: &RunConfig, axes: &[&str]) -> Result<TrainConfig> {
     Ok(tc)
 }
 
+/// The machine the unit costs assume: `(flops, memory bandwidth)` per
+/// device. The CPU backends run each stage's devices on one worker thread:
+/// one core's f32 throughput and memory bandwidth (a 2-core AMD EPYC VM:
+/// about 30 GFLOP/s on GEMMs, 10 GB/s streaming); device backends the
+/// auto-sharder's defaults, compute only.
+pub fn machine(c: &RunConfig) -> (f64, f64) {
+    match c.backend.as_deref().unwrap_or(crate::runner::default_backend()) {
+        "cpu" | "cpu-ref" | "sim" | "interp" => (30e9, 10e9),
+        _ => (AutoShardOptions::default().device_flops, f64::INFINITY),
+    }
+}
+
 /// The pipeline configuration of a validated config's `[pipeline]`.
 pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
     let p = c.pipeline.as_ref().ok_or_else(|| usage("the config has no [pipeline] table"))?;
@@ -169,6 +181,7 @@ pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
         schedule: p.schedule.parse()?,
         split: p.split.clone(),
         memory_budget: p.memory_budget.as_deref().map(weft_ir::limits::parse_bytes).transpose().map_err(usage)?,
+        memory_bandwidth: machine(c).1,
     })
 }
 
@@ -185,7 +198,8 @@ pub fn prepare_pipeline(c: &RunConfig, mesh: &Mesh, ov: &Overrides) -> Result<(P
     c2.pipeline = None;
     let prepared = prepare(&c2, &axes, ov)?;
     let tc = train_config(&c2, &axes)?;
-    let staged = build_stages(&prepared.step.module, &tc, &pc, sub.num_devices(), &AutoShardOptions::default())?;
+    let opts = AutoShardOptions { device_flops: machine(c).0, ..Default::default() };
+    let staged = build_stages(&prepared.step.module, &tc, &pc, sub.num_devices(), &opts)?;
     Ok((prepared, staged, sub))
 }
 
@@ -259,4 +273,15 @@ pub fn train_cli(c: &RunConfig, ov: &Overrides) -> Result<i32> {
         println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], run.summary.steps_per_sec);
     }
     Ok(0)
+}
+
+/// The pipeline report of a config with `[pipeline]` without running a
+/// step (the stage functions are cut and verified, not compiled for
+/// devices): the split, each stage's predicted time and memory, the
+/// stage programs' peaks and the predicted bubble. For plan reports
+/// (`weft lower`).
+pub fn plan_report(c: &RunConfig) -> Result<PipelineReport> {
+    let mesh = super::super::validate::validate(c)?;
+    let (_, staged, sub) = prepare_pipeline(c, &mesh, &Overrides::default())?;
+    report(&PipelineExecutor::new(staged, &sub, "interp")?)
 }
