@@ -65,8 +65,15 @@ fn one_f_one_b_holds_at_most_s_microbatches_while_gpipe_grows_with_m() {
                 "stage=4",
                 &format!("stages = {s}\nmicrobatches = {m}\nschedule = \"{schedule}\""),
             );
-            let (exec, _) = build(&c, "interp").unwrap();
+            let (mut exec, p) = build(&c, "interp").unwrap();
             let mem = exec.stage_memory();
+            // The driver holds exactly the activation bytes the stage
+            // program predicts (measured over a step).
+            let state = p.step.init_state(&p.params, 0, 1.0).unwrap();
+            exec.load(&p.step, &state).unwrap();
+            exec.step(&p.step, &p.batch).unwrap();
+            let predicted: Vec<u64> = mem.iter().map(|(_, p)| p.activations).collect();
+            assert_eq!(exec.held_peaks(), &predicted[..], "{schedule} M={m}: measured vs predicted activation peaks");
             for (st, (b, p)) in mem.iter().enumerate() {
                 let per_micro = b.stash + b.act_out + b.cot_out + b.cot_in;
                 assert!(b.stash > 0, "stage {st} stashes something");

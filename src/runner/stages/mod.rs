@@ -100,6 +100,14 @@ struct StageRun {
     /// Per microbatch (last stage only): loss and auxiliary metrics.
     outputs: Vec<Vec<HostTensor>>,
     events: Vec<TraceEvent>,
+    /// The most bytes of activations the stage held between tasks
+    /// (stashes, activations and cotangents waiting to be sent or used).
+    held_peak: u64,
+}
+
+/// Bytes of host tensors.
+fn bytes_of(ts: &[HostTensor]) -> u64 {
+    ts.iter().map(|t| (t.len() * t.dtype().size_bytes()) as u64).sum()
 }
 
 /// Runs a [`StagedStep`] on one stage thread per stage.
@@ -112,6 +120,7 @@ pub struct PipelineExecutor {
     last_trace: Option<Trace>,
     compile_secs: f64,
     serial: bool,
+    held_peaks: Vec<u64>,
 }
 
 fn rows(t: &HostTensor, m: usize, k: usize) -> Result<HostTensor> {
@@ -172,6 +181,7 @@ impl PipelineExecutor {
             last_trace: None,
             compile_secs: clock.elapsed().as_secs_f64(),
             serial: false,
+            held_peaks: Vec::new(),
         })
     }
 
@@ -197,6 +207,13 @@ impl PipelineExecutor {
     /// from the step's start).
     pub fn last_trace(&self) -> Option<&Trace> {
         self.last_trace.as_ref()
+    }
+
+    /// Per stage, measured in the last step: the most bytes of activations
+    /// the stage held between tasks (what [`StagePeak::activations`]
+    /// predicts).
+    pub fn held_peaks(&self) -> &[u64] {
+        &self.held_peaks
     }
 
     /// Per stage: the buffers of its program and their peak under the
@@ -329,6 +346,7 @@ impl PipelineExecutor {
         }
         metrics.insert("grad_norm".into(), norm as f64);
         metrics.insert("lr".into(), lr as f64);
+        self.held_peaks = runs.iter().map(|r| r.held_peak).collect();
         let events = runs.into_iter().flat_map(|r| r.events).collect();
         self.last_trace = Some(Trace { stages: s_n, clock: "seconds".into(), events });
         Ok(metrics)
@@ -379,6 +397,7 @@ fn run_stage(
     let mut grads: Option<Vec<HostTensor>> = None;
     let mut outputs = Vec::new();
     let mut events = Vec::new();
+    let (mut held, mut held_peak) = (0u64, 0u64);
     let np = st.fns.params.len();
     let last = fwd.0.is_none();
     let n_lead = if last { 1 + st.fns.forward.results.len() - 1 } else { 1 };
@@ -392,6 +411,8 @@ fn run_stage(
                     debug_assert_eq!(got, m, "activations arrive in microbatch order");
                     inputs.extend(acts);
                 }
+                held += bytes_of(&inputs);
+                held_peak = held_peak.max(held);
                 stash.insert(m, inputs);
             }
             StageOp::Forward(m) => {
@@ -409,24 +430,32 @@ fn run_stage(
                 if last {
                     outputs.push(outs);
                 } else {
+                    held += bytes_of(&outs);
+                    held_peak = held_peak.max(held);
                     out_acts.insert(m, outs);
                 }
             }
             StageOp::Send(m) => {
                 let acts = out_acts.remove(&m).expect("sent after its forward");
+                held -= bytes_of(&acts);
                 fwd.0.as_ref().expect("a next stage").send((m, acts)).map_err(|_| lost("receiving activations"))?;
             }
             StageOp::RecvCot(m) => {
                 let (got, c) = bwd.1.as_ref().expect("a next stage").recv().map_err(|_| lost("sending cotangents"))?;
                 debug_assert_eq!(got, m, "cotangents arrive in microbatch order");
+                held += bytes_of(&c);
+                held_peak = held_peak.max(held);
                 cots.insert(m, c);
             }
             StageOp::Backward(m) => {
                 let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
                 let mut args = st.params.clone();
-                args.extend(stash.remove(&m).expect("backward after forward"));
-                args.extend(cots.remove(&m).unwrap_or_default());
+                let (stashed, cot) =
+                    (stash.remove(&m).expect("backward after forward"), cots.remove(&m).unwrap_or_default());
+                held -= bytes_of(&stashed) + bytes_of(&cot);
+                args.extend(stashed);
+                args.extend(cot);
                 let mut outs = st.backward.run(&args)?;
                 events.push(TraceEvent {
                     stage: s,
@@ -445,16 +474,19 @@ fn run_stage(
                     Some(acc) => acc.iter().zip(&g).map(|(a, b)| add(a, b)).collect::<Result<_>>()?,
                 });
                 if s > 0 {
+                    held += bytes_of(&c);
+                    held_peak = held_peak.max(held);
                     cot_in.insert(m, c);
                 }
             }
             StageOp::SendCot(m) => {
                 let c = cot_in.remove(&m).expect("sent after its backward");
+                held -= bytes_of(&c);
                 bwd.0.as_ref().expect("a previous stage").send((m, c)).map_err(|_| lost("receiving cotangents"))?;
             }
         }
     }
-    Ok(StageRun { grads: grads.unwrap_or_default(), outputs, events })
+    Ok(StageRun { grads: grads.unwrap_or_default(), outputs, events, held_peak })
 }
 
 impl super::Executor for PipelineExecutor {
