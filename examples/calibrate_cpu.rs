@@ -1,7 +1,10 @@
 //! Measures the constants of the CPU machine model
 //! (`weft::runner::report::machine_model`): the GEMM rate of the fast CPU
 //! backend per core when 8 logical devices share the cores, and what an
-//! in-process collective costs per byte and per call.
+//! in-process collective costs per byte and per call. (The streaming rate
+//! of element-wise ops and the per-op overhead come from whole training
+//! steps, `weft compare-strategies`: the backend fuses element-wise chains,
+//! so a chain of adds measures nothing.)
 //!
 //! Each measurement runs a device program that repeats one step `k` times
 //! and one that runs it once, on the runtime's CPU devices with one worker
@@ -58,15 +61,6 @@ fn gemms(devices: usize, m: usize, c: usize, k: usize) -> String {
     t + &format!("  return %{}\n}}\n", k + 1)
 }
 
-/// `k` dependent element-wise adds of `[n]` per device.
-fn adds(devices: usize, n: usize, k: usize) -> String {
-    let mut t = format!("device_program @add mesh [d={devices}] {{\n  input %0 : f32[{n}]\n");
-    for i in 0..k {
-        t.push_str(&format!("  %{} = add %{i}, %{i} : f32[{n}]\n", i + 1));
-    }
-    t + &format!("  return %{k}\n}}\n")
-}
-
 /// `k` dependent all-reduces of `[n]` over `axes` on `data=2,model=4`.
 fn all_reduces(axes: &str, n: usize, k: usize) -> String {
     let mut t = format!("device_program @ar mesh [data=2, model=4] {{\n  input %0 : f32[{n}]\n");
@@ -92,11 +86,6 @@ fn main() {
             flops / t / cores as f64 / 1e9
         );
     }
-    println!("\nelement-wise add of [n] on every device:");
-    for n in [1 << 17, 1 << 19] {
-        let t = per_step(&|k| adds(8, n, k), 9);
-        println!("  n = {n}: {:.3} ms, {:.2} G elements/s per core", t * 1e3, 8.0 * n as f64 / t / cores as f64 / 1e9);
-    }
     println!("\nall-reduce of b bytes per device on data=2,model=4 (the model's α + β·2(n-1)/n·b per device):");
     for (axes, group) in [("data, model", 8.0), ("model", 4.0), ("data", 2.0)] {
         let mut points = Vec::new();
@@ -110,7 +99,8 @@ fn main() {
         let (b0, t0) = points[0];
         let (b1, t1) = points[points.len() - 1];
         let beta = (t1 - t0) / (2.0 * (group - 1.0) / group * (b1 - b0));
-        let alpha = t0 - beta * 2.0 * (group - 1.0) / group * b0;
+        // Noise can put the fitted line's intercept below zero.
+        let alpha = (t0 - beta * 2.0 * (group - 1.0) / group * b0).max(0.0);
         println!(
             "    => α {:.1} µs, bandwidth 1/β {:.2} GB/s per device ({:.2} GB/s x cores / devices)",
             alpha * 1e6,
