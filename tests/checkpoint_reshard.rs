@@ -123,3 +123,39 @@ fn a_target_sharding_that_does_not_fit_is_named() {
     assert!(matches!(&err, CheckpointError::InvalidSharding { leaf, .. } if leaf == "w"), "{err}");
     assert!(err.to_string().contains("not divisible"), "{err}");
 }
+
+/// One process of a multi-process run restores only its devices' blocks:
+/// it reads only the files holding them (a damaged file of other devices
+/// does not matter to it), gets exactly those shards, and still resharding
+/// holds.
+#[test]
+fn a_restore_for_some_devices_reads_only_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mesh = mesh_2x2();
+    let global = iota_2d(8, 4);
+    let mut m = CheckpointManager::open(dir.path(), CheckpointOptions::default()).unwrap();
+    let saved: [&[&str]; 2] = [&["x", "y"], &[]];
+    let mut state = CheckpointState::new(mesh.clone());
+    state.insert_sharded("w", shard_2d(&global, &mesh, &saved));
+    m.save(0, &state).unwrap();
+    // Damage device 3's file: blocks of devices 0 and 1 never touch it.
+    let file = dir.path().join("step_00000000").join("shard_00003_0000.safetensors");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let n = bytes.len();
+    bytes[n - 1] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+    for wanted in [&saved, &[&["x"][..], &[][..]]] {
+        let t = target(&mesh, Some(wanted)).only_devices(vec![0, 1]);
+        let back = m.restore(Some(0), &t).unwrap().state;
+        let LeafData::Sharded(leaf) = &back.leaves["w"] else { panic!("sharded") };
+        assert_eq!(leaf.shards.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
+        for dev in [0, 1] {
+            assert!(leaf.shards[&dev].bitwise_eq(&expected_block_2d(&global, &mesh, wanted, dev)), "{wanted:?} {dev}");
+        }
+    }
+    // Every device's blocks need the damaged file: named corruption.
+    let err = m.restore(Some(0), &target(&mesh, Some(&saved))).unwrap_err();
+    assert!(err.to_string().contains("shard_00003_0000"), "{err}");
+    // So does device 3 alone.
+    assert!(m.restore(Some(0), &target(&mesh, Some(&saved)).only_devices(vec![3])).is_err());
+}

@@ -125,45 +125,93 @@ pub fn restore(root: &Path, step: Option<u64>, target: &RestoreTarget, threads: 
     let m = Manifest::read(&dir, step)?;
     let plans = plan_leaves(step, &m, target)?;
     let index: BTreeMap<&str, usize> = m.leaves.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
-    let buffers: Vec<Mutex<Vec<BlockBuf>>> = plans
+    // Per leaf, the blocks to restore: every block, or those of the
+    // target's devices.
+    let wanted: Vec<Vec<bool>> = plans
         .iter()
         .map(|p| {
-            let block_ty = TensorType::new(p.ty.dtype, p.layout.block_shape());
-            Mutex::new((0..p.layout.num_blocks()).map(|_| BlockBuf::new(&block_ty)).collect())
+            let mut w = vec![target.devices.is_none(); p.layout.num_blocks()];
+            for &d in target.devices.iter().flatten() {
+                if d < target.mesh.num_devices() {
+                    w[p.layout.block_of(d)] = true;
+                }
+            }
+            w
         })
         .collect();
-    run_jobs(m.files.len(), threads, |i| {
-        let f = &m.files[i];
+    let buffers: Vec<Mutex<Vec<Option<BlockBuf>>>> = plans
+        .iter()
+        .zip(&wanted)
+        .map(|(p, w)| {
+            let block_ty = TensorType::new(p.ty.dtype, p.layout.block_shape());
+            Mutex::new(w.iter().map(|&want| want.then(|| BlockBuf::new(&block_ty))).collect())
+        })
+        .collect();
+    // Only the files holding part of a wanted block are read.
+    let files: Vec<&FileEntry> = m
+        .files
+        .iter()
+        .filter(|f| {
+            target.devices.is_none()
+                || m.leaves.iter().enumerate().any(|(i, leaf)| {
+                    leaf.shards.iter().filter(|s| s.file == f.name).any(|s| {
+                        let p = &plans[i];
+                        (0..p.layout.num_blocks()).any(|b| {
+                            wanted[i][b] && overlaps(&s.offset, &s.shape, &p.layout.block_offset(b), &p.layout.block_shape())
+                        })
+                    })
+                })
+        })
+        .collect();
+    run_jobs(files.len(), threads, |i| {
+        let f = files[i];
         let bytes = read_verified(&dir, step, &m, f)?;
         check_tensors(&dir, step, &m, f, &bytes, |leaf, shard, data| {
             let p = &plans[index[leaf]];
             let (bs, elem) = (p.layout.block_shape(), p.ty.dtype.size_bytes());
             let mut out = buffers[index[leaf]].lock().unwrap();
             for (b, buf) in out.iter_mut().enumerate() {
-                copy_region(data, &shard.shape, &shard.offset, buf.bytes_mut(), &bs, &p.layout.block_offset(b), elem);
+                if let Some(buf) = buf {
+                    copy_region(data, &shard.shape, &shard.offset, buf.bytes_mut(), &bs, &p.layout.block_offset(b), elem);
+                }
             }
         })
     })?;
     let mut state = CheckpointState::new(target.mesh.clone());
     for ((p, bufs), entry) in plans.into_iter().zip(buffers).zip(&m.leaves) {
-        let tensors =
-            bufs.into_inner().unwrap().into_iter().map(BlockBuf::finish).collect::<Result<Vec<_>, _>>().map_err(
-                |e| CheckpointError::Corrupt {
-                    step,
-                    file: dir.join(&entry.shards[0].file),
-                    leaves: vec![entry.name.clone()],
-                    message: e.to_string(),
-                },
-            )?;
+        let tensors = bufs
+            .into_inner()
+            .unwrap()
+            .into_iter()
+            .map(|b| b.map(BlockBuf::finish).transpose())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CheckpointError::Corrupt {
+                step,
+                file: dir.join(&entry.shards[0].file),
+                leaves: vec![entry.name.clone()],
+                message: e.to_string(),
+            })?;
         let leaf = if p.layout.is_replicated() {
-            LeafData::Global(tensors.into_iter().next().expect("one block"))
+            LeafData::Global(tensors.into_iter().next().flatten().expect("the one block is wanted"))
         } else {
-            let shards = (0..target.mesh.num_devices()).map(|d| (d, tensors[p.layout.block_of(d)].clone())).collect();
+            let devices: Vec<usize> = match &target.devices {
+                Some(d) => d.iter().copied().filter(|&d| d < target.mesh.num_devices()).collect(),
+                None => (0..target.mesh.num_devices()).collect(),
+            };
+            let shards = devices
+                .into_iter()
+                .map(|d| (d, tensors[p.layout.block_of(d)].clone().expect("a wanted block")))
+                .collect();
             LeafData::Sharded(ShardedLeaf { ty: p.ty, sharding: p.sharding, shards })
         };
         state.leaves.insert(entry.name.clone(), leaf);
     }
     Ok(Restored { step, state })
+}
+
+/// Whether the boxes `[a, a + ashape)` and `[b, b + bshape)` intersect.
+fn overlaps(a: &[usize], ashape: &[usize], b: &[usize], bshape: &[usize]) -> bool {
+    a.iter().zip(ashape).zip(b.iter().zip(bshape)).all(|((&a0, &an), (&b0, &bn))| a0 < b0 + bn && b0 < a0 + an)
 }
 
 /// How one saved leaf is laid out on the target.

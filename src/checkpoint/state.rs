@@ -166,12 +166,16 @@ pub struct RestoreTarget {
     pub mesh: MeshSpec,
     /// Leaf name to how to restore it.
     pub leaves: BTreeMap<String, TargetLeaf>,
+    /// Restore only these devices' blocks (one process of a multi-process
+    /// run): only the files holding them are read, and sharded leaves get
+    /// shards for these devices only. `None`: every device.
+    pub devices: Option<Vec<usize>>,
 }
 
 impl RestoreTarget {
     /// An empty target on `mesh`.
     pub fn new(mesh: MeshSpec) -> RestoreTarget {
-        RestoreTarget { mesh, leaves: BTreeMap::new() }
+        RestoreTarget { mesh, leaves: BTreeMap::new(), devices: None }
     }
 
     /// A single-device target with the leaves and types of `tree`.
@@ -202,6 +206,12 @@ impl RestoreTarget {
             t.insert(&l.name, l.ty.clone(), Some(s));
         }
         t
+    }
+
+    /// The same target restoring only the blocks of `devices`.
+    pub fn only_devices(mut self, devices: Vec<usize>) -> RestoreTarget {
+        self.devices = Some(devices);
+        self
     }
 
     /// Adds (or replaces) a leaf.

@@ -12,6 +12,14 @@ use weft_ir::interp::Interpreter;
 pub trait Executor {
     /// Places a (global) state on the devices.
     fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()>;
+    /// Places a restored checkpoint state (laid out as
+    /// [`Executor::state_layout`]) on the devices. By default through the
+    /// global state; a multi-process executor takes its devices' blocks
+    /// only (the state was restored for those devices alone).
+    fn load_blocks(&mut self, step: &TrainStep, state: &CheckpointState) -> Result<()> {
+        let tree = state.to_tree().map_err(crate::error::Error::Usage)?;
+        self.load(step, &tree)
+    }
     /// Runs one step on the loaded state; returns the metrics.
     fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics>;
     /// The current state as a checkpoint: per-device shards where the state

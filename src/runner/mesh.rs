@@ -17,7 +17,7 @@
 use super::exec::Executor;
 use super::processes::Processes;
 use super::{human, mesh_spec};
-use crate::checkpoint::{CheckpointState, ShardedLeaf};
+use crate::checkpoint::{CheckpointState, LeafData, ShardedLeaf};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -234,6 +234,36 @@ impl Executor for MeshExecutor {
             let blocks = keep_local(shard_tensor(&state[&leaf.name], &g.sharding, &self.mesh)?, &local);
             for (k, blk) in blocks.into_iter().enumerate() {
                 per_device[k].push(blk);
+            }
+        }
+        match &mut self.engine {
+            Engine::Simulator { state } => *state = per_device,
+            Engine::Devices { exe, .. } => exe.load_state(per_device)?,
+        }
+        Ok(())
+    }
+
+    fn load_blocks(&mut self, step: &TrainStep, state: &CheckpointState) -> Result<()> {
+        if !self.is_partial() {
+            let tree = state.to_tree().map_err(crate::error::Error::Usage)?;
+            return self.load(step, &tree);
+        }
+        let local = self.local_devices();
+        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); local.len()];
+        for (leaf, g) in step.state.iter().zip(&self.pf.inputs) {
+            let missing = || crate::error::Error::Usage(format!("the restored state has no blocks of {}", leaf.name));
+            match state.leaves.get(&leaf.name).ok_or_else(missing)? {
+                LeafData::Global(t) => {
+                    let blocks = keep_local(shard_tensor(t, &g.sharding, &self.mesh)?, &local);
+                    for (k, blk) in blocks.into_iter().enumerate() {
+                        per_device[k].push(blk);
+                    }
+                }
+                LeafData::Sharded(s) => {
+                    for (k, d) in local.iter().enumerate() {
+                        per_device[k].push(s.shards.get(d).ok_or_else(missing)?.clone());
+                    }
+                }
             }
         }
         match &mut self.engine {

@@ -260,11 +260,20 @@ pub fn run_session_on(
                     let replicated = Some(weft_ir::TensorSharding::replicated(1));
                     target.insert(super::data::IDENTITY_LEAF, super::data::identity_type(), replicated);
                 }
-                let restored = m.restore(Some(step), &target)?;
-                let mut tree =
-                    restored.state.to_tree().map_err(|e| Error::Usage(format!("restoring step {step}: {e}")))?;
-                super::data::check_restored(&mut tree, identity.as_ref(), step, m.root())?;
-                exec.load(&prepared.step, &tree)?;
+                if let Some(p) = processes {
+                    // Each process reads only the blocks its devices hold.
+                    target = target.only_devices(p.local_devices(mesh.num_devices())?);
+                }
+                let mut restored = m.restore(Some(step), &target)?;
+                // The data identity is checked apart; the rest is the state.
+                let mut id_tree = weft_compiler::train::Tree::new();
+                if let Some(crate::checkpoint::LeafData::Global(t)) =
+                    restored.state.leaves.remove(super::data::IDENTITY_LEAF)
+                {
+                    id_tree.insert(super::data::IDENTITY_LEAF.to_string(), t);
+                }
+                super::data::check_restored(&mut id_tree, identity.as_ref(), step, m.root())?;
+                exec.load_blocks(&prepared.step, &restored.state)?;
                 first = step;
                 resumed = true;
                 log(Line::Info(format!("resuming from step {step}")));
