@@ -223,32 +223,53 @@ fn bench_pipeline() {
     // schedule replayed with each stage's measured median F and B times
     // from a serial run (one task at a time, so no task shares a core).
     let heavy = "steps = 2\nseed = 3\n[model]\nkind = \"gpt\"\nvocab = 2048\nseq = 32\nd_model = 64\nheads = 2\nlayers = 6\nbatch = 16\n[optimizer]\nkind = \"sgd\"\nlr = 0.01\n";
-    for split in ["", "\nsplit = [4, 4]"] {
-        let c = config(heavy, "stage=2", &format!("stages = 2\nmicrobatches = 8{split}"));
-        let (mut exec, p) = build(&c, "cpu").unwrap();
-        let wall = median_step(&mut exec, &p, 12);
-        exec.set_serial(true);
-        median_step(&mut exec, &p, 2);
-        let r = report(&exec).unwrap();
-        let t = r.measured_trace.as_ref().unwrap();
-        let median = |s: usize, phase: Phase| {
-            let mut d: Vec<f64> =
-                t.events.iter().filter(|e| e.stage == s && e.task.phase == phase).map(|e| e.end - e.start).collect();
-            d.sort_by(f64::total_cmp);
-            d[d.len() / 2]
-        };
-        let replay = simulate(Schedule::OneFOneB, 2, 8, &|s, ph| median(s, ph)).unwrap();
-        let times: Vec<String> = (0..2)
-            .map(|s| format!("{:.2}+{:.2}", median(s, Phase::Forward) * 1e3, median(s, Phase::Backward) * 1e3))
-            .collect();
+    // Three rounds, the two splits interleaved; the fastest round of each
+    // (other work on the machine only slows a round down).
+    let splits = ["", "\nsplit = [4, 4]"];
+    let mut execs: Vec<_> = splits
+        .iter()
+        .map(|split| build(&config(heavy, "stage=2", &format!("stages = 2\nmicrobatches = 8{split}")), "cpu").unwrap())
+        .collect();
+    let mut best = vec![(f64::INFINITY, f64::INFINITY, Vec::new()); splits.len()];
+    for _ in 0..3 {
+        for (k, (exec, p)) in execs.iter_mut().enumerate() {
+            exec.set_serial(false);
+            let wall = median_step(exec, p, 6);
+            exec.set_serial(true);
+            median_step(exec, p, 2);
+            let t = exec.last_trace().unwrap().clone();
+            // Per stage and phase, the fastest task (the least disturbed).
+            let fastest = |s: usize, phase: Phase| {
+                t.events
+                    .iter()
+                    .filter(|e| e.stage == s && e.task.phase == phase)
+                    .map(|e| e.end - e.start)
+                    .fold(f64::INFINITY, f64::min)
+            };
+            let times: Vec<(f64, f64)> =
+                (0..2).map(|s| (fastest(s, Phase::Forward), fastest(s, Phase::Backward))).collect();
+            let replay =
+                simulate(Schedule::OneFOneB, 2, 8, &|s, ph| if ph == Phase::Forward { times[s].0 } else { times[s].1 })
+                    .unwrap()
+                    .makespan();
+            let b = &mut best[k];
+            b.0 = b.0.min(wall);
+            if replay < b.1 {
+                b.1 = replay;
+                b.2 = times;
+            }
+        }
+    }
+    for (k, (exec, _)) in execs.iter().enumerate() {
+        let r = report(exec).unwrap();
+        let times: Vec<String> = best[k].2.iter().map(|(f, b)| format!("{:.2}+{:.2}", f * 1e3, b * 1e3)).collect();
         println!(
-            "heavy head, split {:?}: predicted step {:.2} ms (bubble {:.3}); measured wall step {:.1} ms; serial stage F+B ms {times:?}, replayed step {:.1} ms (bubble {:.3})",
+            "heavy head, split {:?}: predicted step {:.2} ms (bubble {:.3}); measured wall step {:.1} ms; serial stage F+B ms {times:?}, replayed step {:.1} ms",
             exec.staged().split.counts,
             r.predicted_step * 1e3,
             r.predicted_bubble,
-            wall * 1e3,
-            replay.makespan() * 1e3,
-            replay.bubble()
+            best[k].0 * 1e3,
+            best[k].1 * 1e3
         );
     }
 }
