@@ -159,34 +159,26 @@ impl Units {
     /// Each unit's predicted forward and backward time, state bytes
     /// (parameter, gradient accumulator, `slots` optimizer slots in f32),
     /// activation bytes and input bytes per microbatch. An instruction
-    /// takes the cost model's compute time of its flops
-    /// ([`CostModel::compute`]) plus the time to move its operands and
-    /// results at `memory_bandwidth` bytes per second (a roofline sum; the
-    /// term that makes element-wise work, e.g. a softmax over a large
-    /// vocabulary, cost something), split over `split_over` devices; the
-    /// backward recomputes the forward and costs twice it again.
-    pub fn profile(
-        &self,
-        slots: usize,
-        split_over: usize,
-        opts: &AutoShardOptions,
-        memory_bandwidth: f64,
-    ) -> Vec<UnitProfile> {
+    /// takes the cost model's time ([`CostModel::op_time`]: the per-op
+    /// overhead plus the longer of its compute and its memory traffic, so
+    /// that element-wise work such as a softmax over a large vocabulary
+    /// costs something), split over `split_over` devices; the backward
+    /// recomputes the forward and costs twice it again.
+    pub fn profile(&self, slots: usize, split_over: usize, opts: &AutoShardOptions) -> Vec<UnitProfile> {
         let model = CostModel::new(&weft_compiler_mesh_1(), opts);
         let f = &self.loss;
         let n = self.names.len();
-        let mut flops = vec![0.0; n];
-        let mut moved = vec![0.0f64; n];
+        let mut time = vec![0.0f64; n];
         let mut act = vec![0u64; n];
         for (i, inst) in f.insts.iter().enumerate() {
             let Some(u) = self.inst_unit[i] else { continue };
             let ops: Vec<&TensorType> = inst.operands.iter().map(|&o| f.ty(o)).collect();
             let rs: Vec<&TensorType> = inst.results.iter().map(|&r| f.ty(r)).collect();
-            if let Some(rule) = rule_for(&inst.op, &ops, &rs) {
-                flops[u] += crate::autoshard::space::inst_flops(&inst.op, &rule, &ops, rs[0]);
-            }
+            let flops = rule_for(&inst.op, &ops, &rs)
+                .map_or(0.0, |rule| crate::autoshard::space::inst_flops(&inst.op, &rule, &ops, rs[0]));
+            let bytes: f64 = ops.iter().chain(&rs).map(|t| t.size_bytes() as f64).sum();
+            time[u] += model.op_time(flops, split_over.max(1), bytes / split_over.max(1) as f64);
             act[u] += rs.iter().map(|t| t.size_bytes() as u64).sum::<u64>();
-            moved[u] += ops.iter().chain(&rs).map(|t| t.size_bytes() as f64).sum::<f64>();
         }
         let mut state = vec![0u64; n];
         let mut batch = 0u64;
@@ -200,8 +192,7 @@ impl Units {
         let cross = self.crossing();
         (0..n)
             .map(|u| {
-                let traffic = if memory_bandwidth.is_finite() { moved[u] / memory_bandwidth } else { 0.0 };
-                let fwd = model.compute(flops[u], split_over.max(1)) + traffic / split_over.max(1) as f64;
+                let fwd = time[u];
                 UnitProfile {
                     name: self.names[u].clone(),
                     forward: fwd,
@@ -226,9 +217,8 @@ pub fn profile_units(
     slots: usize,
     split_over: usize,
     opts: &AutoShardOptions,
-    memory_bandwidth: f64,
 ) -> Result<Vec<UnitProfile>, CompilerError> {
-    Ok(Units::of(m)?.profile(slots, split_over, opts, memory_bandwidth))
+    Ok(Units::of(m)?.profile(slots, split_over, opts))
 }
 
 /// One stage's functions and the names of their inputs.
@@ -288,7 +278,7 @@ pub fn build_stages(
     }
     let units = Units::of(m)?;
     let problem = SplitProblem {
-        units: units.profile(tc.optimizer.slots().len(), split_over, opts, pc.memory_bandwidth),
+        units: units.profile(tc.optimizer.slots().len(), split_over, opts),
         stages: pc.stages,
         microbatches: pc.microbatches,
         schedule: pc.schedule,

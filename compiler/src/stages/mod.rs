@@ -46,7 +46,4 @@ pub struct PipelineConfig {
     pub split: Option<Vec<usize>>,
     /// Bytes per device a stage may use.
     pub memory_budget: Option<u64>,
-    /// Memory bandwidth per device (bytes/s) for the unit costs
-    /// ([`Units::profile`]); infinite: compute time only.
-    pub memory_bandwidth: f64,
 }

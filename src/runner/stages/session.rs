@@ -160,18 +160,6 @@ fn train_config(c: &RunConfig, axes: &[&str]) -> Result<TrainConfig> {
     Ok(tc)
 }
 
-/// The machine the unit costs assume: `(flops, memory bandwidth)` per
-/// device. The CPU backends run each stage's devices on one worker thread:
-/// one core's f32 throughput and memory bandwidth (a 2-core AMD EPYC VM:
-/// about 30 GFLOP/s on GEMMs, 10 GB/s streaming); device backends the
-/// auto-sharder's defaults, compute only.
-pub fn machine(c: &RunConfig) -> (f64, f64) {
-    match c.backend.as_deref().unwrap_or(crate::runner::default_backend()) {
-        "cpu" | "cpu-ref" | "sim" | "interp" => (30e9, 10e9),
-        _ => (AutoShardOptions::default().device_flops, f64::INFINITY),
-    }
-}
-
 /// The pipeline configuration of a validated config's `[pipeline]`.
 pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
     let p = c.pipeline.as_ref().ok_or_else(|| usage("the config has no [pipeline] table"))?;
@@ -181,7 +169,6 @@ pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
         schedule: p.schedule.parse()?,
         split: p.split.clone(),
         memory_budget: p.memory_budget.as_deref().map(weft_ir::limits::parse_bytes).transpose().map_err(usage)?,
-        memory_bandwidth: machine(c).1,
     })
 }
 
@@ -198,7 +185,10 @@ pub fn prepare_pipeline(c: &RunConfig, mesh: &Mesh, ov: &Overrides) -> Result<(P
     c2.pipeline = None;
     let prepared = prepare(&c2, &axes, ov)?;
     let tc = train_config(&c2, &axes)?;
-    let opts = AutoShardOptions { device_flops: machine(c).0, ..Default::default() };
+    // The auto-sharder's machine model for the backend; the stages share
+    // the machine's cores as the devices of the whole mesh do.
+    let backend = c.backend.as_deref().unwrap_or(crate::runner::default_backend());
+    let opts = crate::runner::report::machine_model(backend, mesh, &AutoShardOptions::default());
     let staged = build_stages(&prepared.step.module, &tc, &pc, sub.num_devices(), &opts)?;
     Ok((prepared, staged, sub))
 }
