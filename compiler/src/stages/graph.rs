@@ -30,8 +30,12 @@
 //!   parameters, with the global norm assembled by the driver from every
 //!   stage's squares in parameter order.
 //!
-//! A parameter used by instructions of two stages (tied weights) cannot be
-//! placed and is an error, as are dynamic loss scaling and a PRNG input.
+//! A PRNG input (`rng`) is an input like the batch: each stage gets the
+//! microbatch's key (the driver folds the step and the microbatch index
+//! into the state's key as the unpipelined step does) and recomputes the
+//! per-layer keys it needs. A parameter used by instructions of two stages
+//! (tied weights) cannot be placed and is an error, as is dynamic loss
+//! scaling.
 
 use super::split::{SplitProblem, StageSplit, UnitProfile};
 use super::PipelineConfig;
@@ -78,9 +82,6 @@ impl Units {
         let mut last_numbered = true;
         for (i, slot) in param_unit.iter_mut().enumerate() {
             let name = loss.param_name(i);
-            if name == "rng" {
-                return Err(cfg_err("a PRNG input (`rng`, dropout) is not supported with pipeline stages".into()));
-            }
             if !name.starts_with("params.") {
                 continue;
             }

@@ -115,6 +115,8 @@ pub struct PipelineExecutor {
     staged: StagedStep,
     stages: Vec<Stage>,
     step: HostTensor,
+    /// The state's PRNG key (`rng`), when the model takes one.
+    rng: Option<HostTensor>,
     mesh: Mesh,
     backend: String,
     last_trace: Option<Trace>,
@@ -176,6 +178,7 @@ impl PipelineExecutor {
             staged,
             stages,
             step: HostTensor::scalar(DType::I32, 0.0),
+            rng: None,
             mesh: sub_mesh.clone(),
             backend: backend.into(),
             last_trace: None,
@@ -246,6 +249,7 @@ impl PipelineExecutor {
             }
         }
         self.step = get("step")?;
+        self.rng = state.get("rng").cloned();
         Ok(())
     }
 
@@ -264,6 +268,9 @@ impl PipelineExecutor {
             }
         }
         t.insert("step".into(), self.step.clone());
+        if let Some(r) = &self.rng {
+            t.insert("rng".into(), r.clone());
+        }
         t
     }
 
@@ -276,6 +283,19 @@ impl PipelineExecutor {
         let mut micro: BTreeMap<String, Vec<HostTensor>> = BTreeMap::new();
         for (name, t) in batch {
             micro.insert(name.clone(), (0..k).map(|m| rows(t, m, k)).collect::<Result<_>>()?);
+        }
+        if let Some(r) = &self.rng {
+            // As the unpipelined step: fold_in(key, step), then the
+            // microbatch index when there are several.
+            let bits: Vec<u32> = r.to_f64_vec().iter().map(|&b| b as u32).collect();
+            let key = weft_ir::prng::Key([bits[0], bits[1]]).fold_in(self.step.to_f64_vec()[0] as u32);
+            let keys = (0..k)
+                .map(|m| {
+                    let km = if k > 1 { key.fold_in(m as u32) } else { key };
+                    HostTensor::from_u32(&[2], km.0.to_vec())
+                })
+                .collect::<std::result::Result<_, _>>()?;
+            micro.insert("rng".into(), keys);
         }
         let mut fwd: Vec<Link> = (0..s_n).map(|_| (None, None)).collect();
         let mut bwd: Vec<Link> = (0..s_n).map(|_| (None, None)).collect();
