@@ -24,6 +24,12 @@ fn train_on(config: &Path, ov: &Overrides, processes: Option<&Processes>) -> Res
     let c = RunConfig::from_toml(&text).map_err(|e| Error::Usage(format!("{}: {e}", config.display())))?;
     let c = ov.apply(c);
     if c.pipeline.is_some() {
+        if let Some(p) = processes {
+            return Err(Error::Usage(format!(
+                "[pipeline] runs its stages in one process for now; this job has {} processes",
+                p.size()
+            )));
+        }
         // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md).
         return crate::runner::stages::train_cli(&c, ov);
     }

@@ -153,6 +153,13 @@ pub fn run_session_on(
     processes: Option<&Processes>,
     log: &mut dyn FnMut(Line),
 ) -> Result<RunSummary> {
+    if c.pipeline.is_some() {
+        if processes.is_some() {
+            return Err(Error::Usage("[pipeline] runs its stages in one process for now".into()));
+        }
+        // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md).
+        return Ok(crate::runner::stages::run_pipeline_session(c, ov)?.summary);
+    }
     let first_process = processes.is_none_or(|p| p.is_first());
     let mut silent = |_: Line| {};
     let log: &mut dyn FnMut(Line) = if first_process { log } else { &mut silent };
