@@ -20,7 +20,7 @@
 //! [`crate::partition::partition_function`] are thin wrappers over it;
 //! [`crate::partition::compile_stable`] runs it to a stable state layout.
 
-use crate::autoshard::{auto_shard, AutoShardOptions};
+use crate::autoshard::{auto_shard_inlined, AutoShardOptions};
 use crate::error::{CompilerError, Result};
 use crate::inline::{inline, InlinedFunction};
 use crate::partition::{lower_sharded, Cleanup, PartitionedFunction, CLEANUPS};
@@ -153,7 +153,7 @@ impl Pass {
                 Program::Inlined(f)
             }
             (Pass::AutoShard(opts), Program::Inlined(f)) => {
-                let plan = auto_shard(f.function(), mesh, opts)?;
+                let plan = auto_shard_inlined(&f, mesh, opts)?;
                 Program::Inlined(InlinedFunction::new(plan.apply())?)
             }
             (Pass::Propagate(opts), Program::Inlined(f)) => {

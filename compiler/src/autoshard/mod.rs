@@ -66,6 +66,20 @@ use weft_ir::{Function, Module};
 /// peak and what dominates it) when no plan fits the budget.
 pub fn auto_shard(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<AutoShardPlan> {
     crate::inline::check_call_free(f)?;
+    auto_shard_call_free(f, mesh, opts)
+}
+
+/// [`auto_shard`] for a function known to be call-free (no re-check): the
+/// pipeline's `autoshard` pass.
+pub fn auto_shard_inlined(
+    f: &crate::inline::InlinedFunction,
+    mesh: &Mesh,
+    opts: &AutoShardOptions,
+) -> Result<AutoShardPlan> {
+    auto_shard_call_free(f.function(), mesh, opts)
+}
+
+fn auto_shard_call_free(f: &Function, mesh: &Mesh, opts: &AutoShardOptions) -> Result<AutoShardPlan> {
     weft_ir::verify_function(&Module::new(), f)?;
     if mesh.axes().len() > 15 {
         return Err(CompilerError::Unsupported(format!("auto-sharding supports meshes of at most 15 axes ({mesh})")));
