@@ -12,7 +12,14 @@ use weft_ir::device::collective as semantics;
 use weft_ir::device::Collective;
 use weft_ir::tensor::HostTensor;
 
-pub use semantics::{combiner, permute};
+pub use semantics::{block, combiner, permute, split_dim};
+
+/// What one member of a reduce-scatter or all-to-all receives, from the
+/// pieces of the members' contributions it needs
+/// ([`semantics::combine_pieces`]).
+pub fn combine_pieces(op: &Collective, pieces: Vec<HostTensor>) -> Result<HostTensor, RuntimeError> {
+    semantics::combine_pieces(op, pieces).map_err(|message| RuntimeError::Op { op: op.name().to_string(), message })
+}
 
 /// What each member of one group receives, given the members'
 /// contributions in rank order ([`semantics::combine`]).

@@ -145,6 +145,36 @@ pub fn combine(op: &Collective, blocks: Vec<HostTensor>) -> Result<Vec<HostTenso
     }
 }
 
+/// What one member of a reduce-scatter or all-to-all receives, from only
+/// the pieces it needs: `pieces[k]` is the block of member `k`'s
+/// contribution (in rank order) that this member gets (block `r` along the
+/// split dimension, for the member of rank `r`). The same arithmetic in
+/// the same order as [`combine`], so the same bits; it lets a member
+/// that lives in another process receive `1/n` of each contribution.
+pub fn combine_pieces(op: &Collective, pieces: Vec<HostTensor>) -> Result<HostTensor, String> {
+    match op {
+        Collective::ReduceScatter { op, .. } => match fold_f32_in_place(pieces, *op) {
+            Ok((sum, _)) => Ok(HostTensor::F32(sum)),
+            Err(pieces) => reduce_in_rank_order(&pieces, *op),
+        },
+        Collective::AllToAll { concat_dim, .. } => {
+            let refs: Vec<&HostTensor> = pieces.iter().collect();
+            concat(&refs, *concat_dim)
+        }
+        other => Err(format!("{} is not combined from pieces", other.name())),
+    }
+}
+
+/// The dimension a reduce-scatter or all-to-all splits each contribution
+/// along (one piece per member), if `op` is one.
+pub fn split_dim(op: &Collective) -> Option<usize> {
+    match op {
+        Collective::ReduceScatter { dim, .. } => Some(*dim),
+        Collective::AllToAll { split_dim, .. } => Some(*split_dim),
+        _ => None,
+    }
+}
+
 /// `collective_permute` over all devices: device `t` receives the buffer of
 /// `s` for each pair `(s, t)`; devices that are no target receive zeros.
 pub fn permute(pairs: &[(u32, u32)], inputs: &[HostTensor]) -> Vec<HostTensor> {
@@ -158,6 +188,33 @@ pub fn permute(pairs: &[(u32, u32)], inputs: &[HostTensor]) -> Vec<HostTensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_give_the_bits_of_the_whole_combine() {
+        let n = 3;
+        let contribution = |k: usize| {
+            let v: Vec<f32> = (0..36).map(|i| ((i * 7 + k * 13) % 11) as f32 * 0.1 - 0.3 + k as f32 * 1e-7).collect();
+            HostTensor::from_f32(&[6, 6], v).unwrap()
+        };
+        let ops = [
+            Collective::ReduceScatter { dim: 0, axes: vec!["x".into()], op: ReduceOp::Sum },
+            Collective::ReduceScatter { dim: 1, axes: vec!["x".into()], op: ReduceOp::Max },
+            Collective::AllToAll { split_dim: 0, concat_dim: 1, axes: vec!["x".into()] },
+            Collective::AllToAll { split_dim: 1, concat_dim: 1, axes: vec!["x".into()] },
+        ];
+        for op in ops {
+            let whole = combine(&op, (0..n).map(contribution).collect()).unwrap();
+            let dim = split_dim(&op).unwrap();
+            for (r, want) in whole.iter().enumerate() {
+                let pieces = (0..n).map(|k| block(&contribution(k), dim, r, n).unwrap()).collect();
+                let got = combine_pieces(&op, pieces).unwrap();
+                assert!(got.bitwise_eq(want), "{op:?} member {r}");
+            }
+        }
+        let op = Collective::AllGather { dim: 0, axes: vec![] };
+        assert!(combine_pieces(&op, vec![contribution(0)]).is_err());
+        assert_eq!(split_dim(&op), None);
+    }
 
     #[test]
     fn in_place_all_reduce_has_the_bits_of_the_fold() {

@@ -9,7 +9,7 @@
 //! devices. See the [module docs](super) for why.
 
 use super::ProcessGroup;
-use crate::collective::combine;
+use crate::collective::{block, combine, combine_pieces, split_dim};
 use crate::comm::{CollectiveCall, Communicator};
 use crate::error::RuntimeError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -67,8 +67,16 @@ impl ProcessComm {
     /// Exchanges the step's contributions with the other processes and
     /// computes the local devices' results.
     fn complete(&self, step: usize, mine: BTreeMap<usize, Contribution>) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
-        let me = self.group.rank();
         let first = mine.values().next().expect("a process owns at least one device");
+        if let Some(dim) = split_dim(&first.op) {
+            return self.complete_by_pieces(step, mine, dim);
+        }
+        if let Collective::AllReduce { op, .. } = first.op {
+            if mine.values().any(|c| c.group.iter().any(|&d| self.owner[d] != self.group.rank())) {
+                return self.complete_all_reduce(step, mine, op);
+            }
+        }
+        let me = self.group.rank();
         let (op, ty) = (first.op.clone(), first.input.ty());
         let block_bytes = ty.size_bytes();
         // Which devices' contributions each peer needs from us, and which we
@@ -114,7 +122,7 @@ impl ProcessComm {
                 .collect();
             let receives: Vec<(usize, usize)> = recv_from.iter().map(|(&p, devs)| (p, devs.len() * block_bytes)).collect();
             let what = format!("step {step} (`{}`)", op.name());
-            let got = self.group.exchange((step % 30_000) as u32, sends, &receives, self.timeout, &what)?;
+            let got = self.group.exchange(tag(step, 0), sends, &receives, self.timeout, &what)?;
             for ((_, devs), bytes) in recv_from.iter().zip(got) {
                 for (k, &d) in devs.iter().enumerate() {
                     let mut block = BlockBuf::new(&ty);
@@ -156,6 +164,253 @@ impl ProcessComm {
                         }
                     }
                 }
+            }
+        }
+        Ok(results)
+    }
+}
+
+impl ProcessComm {
+    /// [`ProcessComm::complete`] for a reduce-scatter or all-to-all, whose
+    /// member of rank `r` needs only block `r` (along `dim`) of each
+    /// contribution: each peer gets just the blocks its members need, so a
+    /// process sends `(n - 1) / n` of its contributions rather than all of
+    /// them to every peer. Messages hold, group by group (by first
+    /// device), for each sending member and then each receiving member
+    /// (both by ascending device), one block.
+    fn complete_by_pieces(
+        &self,
+        step: usize,
+        mine: BTreeMap<usize, Contribution>,
+        dim: usize,
+    ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
+        let me = self.group.rank();
+        let op = mine.values().next().expect("a process owns at least one device").op.clone();
+        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for c in mine.values() {
+            groups.entry(c.group[0]).or_insert_with(|| c.group.clone());
+        }
+        let n = groups.values().next().expect("one group at least").len();
+        let piece = |t: &HostTensor, r: usize| block(t, dim, r, n).map_err(|message| RuntimeError::Op { op: op.name().into(), message });
+        let rank_in = |g: &[usize], d: usize| g.iter().position(|&x| x == d).expect("a member");
+        let owned_by = |g: &[usize], p: usize| -> Vec<usize> {
+            let mut v: Vec<usize> = g.iter().copied().filter(|&d| self.owner[d] == p).collect();
+            v.sort_unstable();
+            v
+        };
+        let peers: BTreeSet<usize> = groups.values().flatten().map(|&d| self.owner[d]).filter(|&p| p != me).collect();
+        // Pieces this process needs, by (receiving member, contributing member).
+        let mut got: HashMap<(usize, usize), HostTensor> = HashMap::new();
+        if !peers.is_empty() {
+            let piece_ty = {
+                let t = &mine.values().next().expect("one").input;
+                piece(t, 0)?.ty()
+            };
+            let piece_bytes = piece_ty.size_bytes();
+            let mut sends = Vec::with_capacity(peers.len());
+            let mut receives = Vec::with_capacity(peers.len());
+            for &q in &peers {
+                let mut bytes = Vec::new();
+                let mut count = 0;
+                for g in groups.values() {
+                    let (ours, theirs) = (owned_by(g, me), owned_by(g, q));
+                    for d in &ours {
+                        for &m in &theirs {
+                            bytes.extend_from_slice(&tensor_bytes(&piece(&mine[d].input, rank_in(g, m))?));
+                        }
+                    }
+                    count += ours.len() * theirs.len();
+                }
+                sends.push((q, bytes));
+                receives.push((q, count * piece_bytes));
+            }
+            let what = format!("step {step} (`{}`)", op.name());
+            let messages = self.group.exchange(tag(step, 0), sends, &receives, self.timeout, &what)?;
+            for (&q, bytes) in peers.iter().zip(messages) {
+                let mut at = 0;
+                for g in groups.values() {
+                    let (ours, theirs) = (owned_by(g, me), owned_by(g, q));
+                    for &e in &theirs {
+                        for &m in &ours {
+                            let mut buf = BlockBuf::new(&piece_ty);
+                            buf.bytes_mut().copy_from_slice(&bytes[at..at + piece_bytes]);
+                            at += piece_bytes;
+                            got.insert((m, e), buf.finish()?);
+                        }
+                    }
+                }
+            }
+        }
+        let mut results = HashMap::with_capacity(mine.len());
+        for g in groups.values() {
+            for m in owned_by(g, me) {
+                let r = rank_in(g, m);
+                let pieces: Vec<HostTensor> = g
+                    .iter()
+                    .map(|&k| match mine.get(&k) {
+                        Some(c) => piece(&c.input, r),
+                        None => Ok(got.remove(&(m, k)).expect("received above")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                results.insert(m, combine_pieces(&op, pieces)?);
+            }
+        }
+        Ok(results)
+    }
+}
+
+/// The message tag of `phase` (0 or 1) of `step`'s exchange (below the
+/// control tags of [`super::ProcessGroup`]).
+fn tag(step: usize, phase: usize) -> u32 {
+    ((step % 15_000) * 2 + phase) as u32
+}
+
+/// Elements `[r * len / n, (r + 1) * len / n)`: chunk `r` of `n`.
+fn chunk(len: usize, n: usize, r: usize) -> std::ops::Range<usize> {
+    r * len / n..(r + 1) * len / n
+}
+
+impl ProcessComm {
+    /// [`ProcessComm::complete`] for an all-reduce that crosses processes,
+    /// as a reduce-scatter then an all-gather of the flattened
+    /// contributions: the member of rank `r` folds chunk `r` of every
+    /// contribution (in rank order, so exactly the elements of the whole
+    /// fold) and every process gathers the folded chunks. A process sends
+    /// `2 (n - 1) / n` of a contribution's bytes instead of `n - 1` times
+    /// them, and each element is folded once per group.
+    fn complete_all_reduce(
+        &self,
+        step: usize,
+        mine: BTreeMap<usize, Contribution>,
+        rop: weft_ir::ReduceOp,
+    ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
+        let me = self.group.rank();
+        let first = mine.values().next().expect("a process owns at least one device");
+        let (op, ty) = (first.op.clone(), first.input.ty());
+        let elem = ty.dtype.size_bytes();
+        let len = ty.num_elements();
+        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for c in mine.values() {
+            groups.entry(c.group[0]).or_insert_with(|| c.group.clone());
+        }
+        let n = groups.values().next().expect("one group at least").len();
+        let owned_by = |g: &[usize], p: usize| -> Vec<usize> {
+            let mut v: Vec<usize> = g.iter().copied().filter(|&d| self.owner[d] == p).collect();
+            v.sort_unstable();
+            v
+        };
+        let rank_in = |g: &[usize], d: usize| g.iter().position(|&x| x == d).expect("a member");
+        let bytes_of: HashMap<usize, std::borrow::Cow<'_, [u8]>> =
+            mine.iter().map(|(&d, c)| (d, tensor_bytes(&c.input))).collect();
+        let chunk_bytes = |r: usize| {
+            let c = chunk(len, n, r);
+            c.start * elem..c.end * elem
+        };
+        let peers: BTreeSet<usize> = groups.values().flatten().map(|&d| self.owner[d]).filter(|&p| p != me).collect();
+        let what = format!("step {step} (`{}`)", op.name());
+        // Phase 1: each member's chunk of every contribution goes to the
+        // member's process.
+        let mut sends = Vec::with_capacity(peers.len());
+        let mut receives = Vec::with_capacity(peers.len());
+        for &q in &peers {
+            let (mut bytes, mut count) = (Vec::new(), 0);
+            for g in groups.values() {
+                let (ours, theirs) = (owned_by(g, me), owned_by(g, q));
+                for d in &ours {
+                    for &m in &theirs {
+                        bytes.extend_from_slice(&bytes_of[d][chunk_bytes(rank_in(g, m))]);
+                    }
+                }
+                for _ in &theirs {
+                    for &m in &ours {
+                        count += chunk_bytes(rank_in(g, m)).len();
+                    }
+                }
+            }
+            sends.push((q, bytes));
+            receives.push((q, count));
+        }
+        let messages = self.group.exchange(tag(step, 0), sends, &receives, self.timeout, &what)?;
+        // Pieces received, by (receiving member, contributing member).
+        let mut got: HashMap<(usize, usize), Vec<u8>> = HashMap::new();
+        for (&q, bytes) in peers.iter().zip(messages) {
+            let mut at = 0;
+            for g in groups.values() {
+                let (ours, theirs) = (owned_by(g, me), owned_by(g, q));
+                for &e in &theirs {
+                    for &m in &ours {
+                        let k = chunk_bytes(rank_in(g, m)).len();
+                        got.insert((m, e), bytes[at..at + k].to_vec());
+                        at += k;
+                    }
+                }
+            }
+        }
+        let piece = |bytes: &[u8], r: usize| -> Result<HostTensor, RuntimeError> {
+            let mut b = BlockBuf::new(&weft_ir::TensorType::new(ty.dtype, vec![chunk(len, n, r).len()]));
+            b.bytes_mut().copy_from_slice(bytes);
+            Ok(b.finish()?)
+        };
+        // Each local member folds its chunk in rank order.
+        let fold = Collective::ReduceScatter { dim: 0, axes: Vec::new(), op: rop };
+        let mut folded: HashMap<usize, Vec<u8>> = HashMap::new();
+        for g in groups.values() {
+            for m in owned_by(g, me) {
+                let r = rank_in(g, m);
+                let pieces: Vec<HostTensor> = g
+                    .iter()
+                    .map(|&k| match bytes_of.get(&k) {
+                        Some(b) => piece(&b[chunk_bytes(r)], r),
+                        None => piece(&got.remove(&(m, k)).expect("received above"), r),
+                    })
+                    .collect::<Result<_, _>>()?;
+                folded.insert(m, tensor_bytes(&combine_pieces(&fold, pieces)?).into_owned());
+            }
+        }
+        // Phase 2: every folded chunk goes to every process of the group.
+        let mut sends = Vec::with_capacity(peers.len());
+        let mut receives = Vec::with_capacity(peers.len());
+        for &q in &peers {
+            let (mut bytes, mut count) = (Vec::new(), 0);
+            for g in groups.values() {
+                if owned_by(g, q).is_empty() {
+                    continue;
+                }
+                for m in owned_by(g, me) {
+                    bytes.extend_from_slice(&folded[&m]);
+                }
+                for e in owned_by(g, q) {
+                    count += chunk_bytes(rank_in(g, e)).len();
+                }
+            }
+            sends.push((q, bytes));
+            receives.push((q, count));
+        }
+        let messages = self.group.exchange(tag(step, 1), sends, &receives, self.timeout, &what)?;
+        let mut chunks: HashMap<usize, Vec<u8>> = folded;
+        for (&q, bytes) in peers.iter().zip(messages) {
+            let mut at = 0;
+            for g in groups.values() {
+                if owned_by(g, me).is_empty() {
+                    continue;
+                }
+                for e in owned_by(g, q) {
+                    let k = chunk_bytes(rank_in(g, e)).len();
+                    chunks.insert(e, bytes[at..at + k].to_vec());
+                    at += k;
+                }
+            }
+        }
+        let mut results = HashMap::with_capacity(mine.len());
+        for g in groups.values() {
+            let mut whole = BlockBuf::new(&ty);
+            let out = whole.bytes_mut();
+            for (r, d) in g.iter().enumerate() {
+                out[chunk_bytes(r)].copy_from_slice(&chunks[d]);
+            }
+            let whole = whole.finish()?;
+            for m in owned_by(g, me) {
+                results.insert(m, whole.clone());
             }
         }
         Ok(results)

@@ -43,7 +43,7 @@ use crate::error::RuntimeError;
 use std::time::Duration;
 
 /// First tag of control messages (barriers, gathers); collective
-/// exchanges use tags below it.
+/// exchanges use tags below it (two per step).
 const CONTROL_TAG: u32 = 30_000;
 
 /// How processes exchange bytes: the transport under [`ProcessComm`] and
