@@ -84,7 +84,7 @@ pub fn compare(args: &CompareArgs) -> Result<i32> {
         let c = config(s);
         let mesh = validate::validate(&c)?;
         let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
-        let predicted = report::predict(&prepare(&c, &axes, &overrides(s))?, &mesh, &backend)?;
+        let predicted = report::predict(&prepare(&c, &axes, &overrides(s))?, &mesh, &backend, None)?;
         rows.push(Row { name: s.name(), predicted, measured: Vec::new() });
     }
     let mesh = validate::validate(&config(Strategy::None))?;

@@ -135,6 +135,21 @@ fn report(l: &Lowered, opts: &LowerOptions) -> Result<()> {
 pub fn lower(file: &Path, mesh: Option<&str>, func: Option<&str>, opts: &LowerOptions) -> Result<i32> {
     let source = read_to_string(file)?;
     let path = file.display().to_string();
+    if file.extension().is_some_and(|e| e == "toml") {
+        // A training config with `[pipeline]`: the stage plan (split, each
+        // stage's predicted time and memory, the predicted bubble).
+        let mut c = crate::runner::RunConfig::from_toml(&source).map_err(|e| Error::Usage(format!("{path}: {e}")))?;
+        if c.pipeline.is_none() {
+            return Err(Error::Usage(format!(
+                "{path}: weft lower takes an IR file, or a training config with [pipeline] (for its stage plan)"
+            )));
+        }
+        if let Some(m) = mesh {
+            c.mesh = Some(m.to_string());
+        }
+        println!("{}", crate::runner::stages::plan_report(&c)?.text());
+        return Ok(0);
+    }
     match lower_source_with(&source, mesh, func, opts) {
         Ok(l) => {
             report(&l, opts)?;

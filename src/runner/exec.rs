@@ -35,6 +35,11 @@ pub trait Executor {
     fn compile_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
         Vec::new()
     }
+    /// The partitioned device program it runs, if it runs one (for the
+    /// cost model's prediction).
+    fn device_program(&self) -> Option<&weft_ir::device::DeviceProgram> {
+        None
+    }
     /// Where it runs: backend, mesh, the mapping of logical devices.
     fn describe(&self) -> String;
 }

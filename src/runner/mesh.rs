@@ -376,6 +376,10 @@ impl Executor for MeshExecutor {
         Ok(t)
     }
 
+    fn device_program(&self) -> Option<&weft_ir::device::DeviceProgram> {
+        Some(&self.pf.program)
+    }
+
     fn compile_phases(&self) -> Vec<(&'static str, Duration)> {
         self.phases.clone()
     }

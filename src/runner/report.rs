@@ -24,8 +24,17 @@ pub use machine::machine_model;
 /// Compiles `prepared`'s step for `mesh` as the executor of `backend` does
 /// (the auto-sharder under the backend's machine model for `auto`) and
 /// prices the partitioned program with the cost model.
-pub fn predict(prepared: &Prepared, mesh: &Mesh, backend: &str) -> Result<StepPrediction> {
+pub fn predict(
+    prepared: &Prepared,
+    mesh: &Mesh,
+    backend: &str,
+    compiled: Option<&weft_ir::device::DeviceProgram>,
+) -> Result<StepPrediction> {
     let model = machine_model(backend, mesh, &AutoShardOptions::default());
+    if let Some(program) = compiled {
+        // The program the executor runs: priced as is, not compiled again.
+        return Ok(predict_program(program, mesh, &model));
+    }
     let mut pipeline = Pipeline::standard(mesh, &PropagateOptions::default());
     if let Some(o) = &prepared.auto {
         pipeline.insert_before("propagate", Pass::AutoShard(machine_model(backend, mesh, o)));

@@ -203,7 +203,7 @@ pub fn run_session_on(
         log(Line::Info(plan));
     }
     // The cost model's price of this step, to set beside the measured one.
-    let predicted = super::report::predict(&prepared, &mesh, &backend)?;
+    let predicted = super::report::predict(&prepared, &mesh, &backend, exec.device_program())?;
     log(Line::Info(super::report::predicted_line(&predicted)));
     if let (Some(d), Some(dc)) = (&dataset, &c.data) {
         log(Line::Info(d.describe(dc)));
