@@ -48,10 +48,11 @@ pub struct Launch {
     _session: Option<weft_runtime::process::MpiSession>,
 }
 
-/// The number of processes the launcher (`mpirun`, `srun`) started, from
-/// its environment; `None` outside a launcher.
+/// The number of processes the launcher started, from its environment
+/// (Open MPI's `mpirun`, MPICH's Hydra, Slurm's `srun`); `None` outside a
+/// launcher.
 fn launched_size() -> Option<usize> {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"]
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"]
         .iter()
         .find_map(|v| std::env::var(v).ok().and_then(|s| s.trim().parse().ok()))
 }
@@ -81,8 +82,9 @@ impl Launch {
             }
             let timeout = timeout_from_env()?;
             let (group, session) = weft_runtime::process::MpiGroup::init()?;
-            let processes = Processes { group: Arc::new(group), timeout };
-            Ok(Launch { processes: Some(processes), _session: Some(session) })
+            // A world of one (the environment overstated it) runs alone.
+            let processes = (group.size() > 1).then(|| Processes { group: Arc::new(group), timeout });
+            Ok(Launch { processes, _session: Some(session) })
         }
         #[cfg(not(feature = "mpi"))]
         {
