@@ -209,6 +209,18 @@ fn children(parent: u32) -> Vec<u32> {
     String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|s| s.parse().ok()).collect()
 }
 
+/// The pids of the `n` ranks `mpirun` (pid `parent`) starts, once all are
+/// up (or whatever is up after 30 s).
+fn started_ranks(parent: u32, n: usize) -> Vec<u32> {
+    let t = Instant::now();
+    let mut ranks = Vec::new();
+    while ranks.len() < n && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+        ranks = children(parent);
+    }
+    ranks
+}
+
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
 }
@@ -249,12 +261,7 @@ fn a_hung_rank_is_named_within_the_timeout() {
     let child = start(tmp.path(), "100000", "10");
     let pid = child.id();
     // Let it get going, then stop rank 2.
-    let t = Instant::now();
-    let mut ranks = Vec::new();
-    while ranks.len() < 4 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(200));
-        ranks = children(pid);
-    }
+    let ranks = started_ranks(pid, 4);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(ranks.len(), 4, "mpirun started {ranks:?}");
     signal(ranks[2], "-STOP");
@@ -306,13 +313,7 @@ fn a_killed_rank_stops_the_job_and_the_restart_is_bitwise() {
     for (round, (delay_ms, victim)) in [(900u64, 1usize), (1400, 3), (2100, 0)].into_iter().enumerate() {
         let dir = tmp.path().join(format!("killed{round}"));
         let child = start(&dir, steps, "20");
-        let pid = child.id();
-        let t = Instant::now();
-        let mut ranks = Vec::new();
-        while ranks.len() < 4 && t.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(100));
-            ranks = children(pid);
-        }
+        let ranks = started_ranks(child.id(), 4);
         std::thread::sleep(Duration::from_millis(delay_ms));
         if let Some(&p) = ranks.get(victim) {
             signal(p, "-KILL");
@@ -340,7 +341,13 @@ fn a_killed_rank_stops_the_job_and_the_restart_is_bitwise() {
             .arg(dir.join("ckpt"))
             .output()
             .unwrap();
-        ok(&o, &format!("restart after round {round} (the killed job {})", if finished { "had finished" } else { "failed" }));
+        ok(
+            &o,
+            &format!(
+                "restart after round {round} (the killed job {})",
+                if finished { "had finished" } else { "failed" }
+            ),
+        );
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(!stderr.contains("skipping the checkpoint"), "a committed checkpoint was corrupt: {stderr}");
         assert!(

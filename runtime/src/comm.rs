@@ -49,6 +49,30 @@ impl CollectiveCall<'_> {
     pub fn device(&self) -> usize {
         self.group[self.rank]
     }
+
+    /// [`RuntimeError::Aborted`] for this call: `failed` is the failing
+    /// device and its error.
+    pub(crate) fn aborted(&self, failed: &(usize, String)) -> RuntimeError {
+        RuntimeError::Aborted {
+            device: self.device(),
+            step: self.step,
+            collective: self.op.name().to_string(),
+            failed_device: failed.0,
+            reason: failed.1.clone(),
+        }
+    }
+
+    /// [`RuntimeError::CollectiveTimeout`] for this call after `waited`,
+    /// for the devices `missing` that never contributed.
+    pub(crate) fn timed_out(&self, waited: Duration, missing: Vec<usize>) -> RuntimeError {
+        RuntimeError::CollectiveTimeout {
+            device: self.device(),
+            step: self.step,
+            collective: self.op.name().to_string(),
+            waited,
+            missing,
+        }
+    }
 }
 
 /// Exchanges host-staged contributions between the members of a collective.
@@ -134,13 +158,7 @@ fn results_of(call: &CollectiveCall<'_>, blocks: Vec<HostTensor>) -> Result<Vec<
 }
 
 fn aborted_error(s: &Shared, call: &CollectiveCall<'_>) -> Option<RuntimeError> {
-    s.aborted.as_ref().map(|(device, reason)| RuntimeError::Aborted {
-        device: call.device(),
-        step: call.step,
-        collective: call.op.name().to_string(),
-        failed_device: *device,
-        reason: reason.clone(),
-    })
+    s.aborted.as_ref().map(|failed| call.aborted(failed))
 }
 
 impl Communicator for InProcessComm {
@@ -213,13 +231,7 @@ impl Communicator for InProcessComm {
                     .filter(|(_, c)| c.is_none())
                     .map(|(rank, _)| call.group[rank])
                     .collect();
-                return Err(RuntimeError::CollectiveTimeout {
-                    device: call.device(),
-                    step: call.step,
-                    collective: call.op.name().to_string(),
-                    waited: self.timeout,
-                    missing,
-                });
+                return Err(call.timed_out(self.timeout, missing));
             }
             s = self.changed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }

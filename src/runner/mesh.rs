@@ -44,23 +44,17 @@ pub enum MeshBackend {
 }
 
 enum Engine {
-    Simulator {
-        state: Vec<Vec<HostTensor>>,
-    },
-    /// `local`: the devices this process runs (every device of the mesh,
-    /// unless the run has several processes).
-    Devices {
-        exe: Box<Executable<AnyBackend>>,
-        map: DeviceMap,
-        local: Vec<usize>,
-        processes: Option<Processes>,
-    },
+    Simulator { state: Vec<Vec<HostTensor>> },
+    Devices { exe: Box<Executable<AnyBackend>>, map: DeviceMap, processes: Option<Processes> },
 }
 
 /// Runs the partitioned training step on the devices of a mesh.
 pub struct MeshExecutor {
     pf: PartitionedFunction,
     mesh: Mesh,
+    /// The devices whose blocks this process holds, ascending: every device
+    /// of the mesh, unless the run has several processes.
+    local: Vec<usize>,
     engine: Engine,
     phases: Vec<(&'static str, Duration)>,
 }
@@ -132,6 +126,11 @@ impl MeshExecutor {
             let text = weft_ir::device::print_program(&pf.program);
             std::fs::write(&path, text).map_err(|source| crate::error::Error::Io { path: path.into(), source })?;
         }
+        let n = mesh.num_devices();
+        let local: Vec<usize> = match processes {
+            Some(p) => p.local_devices(n)?,
+            None => (0..n).collect(),
+        };
         let engine = match backend {
             MeshBackend::Simulator if processes.is_some() => {
                 return Err(crate::error::Error::Usage(
@@ -141,15 +140,10 @@ impl MeshExecutor {
             }
             MeshBackend::Simulator => Engine::Simulator { state: Vec::new() },
             MeshBackend::Devices(kind) => {
-                let n = mesh.num_devices();
-                let local = match processes {
-                    Some(p) => {
-                        let text = weft_ir::device::print_program(&pf.program);
-                        p.check_same(&[("program", text.as_bytes())])?;
-                        p.local_devices(n)?
-                    }
-                    None => (0..n).collect(),
-                };
+                if let Some(p) = processes {
+                    let text = weft_ir::device::print_program(&pf.program);
+                    p.check_same(&[("program", text.as_bytes())])?;
+                }
                 let clock = Instant::now();
                 let devices = weft_runtime::open_devices(kind, local.len())?;
                 phases.push(("open devices", clock.elapsed()));
@@ -164,10 +158,10 @@ impl MeshExecutor {
                     None => Executable::new(pf.program.clone(), devices.backends, options)?,
                 };
                 phases.push(("executable", clock.elapsed()));
-                Engine::Devices { exe: Box::new(exe), map: devices.map, local, processes: processes.cloned() }
+                Engine::Devices { exe: Box::new(exe), map: devices.map, processes: processes.cloned() }
             }
         };
-        Ok(MeshExecutor { pf, mesh: mesh.clone(), engine, phases })
+        Ok(MeshExecutor { pf, mesh: mesh.clone(), local, engine, phases })
     }
 
     /// The partitioned program (for reports).
@@ -192,22 +186,27 @@ impl MeshExecutor {
         }
     }
 
-    /// The devices whose blocks this process holds: every device, unless
-    /// the run has several processes.
-    fn local_devices(&self) -> Vec<usize> {
-        match &self.engine {
-            Engine::Simulator { .. } => (0..self.mesh.num_devices()).collect(),
-            Engine::Devices { local, .. } => local.clone(),
-        }
-    }
-
     /// Whether this process holds only some devices' blocks.
     fn is_partial(&self) -> bool {
-        self.local_devices().len() != self.mesh.num_devices()
+        self.local.len() != self.mesh.num_devices()
     }
 
-    /// Per device of [`MeshExecutor::local_devices`], the blocks of every
-    /// state leaf (in `TrainStep::state` order).
+    /// This process's devices' blocks of the global `t` laid out as `s`.
+    fn local_blocks(&self, t: &HostTensor, s: &weft_ir::TensorSharding) -> Result<Vec<HostTensor>> {
+        Ok(keep_local(shard_tensor(t, s, &self.mesh)?, &self.local))
+    }
+
+    /// Places the state: per local device, every state leaf's block.
+    fn place_state(&mut self, per_device: Vec<Vec<HostTensor>>) -> Result<()> {
+        match &mut self.engine {
+            Engine::Simulator { state } => *state = per_device,
+            Engine::Devices { exe, .. } => exe.load_state(per_device)?,
+        }
+        Ok(())
+    }
+
+    /// Per local device, the blocks of every state leaf (in
+    /// `TrainStep::state` order).
     fn state_blocks(&mut self) -> Result<Vec<Vec<HostTensor>>> {
         match &mut self.engine {
             Engine::Simulator { state } => Ok(state.clone()),
@@ -228,58 +227,40 @@ fn keep_local<T>(all: Vec<T>, local: &[usize]) -> Vec<T> {
 impl Executor for MeshExecutor {
     fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()> {
         step.check_state(state)?;
-        let local = self.local_devices();
-        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); local.len()];
+        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); self.local.len()];
         for (leaf, g) in step.state.iter().zip(&self.pf.inputs) {
-            let blocks = keep_local(shard_tensor(&state[&leaf.name], &g.sharding, &self.mesh)?, &local);
+            for (k, blk) in self.local_blocks(&state[&leaf.name], &g.sharding)?.into_iter().enumerate() {
+                per_device[k].push(blk);
+            }
+        }
+        self.place_state(per_device)
+    }
+
+    fn load_blocks(&mut self, step: &TrainStep, state: &CheckpointState) -> Result<()> {
+        // The restored blocks are placed as they are: no global tensor is
+        // assembled for a sharded leaf.
+        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); self.local.len()];
+        for (leaf, g) in step.state.iter().zip(&self.pf.inputs) {
+            let missing = || crate::error::Error::Usage(format!("the restored state has no blocks of {}", leaf.name));
+            let blocks = match state.leaves.get(&leaf.name).ok_or_else(missing)? {
+                LeafData::Global(t) => self.local_blocks(t, &g.sharding)?,
+                LeafData::Sharded(s) => {
+                    self.local.iter().map(|d| s.shards.get(d).cloned().ok_or_else(missing)).collect::<Result<_>>()?
+                }
+            };
             for (k, blk) in blocks.into_iter().enumerate() {
                 per_device[k].push(blk);
             }
         }
-        match &mut self.engine {
-            Engine::Simulator { state } => *state = per_device,
-            Engine::Devices { exe, .. } => exe.load_state(per_device)?,
-        }
-        Ok(())
-    }
-
-    fn load_blocks(&mut self, step: &TrainStep, state: &CheckpointState) -> Result<()> {
-        if !self.is_partial() {
-            let tree = state.to_tree().map_err(crate::error::Error::Usage)?;
-            return self.load(step, &tree);
-        }
-        let local = self.local_devices();
-        let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); local.len()];
-        for (leaf, g) in step.state.iter().zip(&self.pf.inputs) {
-            let missing = || crate::error::Error::Usage(format!("the restored state has no blocks of {}", leaf.name));
-            match state.leaves.get(&leaf.name).ok_or_else(missing)? {
-                LeafData::Global(t) => {
-                    let blocks = keep_local(shard_tensor(t, &g.sharding, &self.mesh)?, &local);
-                    for (k, blk) in blocks.into_iter().enumerate() {
-                        per_device[k].push(blk);
-                    }
-                }
-                LeafData::Sharded(s) => {
-                    for (k, d) in local.iter().enumerate() {
-                        per_device[k].push(s.shards.get(d).ok_or_else(missing)?.clone());
-                    }
-                }
-            }
-        }
-        match &mut self.engine {
-            Engine::Simulator { state } => *state = per_device,
-            Engine::Devices { exe, .. } => exe.load_state(per_device)?,
-        }
-        Ok(())
+        self.place_state(per_device)
     }
 
     fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics> {
         step.check_batch(batch)?;
         let ns = step.state.len();
-        let local = self.local_devices();
-        let mut inputs: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(step.batch.len()); local.len()];
+        let mut inputs: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(step.batch.len()); self.local.len()];
         for ((name, _), g) in step.batch.iter().zip(&self.pf.inputs[ns..]) {
-            let blocks = keep_local(shard_tensor(&batch[name], &g.sharding, &self.mesh)?, &local);
+            let blocks = self.local_blocks(&batch[name], &g.sharding)?;
             for (k, blk) in blocks.into_iter().enumerate() {
                 inputs[k].push(blk);
             }
@@ -291,7 +272,7 @@ impl Executor for MeshExecutor {
                     s.extend(b);
                 }
                 let outs = simulate(&self.pf.program, all)?;
-                let mut metrics = Vec::with_capacity(local.len());
+                let mut metrics = Vec::with_capacity(self.local.len());
                 for mut o in outs {
                     metrics.push(o.split_off(ns));
                     state.push(o);
@@ -334,9 +315,8 @@ impl Executor for MeshExecutor {
             // Only this process's devices' blocks, every leaf as shards (a
             // replicated leaf's block is written by the process owning
             // device 0).
-            let local = self.local_devices();
             for ((leaf, g), blocks) in step.state.iter().zip(&self.pf.inputs).zip(per_leaf) {
-                let shards: BTreeMap<usize, HostTensor> = local.iter().copied().zip(blocks).collect();
+                let shards: BTreeMap<usize, HostTensor> = self.local.iter().copied().zip(blocks).collect();
                 let sharded = ShardedLeaf { ty: leaf.ty.clone(), sharding: g.sharding.clone(), shards };
                 cs.insert_sharded(leaf.name.clone(), sharded);
             }
@@ -393,7 +373,8 @@ impl Executor for MeshExecutor {
                 self.mesh.num_devices(),
                 self.mesh
             ),
-            Engine::Devices { exe, map, local, processes } => {
+            Engine::Devices { exe, map, processes } => {
+                let local = &self.local;
                 let owner = match processes {
                     Some(p) => format!(
                         "process {} of {} owns devices {}..={} ({} of {}, contiguous runs by rank); ",

@@ -208,61 +208,24 @@ impl SplitProblem {
     /// The smallest `Σ T_s` over splits whose stages each take at most
     /// `t_max` and fit the budget, with the split.
     fn min_sum(&self, t_max: f64) -> Option<(f64, Vec<usize>)> {
-        let (l, stages) = (self.units.len(), self.stages);
-        // dp[k][j]: k stages covering units 0..j.
-        let mut dp = vec![vec![None::<(f64, usize)>; l + 1]; stages + 1];
-        dp[0][0] = Some((0.0, 0));
-        for k in 1..=stages {
-            for j in k..=l {
-                for i in (k - 1)..j {
-                    let Some((prev, _)) = dp[k - 1][i] else { continue };
-                    let t = self.time(i..j);
-                    if t > t_max || !self.fits(k - 1, i..j) {
-                        continue;
-                    }
-                    let v = prev + t;
-                    if dp[k][j].is_none_or(|(b, _)| v < b) {
-                        dp[k][j] = Some((v, i));
-                    }
-                }
-            }
-        }
-        let (sum, _) = dp[stages][l]?;
-        let mut counts = vec![0; stages];
-        let mut j = l;
-        for k in (1..=stages).rev() {
-            let (_, i) = dp[k][j].expect("reachable");
-            counts[k - 1] = j - i;
-            j = i;
-        }
-        Some((sum, counts))
+        best_split(
+            self.units.len(),
+            self.stages,
+            0.0,
+            |k, r| {
+                let t = self.time(r.clone());
+                (t <= t_max && self.fits(k, r)).then_some(t)
+            },
+            |a, b| a + b,
+        )
     }
 
     /// The error for a budget no split meets: the split with the smallest
     /// largest-stage memory, and that memory.
     fn infeasible(&self) -> CompilerError {
         let (l, stages) = (self.units.len(), self.stages);
-        let mut dp = vec![vec![None::<(u64, usize)>; l + 1]; stages + 1];
-        dp[0][0] = Some((0, 0));
-        for k in 1..=stages {
-            for j in k..=l {
-                for i in (k - 1)..j {
-                    let Some((prev, _)) = dp[k - 1][i] else { continue };
-                    let v = prev.max(self.memory(k - 1, i..j));
-                    if dp[k][j].is_none_or(|(b, _)| v < b) {
-                        dp[k][j] = Some((v, i));
-                    }
-                }
-            }
-        }
-        let (minimum, _) = dp[stages][l].expect("stages <= layers");
-        let mut counts = vec![0; stages];
-        let mut j = l;
-        for k in (1..=stages).rev() {
-            let (_, i) = dp[k][j].expect("reachable");
-            counts[k - 1] = j - i;
-            j = i;
-        }
+        let (minimum, counts) =
+            best_split(l, stages, 0u64, |k, r| Some(self.memory(k, r)), u64::max).expect("stages <= layers");
         CompilerError::PipelineMemoryInfeasible {
             stages,
             layers: l,
@@ -271,6 +234,44 @@ impl SplitProblem {
             split: format!("{counts:?} layers per stage"),
         }
     }
+}
+
+/// The split of `units` units into `stages` non-empty contiguous stages
+/// that minimises the stage costs combined with `combine` (a sum, or a
+/// max), by dynamic programming over (stages used, units covered); `cost(k,
+/// range)` is stage `k`'s cost, `None` where the stage is not allowed.
+/// Returns the best value and the units per stage.
+fn best_split<T: Copy + PartialOrd>(
+    units: usize,
+    stages: usize,
+    zero: T,
+    cost: impl Fn(usize, std::ops::Range<usize>) -> Option<T>,
+    combine: impl Fn(T, T) -> T,
+) -> Option<(T, Vec<usize>)> {
+    // dp[k][j]: the best k stages covering units 0..j, and where the last starts.
+    let mut dp = vec![vec![None::<(T, usize)>; units + 1]; stages + 1];
+    dp[0][0] = Some((zero, 0));
+    for k in 1..=stages {
+        for j in k..=units {
+            for i in (k - 1)..j {
+                let Some((prev, _)) = dp[k - 1][i] else { continue };
+                let Some(c) = cost(k - 1, i..j) else { continue };
+                let v = combine(prev, c);
+                if dp[k][j].is_none_or(|(b, _)| v < b) {
+                    dp[k][j] = Some((v, i));
+                }
+            }
+        }
+    }
+    let (best, _) = dp[stages][units]?;
+    let mut counts = vec![0; stages];
+    let mut j = units;
+    for k in (1..=stages).rev() {
+        let (_, i) = dp[k][j].expect("reachable");
+        counts[k - 1] = j - i;
+        j = i;
+    }
+    Some((best, counts))
 }
 
 #[cfg(test)]

@@ -66,7 +66,11 @@ impl ProcessComm {
 
     /// Exchanges the step's contributions with the other processes and
     /// computes the local devices' results.
-    fn complete(&self, step: usize, mine: BTreeMap<usize, Contribution>) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
+    fn complete(
+        &self,
+        step: usize,
+        mine: BTreeMap<usize, Contribution>,
+    ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
         let first = mine.values().next().expect("a process owns at least one device");
         if let Some(dim) = split_dim(&first.op) {
             return self.complete_by_pieces(step, mine, dim);
@@ -120,14 +124,13 @@ impl ProcessComm {
                     (p, bytes)
                 })
                 .collect();
-            let receives: Vec<(usize, usize)> = recv_from.iter().map(|(&p, devs)| (p, devs.len() * block_bytes)).collect();
+            let receives: Vec<(usize, usize)> =
+                recv_from.iter().map(|(&p, devs)| (p, devs.len() * block_bytes)).collect();
             let what = format!("step {step} (`{}`)", op.name());
             let got = self.group.exchange(tag(step, 0), sends, &receives, self.timeout, &what)?;
             for ((_, devs), bytes) in recv_from.iter().zip(got) {
                 for (k, &d) in devs.iter().enumerate() {
-                    let mut block = BlockBuf::new(&ty);
-                    block.bytes_mut().copy_from_slice(&bytes[k * block_bytes..(k + 1) * block_bytes]);
-                    remote.insert(d, block.finish()?);
+                    remote.insert(d, tensor_from(&ty, &bytes[k * block_bytes..(k + 1) * block_bytes])?);
                 }
             }
         }
@@ -141,8 +144,7 @@ impl ProcessComm {
         match &op {
             Collective::CollectivePermute { pairs } => {
                 let local: Vec<usize> = inputs.keys().copied().collect();
-                let mut out: HashMap<usize, HostTensor> =
-                    local.iter().map(|&d| (d, HostTensor::zeros(&ty))).collect();
+                let mut out: HashMap<usize, HostTensor> = local.iter().map(|&d| (d, HostTensor::zeros(&ty))).collect();
                 for &(s, t) in pairs {
                     let (s, t) = (s as usize, t as usize);
                     if out.contains_key(&t) {
@@ -186,19 +188,13 @@ impl ProcessComm {
     ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
         let me = self.group.rank();
         let op = mine.values().next().expect("a process owns at least one device").op.clone();
-        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for c in mine.values() {
-            groups.entry(c.group[0]).or_insert_with(|| c.group.clone());
-        }
+        let groups = groups_of(&mine);
         let n = groups.values().next().expect("one group at least").len();
-        let piece = |t: &HostTensor, r: usize| block(t, dim, r, n).map_err(|message| RuntimeError::Op { op: op.name().into(), message });
-        let rank_in = |g: &[usize], d: usize| g.iter().position(|&x| x == d).expect("a member");
-        let owned_by = |g: &[usize], p: usize| -> Vec<usize> {
-            let mut v: Vec<usize> = g.iter().copied().filter(|&d| self.owner[d] == p).collect();
-            v.sort_unstable();
-            v
+        let piece = |t: &HostTensor, r: usize| {
+            block(t, dim, r, n).map_err(|message| RuntimeError::Op { op: op.name().into(), message })
         };
-        let peers: BTreeSet<usize> = groups.values().flatten().map(|&d| self.owner[d]).filter(|&p| p != me).collect();
+        let owned_by = |g: &[usize], p: usize| self.owned_by(g, p);
+        let peers = self.peers(&groups);
         // Pieces this process needs, by (receiving member, contributing member).
         let mut got: HashMap<(usize, usize), HostTensor> = HashMap::new();
         if !peers.is_empty() {
@@ -232,10 +228,8 @@ impl ProcessComm {
                     let (ours, theirs) = (owned_by(g, me), owned_by(g, q));
                     for &e in &theirs {
                         for &m in &ours {
-                            let mut buf = BlockBuf::new(&piece_ty);
-                            buf.bytes_mut().copy_from_slice(&bytes[at..at + piece_bytes]);
+                            got.insert((m, e), tensor_from(&piece_ty, &bytes[at..at + piece_bytes])?);
                             at += piece_bytes;
-                            got.insert((m, e), buf.finish()?);
                         }
                     }
                 }
@@ -256,6 +250,43 @@ impl ProcessComm {
             }
         }
         Ok(results)
+    }
+}
+
+/// The groups of the local contributions, by first device.
+fn groups_of(mine: &BTreeMap<usize, Contribution>) -> BTreeMap<usize, Vec<usize>> {
+    let mut groups = BTreeMap::new();
+    for c in mine.values() {
+        groups.entry(c.group[0]).or_insert_with(|| c.group.clone());
+    }
+    groups
+}
+
+/// Device `d`'s rank in group `g`.
+fn rank_in(g: &[usize], d: usize) -> usize {
+    g.iter().position(|&x| x == d).expect("a member")
+}
+
+/// A tensor of type `ty` from its little-endian bytes (a message's slice).
+fn tensor_from(ty: &weft_ir::TensorType, bytes: &[u8]) -> Result<HostTensor, RuntimeError> {
+    let mut block = BlockBuf::new(ty);
+    block.bytes_mut().copy_from_slice(bytes);
+    Ok(block.finish()?)
+}
+
+impl ProcessComm {
+    /// The members of group `g` that process `p` owns, ascending (the order
+    /// of every message).
+    fn owned_by(&self, g: &[usize], p: usize) -> Vec<usize> {
+        let mut v: Vec<usize> = g.iter().copied().filter(|&d| self.owner[d] == p).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The other processes owning members of `groups`.
+    fn peers(&self, groups: &BTreeMap<usize, Vec<usize>>) -> BTreeSet<usize> {
+        let me = self.group.rank();
+        groups.values().flatten().map(|&d| self.owner[d]).filter(|&p| p != me).collect()
     }
 }
 
@@ -289,24 +320,16 @@ impl ProcessComm {
         let (op, ty) = (first.op.clone(), first.input.ty());
         let elem = ty.dtype.size_bytes();
         let len = ty.num_elements();
-        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for c in mine.values() {
-            groups.entry(c.group[0]).or_insert_with(|| c.group.clone());
-        }
+        let groups = groups_of(&mine);
         let n = groups.values().next().expect("one group at least").len();
-        let owned_by = |g: &[usize], p: usize| -> Vec<usize> {
-            let mut v: Vec<usize> = g.iter().copied().filter(|&d| self.owner[d] == p).collect();
-            v.sort_unstable();
-            v
-        };
-        let rank_in = |g: &[usize], d: usize| g.iter().position(|&x| x == d).expect("a member");
+        let owned_by = |g: &[usize], p: usize| self.owned_by(g, p);
         let bytes_of: HashMap<usize, std::borrow::Cow<'_, [u8]>> =
             mine.iter().map(|(&d, c)| (d, tensor_bytes(&c.input))).collect();
         let chunk_bytes = |r: usize| {
             let c = chunk(len, n, r);
             c.start * elem..c.end * elem
         };
-        let peers: BTreeSet<usize> = groups.values().flatten().map(|&d| self.owner[d]).filter(|&p| p != me).collect();
+        let peers = self.peers(&groups);
         let what = format!("step {step} (`{}`)", op.name());
         // Phase 1: each member's chunk of every contribution goes to the
         // member's process.
@@ -346,10 +369,8 @@ impl ProcessComm {
                 }
             }
         }
-        let piece = |bytes: &[u8], r: usize| -> Result<HostTensor, RuntimeError> {
-            let mut b = BlockBuf::new(&weft_ir::TensorType::new(ty.dtype, vec![chunk(len, n, r).len()]));
-            b.bytes_mut().copy_from_slice(bytes);
-            Ok(b.finish()?)
+        let piece = |bytes: &[u8], r: usize| {
+            tensor_from(&weft_ir::TensorType::new(ty.dtype, vec![chunk(len, n, r).len()]), bytes)
         };
         // Each local member folds its chunk in rank order.
         let fold = Collective::ReduceScatter { dim: 0, axes: Vec::new(), op: rop };
@@ -418,13 +439,7 @@ impl ProcessComm {
 }
 
 fn aborted(s: &State, call: &CollectiveCall<'_>) -> Option<RuntimeError> {
-    s.aborted.as_ref().map(|(device, reason)| RuntimeError::Aborted {
-        device: call.device(),
-        step: call.step,
-        collective: call.op.name().to_string(),
-        failed_device: *device,
-        reason: reason.clone(),
-    })
+    s.aborted.as_ref().map(|failed| call.aborted(failed))
 }
 
 impl Communicator for ProcessComm {
@@ -441,7 +456,12 @@ impl Communicator for ProcessComm {
             return Err(RuntimeError::InvalidProgram {
                 program: String::new(),
                 step: Some(call.step),
-                message: format!("device {} reached step {} while step {} was collecting", call.device(), call.step, s.step),
+                message: format!(
+                    "device {} reached step {} while step {} was collecting",
+                    call.device(),
+                    call.step,
+                    s.step
+                ),
             });
         }
         let contribution = Contribution { op: call.op.clone(), group: call.group.to_vec(), input };
@@ -488,13 +508,7 @@ impl Communicator for ProcessComm {
                 let missing: Vec<usize> = (0..self.owner.len())
                     .filter(|d| self.owner[*d] == self.group.rank() && !s.contributions.contains_key(d))
                     .collect();
-                return Err(RuntimeError::CollectiveTimeout {
-                    device: call.device(),
-                    step: call.step,
-                    collective: call.op.name().to_string(),
-                    waited: self.timeout,
-                    missing,
-                });
+                return Err(call.timed_out(self.timeout, missing));
             }
             s = self.changed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }

@@ -8,9 +8,10 @@ use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, DType, DotDims, Literal, Op, ReduceOp, TensorType};
 use weft_runtime::{run_program, run_program_stats, verify_program, Backend, CpuBackend};
 
-pub(crate) const MESHES: &[&[(&str, usize)]] = &[&[("x", 2)], &[("x", 2), ("y", 2)], &[("x", 4), ("y", 2)], &[("x", 8)]];
+pub(crate) const MESHES: &[&[(&str, usize)]] =
+    &[&[("x", 2)], &[("x", 2), ("y", 2)], &[("x", 4), ("y", 2)], &[("x", 8)]];
 
-pub(crate) fn axis_sets(m: &[(&str, usize)]) -> Vec<Vec<&'static str>> {
+fn axis_sets(m: &[(&str, usize)]) -> Vec<Vec<&'static str>> {
     if m.len() == 1 {
         vec![vec!["x"]]
     } else {
@@ -31,7 +32,7 @@ fn owned(axes: &[&str]) -> Vec<String> {
 
 /// Every collective over `axes` of mesh `m`, with expectations computed
 /// from the contract: members in rank order, left folds, blocks by rank.
-pub(crate) fn cases(m: &[(&str, usize)], axes: &[&str]) -> Vec<Case> {
+fn cases(m: &[(&str, usize)], axes: &[&str]) -> Vec<Case> {
     let n: usize = m.iter().map(|a| a.1).product();
     let g: usize = axes.iter().map(|a| m.iter().find(|(b, _)| b == a).unwrap().1).product();
     let mut out = Vec::new();
@@ -103,15 +104,21 @@ pub(crate) fn permute_cases(m: &[(&str, usize)]) -> Vec<Case> {
         .collect()
 }
 
+/// Every collective case on mesh `m`: the permutes, and every collective
+/// over every axis set.
+pub(crate) fn all_cases(m: &[(&str, usize)]) -> Vec<Case> {
+    let mut all = permute_cases(m);
+    for axes in axis_sets(m) {
+        all.extend(cases(m, &axes));
+    }
+    all
+}
+
 fn check_all<B: Backend>(backends: &[B]) {
     let mut count = 0;
     for &m in MESHES {
         let n: usize = m.iter().map(|a| a.1).product();
-        let mut all = permute_cases(m);
-        for axes in axis_sets(m) {
-            all.extend(cases(m, &axes));
-        }
-        for case in all {
+        for case in all_cases(m) {
             let inputs = case.inputs.iter().map(|x| vec![x.tensor()]).collect();
             let outs = run_program(&case.program, &backends[..n], inputs)
                 .unwrap_or_else(|e| panic!("{} on {m:?}: {e}", case.program.name));

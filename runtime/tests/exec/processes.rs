@@ -4,7 +4,7 @@
 //! for 2 processes, one process per device, and an uneven split; and a
 //! process that never comes is named by the others.
 
-use crate::collectives::{axis_sets, cases, permute_cases, Case, MESHES};
+use crate::collectives::{all_cases, permute_cases, Case, MESHES};
 use std::time::Duration;
 use weft_runtime::process::{device_owners, devices_of_process};
 use weft_runtime::{ExecOptions, Executable, FastCpuBackend, ProcessComm, RuntimeError, ThreadGroup};
@@ -19,12 +19,14 @@ fn run_split(case: &Case, processes: usize) -> Vec<weft_ir::tensor::HostTensor> 
             .enumerate()
             .map(|(rank, g)| {
                 let (owner, program) = (owner.clone(), case.program.clone());
-                let inputs: Vec<Vec<_>> = devices_of_process(n, processes, rank).map(|d| vec![case.inputs[d].tensor()]).collect();
+                let inputs: Vec<Vec<_>> =
+                    devices_of_process(n, processes, rank).map(|d| vec![case.inputs[d].tensor()]).collect();
                 s.spawn(move || {
                     let local: Vec<usize> = devices_of_process(n, processes, rank).collect();
                     let backends = vec![FastCpuBackend::new(); local.len()];
                     let comm = Box::new(ProcessComm::new(std::sync::Arc::new(g), owner, Duration::from_secs(30)));
-                    let mut exe = Executable::with_devices(program, local, backends, comm, ExecOptions::default()).unwrap();
+                    let mut exe =
+                        Executable::with_devices(program, local, backends, comm, ExecOptions::default()).unwrap();
                     exe.run(inputs).unwrap()
                 })
             })
@@ -39,11 +41,7 @@ fn collectives_across_processes_are_bitwise_the_contract() {
     let mut count = 0;
     for &m in MESHES {
         let n: usize = m.iter().map(|a| a.1).product();
-        let mut all = permute_cases(m);
-        for axes in axis_sets(m) {
-            all.extend(cases(m, &axes));
-        }
-        for case in &all {
+        for case in &all_cases(m) {
             for processes in [2, 3, n] {
                 if processes > n {
                     continue;
@@ -74,7 +72,8 @@ fn a_process_that_never_comes_is_named() {
     let g = groups.pop().unwrap();
     let comm = Box::new(ProcessComm::new(std::sync::Arc::new(g), owner, Duration::from_millis(100)));
     let backends = vec![FastCpuBackend::new(); 2];
-    let mut exe = Executable::with_devices(case.program.clone(), vec![0, 1], backends, comm, ExecOptions::default()).unwrap();
+    let mut exe =
+        Executable::with_devices(case.program.clone(), vec![0, 1], backends, comm, ExecOptions::default()).unwrap();
     let err = exe.run(vec![vec![case.inputs[0].tensor()], vec![case.inputs[1].tensor()]]).unwrap_err();
     match &err {
         RuntimeError::ProcessTimeout { rank: 0, missing, what, .. } => {
