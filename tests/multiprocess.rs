@@ -44,16 +44,17 @@ fn mpirun(n: usize) -> Command {
 /// Runs `weft train CONFIG ARGS` on `n` processes (`n == 0`: no mpirun).
 fn train(n: usize, config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = if n == 0 { Command::new(WEFT) } else { mpirun(n) };
+    for (k, v) in env {
+        c.env(k, v);
+        if n > 0 {
+            // mpirun's own flag, before the program: export to every rank.
+            c.args(["-x", k]);
+        }
+    }
     if n > 0 {
         c.arg(WEFT);
     }
     c.arg("train").arg(root().join(config)).args(args).arg("-q");
-    for (k, v) in env {
-        c.env(k, v);
-        if n > 0 {
-            c.args(["-x", k]);
-        }
-    }
     c.output().expect("runs")
 }
 
@@ -196,6 +197,16 @@ fn mismatched_ranks_and_too_many_processes_are_named_errors() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("the processes run different config: processes [1] differ from process 0"), "{err}");
+    // A collective timeout that is no number of seconds.
+    for bad in ["soon", "-1", "0"] {
+        let o = train(2, "examples/configs/mlp.toml", &["--steps", "2"], &[("WEFT_COLLECTIVE_TIMEOUT", bad)]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(
+            err.contains(&format!("WEFT_COLLECTIVE_TIMEOUT={bad}: expected a positive number of seconds")),
+            "{err}"
+        );
+    }
     // Two devices, four processes.
     let o = train(4, "examples/configs/mlp.toml", &["--steps", "2", "--mesh", "data=2"], &[]);
     let err = String::from_utf8_lossy(&o.stderr);

@@ -174,4 +174,14 @@ fn compare_strategies_prints_predicted_against_measured() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy `bogus`"));
+    // So are too few steps or no rounds.
+    for bad in [["--steps", "1"], ["--rounds", "0"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["compare-strategies", path.to_str().unwrap()])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("needs --steps of at least 2 and --rounds of at least 1"));
+    }
 }
