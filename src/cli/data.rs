@@ -1,26 +1,38 @@
 //! `weft data prepare TEXT... -o DIR`: token files for `[data]`.
 
 use crate::data::prepare::prepare;
+use crate::data::tokenize::Tokenizer;
 use crate::error::Result;
 use std::path::{Path, PathBuf};
 
-/// Tokenizes `texts` (byte-level) into `out`; prints what was written and
-/// the `[data]` table that reads it.
-pub fn prepare_cmd(texts: &[PathBuf], out: &Path, val_fraction: f64) -> Result<i32> {
-    let p = prepare(texts, out, val_fraction)?;
+/// Tokenizes `texts` (byte-level, or with a `tokenizer.json`) into `out`;
+/// prints what was written and the `[data]` table that reads it.
+pub fn prepare_cmd(texts: &[PathBuf], out: &Path, val_fraction: f64, tokenizer: Option<&Path>) -> Result<i32> {
+    let tok = match tokenizer {
+        Some(path) => Tokenizer::from_file(path)?,
+        None => Tokenizer::Bytes,
+    };
+    let p = prepare(texts, out, val_fraction, &tok)?;
+    let vocab = match tok {
+        Tokenizer::Bytes => "bytes (256 ids)".to_string(),
+        _ => format!("{} ({} ids)", p.tokenizer, p.vocab_size),
+    };
     println!(
-        "wrote {} ({} tokens), {} ({} tokens) and {} from {} files; vocabulary: bytes (256 ids), u16",
+        "wrote {} ({} tokens), {} ({} tokens) and {} from {} files; vocabulary: {vocab}, {}",
         out.join("train.bin").display(),
         p.train_tokens,
         out.join("val.bin").display(),
         p.val_tokens,
         out.join("meta.json").display(),
-        p.sources.len()
+        p.sources.len(),
+        p.dtype
     );
     println!(
-        "\n[model]\nkind = \"gpt\"\nvocab = 256\n\n[data]\nsource = \"tokens\"\ntrain = \"{}\"\nval = \"{}\"\ndtype = \"u16\"",
+        "\n[model]\nkind = \"gpt\"\nvocab = {}\n\n[data]\nsource = \"tokens\"\ntrain = \"{}\"\nval = \"{}\"\ndtype = \"{}\"",
+        p.vocab_size,
         out.join("train.bin").display(),
-        out.join("val.bin").display()
+        out.join("val.bin").display(),
+        p.dtype
     );
     Ok(0)
 }

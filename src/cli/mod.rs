@@ -139,9 +139,11 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum DataCommand {
     /// Turn text files into train/validation token files for a `[data]`
-    /// table: a byte-level vocabulary (256 ids), u16 token files in
-    /// nanoGPT's layout, the last `--val-fraction` of each file held out
-    /// for validation, and meta.json (sources and their sha256).
+    /// table: a byte-level vocabulary (256 ids) or a Hugging Face
+    /// `--tokenizer tokenizer.json`, u16 token files (u32 past 65536 ids)
+    /// in nanoGPT's layout, the last `--val-fraction` of each file's tokens
+    /// held out for validation, and meta.json (vocabulary size, dtype,
+    /// tokenizer, sources and their sha256).
     Prepare {
         /// Text files, in order.
         #[arg(required = true)]
@@ -152,6 +154,9 @@ pub enum DataCommand {
         /// Fraction of each file for validation, in (0, 1).
         #[arg(long, default_value_t = 0.1)]
         val_fraction: f64,
+        /// A Hugging Face `tokenizer.json` (default: bytes, 256 ids).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
     },
 }
 
@@ -260,8 +265,8 @@ pub fn main() -> i32 {
         }
         Command::CompareStrategies(args) => compare::compare(&args),
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
-        Command::Data { command: DataCommand::Prepare { texts, output, val_fraction } } => {
-            data::prepare_cmd(&texts, &output, val_fraction)
+        Command::Data { command: DataCommand::Prepare { texts, output, val_fraction, tokenizer } } => {
+            data::prepare_cmd(&texts, &output, val_fraction, tokenizer.as_deref())
         }
         Command::Lower { file, mesh, func, dump_after, dump_dir, time_passes } => {
             let opts = lower::LowerOptions { dump_after, dump_dir, time_passes };

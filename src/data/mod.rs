@@ -28,6 +28,7 @@ pub mod prefetch;
 pub mod prepare;
 pub mod sampler;
 pub mod table;
+pub mod tokenize;
 pub mod tokens;
 
 pub use config::{DataConfig, DataPath};
@@ -119,6 +120,7 @@ impl Split {
                     }
                 };
                 let seq = t.ty.shape[1];
+                prepare::check_meta(p, dtype, t.vocab.unwrap_or(u64::MAX))?;
                 let f = tokens::TokenFile::open(p, dtype, batch, seq, t.vocab.unwrap_or(u64::MAX))?;
                 let sampler = Sampler::windows(seed, order, batch, f.tokens, seq);
                 let files = vec![f.id.clone()];
