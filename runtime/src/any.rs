@@ -6,7 +6,7 @@ use crate::backend::Backend;
 use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
 use crate::fast::FastCpuBackend;
-use crate::fusion::FusedChain;
+use crate::fusion::{FusedChain, FusionOptions};
 use crate::gpu::{CubeBuffer, CubeclBackend};
 use cubecl::wgpu::WgpuRuntime;
 use weft_ir::tensor::HostTensor;
@@ -158,8 +158,8 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn fuses(&self) -> bool {
-        dispatch!(self, b => b.fuses())
+    fn fusion(&self) -> FusionOptions {
+        dispatch!(self, b => b.fusion())
     }
 
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&AnyBuffer]) -> Result<AnyBuffer, RuntimeError> {

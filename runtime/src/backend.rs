@@ -17,7 +17,7 @@
 //! use one backend type directly.
 
 use crate::error::RuntimeError;
-use crate::fusion::{Arg, FusedChain};
+use crate::fusion::{Arg, FusedChain, FusionOptions};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{Op, TensorType};
 
@@ -61,10 +61,10 @@ pub trait Backend {
     /// per result. Inputs are left untouched.
     fn compute(&self, op: &Op, inputs: &[&Self::Buffer]) -> Result<Vec<Self::Buffer>, RuntimeError>;
 
-    /// Whether the executor should hand this backend chains of elementwise
-    /// steps to compute at once ([`crate::fusion`]). Default: no.
-    fn fuses(&self) -> bool {
-        false
+    /// Which chains of steps the executor should hand this backend to
+    /// compute at once ([`crate::fusion`]). Default: none.
+    fn fusion(&self) -> FusionOptions {
+        FusionOptions::NONE
     }
 
     /// Computes a chain of elementwise ops on its `inputs` (one buffer per

@@ -9,7 +9,7 @@
 //! Buffers are released at the program's `free` steps, so the backend's
 //! allocator can reuse the memory; the executor counts live bytes per
 //! device and reports the peak in [`DeviceStats`]. For backends that fuse
-//! ([`Backend::fuses`]), chains of elementwise steps ([`crate::fusion`])
+//! ([`Backend::fusion`]), chains of elementwise steps ([`crate::fusion`])
 //! run as one call at the chain's last step; their intermediates are never
 //! allocated (so the measured peak can be below the verifier's static one)
 //! and frees inside a chain are applied right after it.
@@ -20,6 +20,7 @@ use crate::error::RuntimeError;
 use crate::executable::check_values;
 use crate::executable::lane::{run_lane, DeviceRun, RunCtx, Slots};
 use crate::executable::plan::Plan;
+use crate::fusion::FusionOptions;
 use crate::verify::verify_program;
 use weft_ir::device::{BufferId, DeviceProgram};
 use weft_ir::tensor::HostTensor;
@@ -69,7 +70,7 @@ pub fn run_program_stats<B: Backend>(
     }
     verify_program(program)?;
     check_inputs(program, &inputs)?;
-    let plan = Plan::new(program, backends.first().is_some_and(|b| b.fuses()));
+    let plan = Plan::new(program, backends.first().map_or(FusionOptions::NONE, |b| b.fusion()));
     let comm = InProcessComm::default();
     let ctx = RunCtx { program, plan: &plan, comm: &comm };
     let mut devices = Vec::with_capacity(n);

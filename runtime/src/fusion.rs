@@ -9,12 +9,20 @@
 //! [`plan_fusion`] finds *chains*: runs of consecutive elementwise compute
 //! steps of one shape (free steps may sit between them) whose intermediate
 //! results are used only inside the run. A backend that wants them
-//! ([`crate::Backend::fuses`]) gets each chain as one
+//! ([`crate::Backend::fusion`]) gets each chain as one
 //! [`crate::Backend::compute_fused`] call at the chain's last step; the
 //! chain's intermediates are never allocated, and frees inside the run are
 //! applied after it. The default `compute_fused`
 //! ([`crate::backend::compute_unfused`]) runs the nodes one by one,
 //! so fusion never changes what is computed, only how.
+//!
+//! A backend may also ask for *splats* in chains ([`FusionOptions::splats`]):
+//! a `broadcast_in_dim` of a scalar (no `dims`) and a splat `constant` of
+//! the chain's shape. An optimizer update spreads the learning rate over
+//! every parameter each step (`w - broadcast(lr) * g`); fused, the spread
+//! value is a register or a cache-sized block instead of a whole tensor
+//! written and read back once per parameter. A chain's inputs may then
+//! include rank-0 buffers, read only by its broadcast nodes.
 
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
@@ -46,7 +54,9 @@ pub struct FusedNode {
 pub struct FusedChain {
     /// The buffers the chain reads, in first-use order.
     pub inputs: Vec<BufferId>,
-    /// The ops, in program order; the last one's value is the result.
+    /// The ops, in program order; the last one's value is the result. With
+    /// [`FusionOptions::reductions`] the last may be a `reduce` of the one
+    /// before it (every other node has the chain's shape).
     pub nodes: Vec<FusedNode>,
     /// The buffer that receives the result.
     pub output: BufferId,
@@ -56,9 +66,43 @@ pub struct FusedChain {
     pub steps: RangeInclusive<usize>,
 }
 
-fn fusible(s: &Step) -> Option<(&Op, &[BufferId], BufferId)> {
+/// Which steps [`plan_fusion_with`] puts in chains (a backend's choice).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct FusionOptions {
+    /// Plan chains of elementwise steps at all.
+    pub elementwise: bool,
+    /// Also take splats into chains: `broadcast_in_dim` of a rank-0 value
+    /// with no `dims`, and splat `constant`s.
+    pub splats: bool,
+    /// Also end a chain with the `reduce` that is its value's only reader
+    /// (a squared norm `sum(g * g)`: the squares are never stored).
+    pub reductions: bool,
+}
+
+impl FusionOptions {
+    /// No fusion.
+    pub const NONE: FusionOptions = FusionOptions { elementwise: false, splats: false, reductions: false };
+    /// Elementwise chains only (what every fusing backend understands).
+    pub const ELEMENTWISE: FusionOptions = FusionOptions { elementwise: true, splats: false, reductions: false };
+    /// Elementwise chains with their splats, ended by their reductions.
+    pub const ALL: FusionOptions = FusionOptions { elementwise: true, splats: true, reductions: true };
+}
+
+/// Whether `op` spreads one value over its result: a scalar broadcast
+/// (reading a rank-0 operand) or a splat constant.
+pub fn is_splat(op: &Op) -> bool {
+    match op {
+        Op::BroadcastInDim { dims, .. } => dims.is_empty(),
+        Op::Constant(l) => matches!(l.data, weft_ir::LiteralData::Splat(_)),
+        _ => false,
+    }
+}
+
+fn fusible(s: &Step, opts: FusionOptions) -> Option<(&Op, &[BufferId], BufferId)> {
     match s {
-        Step::Compute { op, inputs, outputs } if op.is_elementwise() && outputs.len() == 1 => {
+        Step::Compute { op, inputs, outputs }
+            if outputs.len() == 1 && (op.is_elementwise() || (opts.splats && is_splat(op))) =>
+        {
             Some((op, inputs, outputs[0]))
         }
         _ => None,
@@ -74,9 +118,17 @@ fn reads(s: &Step) -> Vec<BufferId> {
     }
 }
 
-/// The fusible chains of `p` (at least two compute steps each, not
-/// overlapping, in program order).
+/// The fusible elementwise chains of `p` (at least two compute steps each,
+/// not overlapping, in program order).
 pub fn plan_fusion(p: &DeviceProgram) -> Vec<FusedChain> {
+    plan_fusion_with(p, FusionOptions::ELEMENTWISE)
+}
+
+/// The chains of `p` that `opts` allows (none unless `opts.elementwise`).
+pub fn plan_fusion_with(p: &DeviceProgram, opts: FusionOptions) -> Vec<FusedChain> {
+    if !opts.elementwise {
+        return Vec::new();
+    }
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); p.buffers.len()];
     for (i, s) in p.steps.iter().enumerate() {
         for b in reads(s) {
@@ -87,7 +139,7 @@ pub fn plan_fusion(p: &DeviceProgram) -> Vec<FusedChain> {
     let mut chains = Vec::new();
     let mut i = 0;
     while i < p.steps.len() {
-        match chain_at(p, i, &readers, &outputs) {
+        match chain_at(p, i, &readers, &outputs, opts) {
             Some(c) => {
                 i = *c.steps.end() + 1;
                 chains.push(c);
@@ -105,16 +157,36 @@ fn chain_at(
     start: usize,
     readers: &[Vec<usize>],
     outputs: &HashSet<BufferId>,
+    opts: FusionOptions,
 ) -> Option<FusedChain> {
-    let (_, _, first_out) = fusible(&p.steps[start])?;
+    let (op, ins, first_out) = fusible(&p.steps[start], opts)?;
     let shape = &p.ty(first_out).shape;
-    // Candidate members: consecutive fusible steps of one shape, skipping frees.
+    // Operands have the chain's shape, but a splat's: rank 0 or none.
+    let fits = |op: &Op, ins: &[BufferId]| {
+        if is_splat(op) {
+            ins.iter().all(|&b| p.ty(b).shape.is_empty())
+        } else {
+            ins.iter().all(|&b| &p.ty(b).shape == shape)
+        }
+    };
+    if !fits(op, ins) {
+        return None;
+    }
+    // Candidate members: consecutive fusible steps of one shape, skipping
+    // frees, and perhaps a reduction of the last one's value to end them.
     let mut members = vec![start];
     for (k, s) in p.steps.iter().enumerate().skip(start + 1) {
-        match (s, fusible(s)) {
+        match (s, fusible(s, opts)) {
             (Step::Free(_), _) => continue,
-            (_, Some((_, ins, out))) if &p.ty(out).shape == shape && ins.iter().all(|&b| &p.ty(b).shape == shape) => {
-                members.push(k)
+            (_, Some((op, ins, out))) if &p.ty(out).shape == shape && fits(op, ins) => members.push(k),
+            (Step::Compute { op: Op::Reduce { .. }, inputs, outputs }, _)
+                if opts.reductions
+                    && inputs.len() == 1
+                    && outputs.len() == 1
+                    && writes(&p.steps[*members.last().expect("one")]) == Some(inputs[0]) =>
+            {
+                members.push(k);
+                break;
             }
             _ => break,
         }
@@ -122,23 +194,41 @@ fn chain_at(
     // Longest prefix whose intermediates are read only by later members.
     while members.len() >= 2 {
         let valid = members[..members.len() - 1].iter().all(|&m| {
-            let (_, _, out) = fusible(&p.steps[m]).expect("member");
+            let (_, _, out) = member(&p.steps[m], opts).expect("member");
             !outputs.contains(&out) && readers[out.index()].iter().all(|r| members.contains(r) && *r > m)
         });
         if valid {
-            return Some(build(p, &members));
+            return Some(build(p, &members, opts));
         }
         members.pop();
     }
     None
 }
 
-fn build(p: &DeviceProgram, members: &[usize]) -> FusedChain {
+/// The one buffer a compute step writes.
+fn writes(s: &Step) -> Option<BufferId> {
+    match s {
+        Step::Compute { outputs, .. } if outputs.len() == 1 => Some(outputs[0]),
+        _ => None,
+    }
+}
+
+/// A chain member: an elementwise or splat step, or the reduction ending it.
+fn member(s: &Step, opts: FusionOptions) -> Option<(&Op, &[BufferId], BufferId)> {
+    match s {
+        Step::Compute { op: op @ Op::Reduce { .. }, inputs, outputs } if opts.reductions && outputs.len() == 1 => {
+            Some((op, inputs, outputs[0]))
+        }
+        _ => fusible(s, opts),
+    }
+}
+
+fn build(p: &DeviceProgram, members: &[usize], opts: FusionOptions) -> FusedChain {
     let mut inputs: Vec<BufferId> = Vec::new();
     let mut produced: Vec<BufferId> = Vec::new();
     let mut nodes = Vec::with_capacity(members.len());
     for &m in members {
-        let (op, ins, out) = fusible(&p.steps[m]).expect("member");
+        let (op, ins, out) = member(&p.steps[m], opts).expect("member");
         let args = ins
             .iter()
             .map(|b| match produced.iter().position(|x| x == b) {
@@ -215,5 +305,46 @@ mod tests {
         r.outputs = vec![BufferId(4), BufferId(6)];
         let c = plan_fusion(&r);
         assert!(c.iter().all(|c| !c.intermediates.contains(&BufferId(2))), "{c:?}");
+    }
+
+    /// With [`FusionOptions::ALL`] a scalar broadcast joins the chain that
+    /// reads it (its rank-0 operand becomes a chain input) and a reduction
+    /// of a chain's value ends the chain; with the elementwise options
+    /// neither does.
+    #[test]
+    fn splats_and_reductions_join_chains_only_when_asked() {
+        let t = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
+        // %3 = broadcast %0; %4 = mul %3, %1; %5 = sub %2, %4;
+        // %6 = mul %5, %5; %7 = reduce_sum %6 (all dims)
+        let p = DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)].into(),
+            buffers: vec![t(&[]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8]), t(&[])],
+            inputs: vec![BufferId(0), BufferId(1), BufferId(2)],
+            outputs: vec![BufferId(5), BufferId(7)],
+            steps: vec![
+                compute(Op::BroadcastInDim { dims: vec![], shape: vec![4, 8] }, &[0], 3),
+                compute(Op::Binary(BinaryOp::Mul), &[3, 1], 4),
+                compute(Op::Binary(BinaryOp::Sub), &[2, 4], 5),
+                Step::Free(vec![BufferId(3), BufferId(4)]),
+                compute(Op::Binary(BinaryOp::Mul), &[5, 5], 6),
+                compute(Op::Reduce { op: ReduceOp::Sum, dims: vec![0, 1] }, &[6], 7),
+            ],
+        };
+        let all = plan_fusion_with(&p, FusionOptions::ALL);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!((all[0].steps.clone(), all[0].output), (0..=2, BufferId(5)));
+        assert_eq!(all[0].inputs, vec![BufferId(0), BufferId(1), BufferId(2)]);
+        assert_eq!((all[1].steps.clone(), all[1].output), (4..=5, BufferId(7)));
+        assert_eq!(all[1].intermediates, vec![BufferId(6)]);
+        // Elementwise only: the broadcast and the reduction stay steps.
+        let plain = plan_fusion(&p);
+        assert_eq!(plain.len(), 1, "{plain:?}");
+        assert_eq!(plain[0].steps, 1..=2);
+        assert!(plan_fusion_with(&p, FusionOptions::NONE).is_empty());
+        // A squared value read again after its reduction is not fused away.
+        let mut q = p.clone();
+        q.outputs.push(BufferId(6));
+        assert!(plan_fusion_with(&q, FusionOptions::ALL).iter().all(|c| !c.intermediates.contains(&BufferId(6))));
     }
 }

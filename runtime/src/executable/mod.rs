@@ -216,7 +216,7 @@ where
         verify_program(&program)?;
         let (donor_output, donated_input) = donation_maps(&program, &options.donate)?;
         let backend_name = backends[0].name();
-        let plan = Plan::new(&program, backends[0].fuses());
+        let plan = Plan::new(&program, backends[0].fusion());
         let (donated, others): (Vec<usize>, Vec<usize>) =
             (0..program.inputs.len()).partition(|&i| donor_output[i].is_some());
         let shared = Arc::new(Shared { program, plan, comm, donor_output, donated_input, donated, others });

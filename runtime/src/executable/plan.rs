@@ -2,7 +2,7 @@
 //! steps run fused, where the program splits at collectives, each device's
 //! shard-slice ops and each device's group and rank in every collective.
 
-use crate::fusion::{plan_fusion, FusedChain};
+use crate::fusion::{plan_fusion_with, FusedChain, FusionOptions};
 use std::collections::HashSet;
 use std::ops::Range;
 use weft_ir::device::{BufferId, Collective, DeviceProgram, Step};
@@ -58,8 +58,8 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    pub fn new(p: &DeviceProgram, fuse: bool) -> Plan {
-        let chains = if fuse { plan_fusion(p) } else { Vec::new() };
+    pub fn new(p: &DeviceProgram, fusion: FusionOptions) -> Plan {
+        let chains = plan_fusion_with(p, fusion);
         let mut actions = vec![Action::Run; p.steps.len()];
         let mut fused_away = HashSet::new();
         for (k, c) in chains.iter().enumerate() {

@@ -9,14 +9,19 @@
 //! `bf16`/`f16` values as `f32` rounded after each op ([`super::halves`]).
 //! Anything else (integer or `f64` chains, integer ops) returns `None` and
 //! the caller falls back to the interpreter.
+//!
+//! Splat nodes ([`crate::fusion::is_splat`]: a scalar broadcast, a splat
+//! constant) fill their block with one value, so a learning rate spread over
+//! a parameter costs one cache-sized block, not a tensor.
 
 use super::halves::{narrow, widen, Carry};
 use super::pool::Pool;
-use crate::fusion::{Arg, FusedChain};
+use super::reduce::RowFold;
+use crate::fusion::{Arg, FusedChain, FusedNode};
 use ndarray::{ArrayD, IxDyn};
 use weft_ir::interp::scalar::{binary_f32, compare_f32, unary_f32};
 use weft_ir::tensor::HostTensor;
-use weft_ir::{BinaryOp, CompareOp, DType, Op, UnaryOp};
+use weft_ir::{BinaryOp, CompareOp, DType, Op, ReduceOp, UnaryOp};
 
 /// Elements per block of a fused chain.
 const BLOCK: usize = 1024;
@@ -113,6 +118,8 @@ fn node_block(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()> {
                 *o = x;
             }
         }
+        // A scalar spread over the block (its operand is the rank-0 input).
+        Op::BroadcastInDim { dims, .. } if dims.is_empty() => out.fill(*args[0].first()?),
         _ => return None,
     }
     Some(())
@@ -120,14 +127,20 @@ fn node_block(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()> {
 
 /// Whether a chain computes in `f32` — `f32`, `bool` (as 0/1) and the half
 /// types ([`Carry`]) — and uses only ops [`node_block`] knows, with
-/// operands of the output's shape.
-fn supported(chain: &FusedChain, inputs: &[&HostTensor]) -> bool {
+/// operands of the output's shape (or rank 0, read by a broadcast).
+fn supported(nodes: &[FusedNode], inputs: &[&HostTensor]) -> bool {
     let carried = |d: DType| Carry::of(d).is_some();
-    let full = chain.nodes.last().map(|n| n.ty.shape.clone());
-    inputs.iter().all(|t| carried(t.dtype()) && Some(t.shape().to_vec()) == full.as_ref().map(|s| s.to_vec()))
-        && chain.nodes.iter().all(|n| {
+    let Some(full) = nodes.last().map(|n| n.ty.shape.as_slice()) else { return false };
+    inputs.iter().all(|t| carried(t.dtype()) && (t.shape() == full || t.shape().is_empty()))
+        && nodes.iter().all(|n| {
             carried(n.ty.dtype)
+                && n.args.iter().all(|a| match *a {
+                    Arg::Input(k) => inputs[k].shape() == full || matches!(n.op, Op::BroadcastInDim { .. }),
+                    Arg::Node(_) => true,
+                })
                 && match &n.op {
+                    Op::BroadcastInDim { dims, .. } => dims.is_empty(),
+                    Op::Constant(l) => matches!(l.data, weft_ir::LiteralData::Splat(_)),
                     Op::Unary(u) => !matches!(u, UnaryOp::Not),
                     Op::Binary(b) => binary_f32(*b, 0.0, 0.0).is_some(),
                     Op::Compare(_) | Op::Select => true,
@@ -158,13 +171,24 @@ impl InputData<'_> {
 
 /// Computes a fused chain, or `None` if it does not compute in `f32` (the
 /// caller then runs it node by node). Nodes of a half type are rounded to
-/// it after each op, as the interpreter does.
+/// it after each op, as the interpreter does. A trailing `reduce` (see
+/// [`FusedReduce`]) folds each block as it is computed.
 pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
-    if !supported(chain, inputs) {
+    let (nodes, reduce) = match chain.nodes.split_last()? {
+        (last, body) if matches!(last.op, Op::Reduce { .. }) => (body, Some(FusedReduce::of(last, body.last()?)?)),
+        _ => (chain.nodes.as_slice(), None),
+    };
+    if !supported(nodes, inputs) {
         return None;
     }
-    let last = chain.nodes.last()?;
+    let last = nodes.last()?;
     let len: usize = last.ty.shape.iter().product();
+    // Blocks hold whole rows of a reduction, or a whole number of blocks
+    // make up a row.
+    let block = match &reduce {
+        Some(r) => r.block()?,
+        None => BLOCK,
+    };
     let data: Vec<InputData<'_>> = inputs
         .iter()
         .map(|t| match t {
@@ -175,28 +199,44 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
             half => InputData::Owned(widen(half, pool).expect("checked by `supported`").into_raw_vec_and_offset().0),
         })
         .collect();
-    let carry: Vec<Carry> = chain.nodes.iter().map(|n| Carry::of(n.ty.dtype).expect("checked")).collect();
-    let mut out = pool.take(len);
-    let mut scratch = vec![0f32; chain.nodes.len() * BLOCK];
+    let carry: Vec<Carry> = nodes.iter().map(|n| Carry::of(n.ty.dtype).expect("checked")).collect();
+    // Each splat constant's element, as the interpreter materialises it.
+    let consts: Vec<Option<f32>> = nodes.iter().map(|n| splat_value(&n.op)).collect();
+    // The chain's value goes straight to `out`, unless a reduction takes it.
+    let mut out = match &reduce {
+        Some(r) => r.output(pool),
+        None => pool.take(len),
+    };
+    let mut scratch = vec![0f32; nodes.len() * block];
+    let mut fold = reduce.as_ref().map(|r| RowFold::new(r.op));
     let mut start = 0;
     while start < len {
-        let n = BLOCK.min(len - start);
-        for (j, node) in chain.nodes.iter().enumerate() {
-            let (done, rest) = scratch.split_at_mut(j * BLOCK);
-            let dst = &mut rest[..n];
-            let args: Vec<&[f32]> = node
-                .args
-                .iter()
-                .map(|a| match *a {
-                    Arg::Input(k) => &data[k].slice()[start..start + n],
-                    Arg::Node(i) => &done[i * BLOCK..i * BLOCK + n],
-                })
-                .collect();
-            node_block(&node.op, &args, dst)?;
+        let n = block.min(len - start);
+        for (j, node) in nodes.iter().enumerate() {
+            let (done, rest) = scratch.split_at_mut(j * block);
+            let dst =
+                if j + 1 == nodes.len() && reduce.is_none() { &mut out[start..start + n] } else { &mut rest[..n] };
+            let mut args: [&[f32]; 3] = [&[]; 3];
+            for (slot, a) in args.iter_mut().zip(&node.args) {
+                *slot = match *a {
+                    // A rank-0 input (read by a broadcast) is its one element.
+                    Arg::Input(k) => match data[k].slice() {
+                        s if s.len() == len => &s[start..start + n],
+                        s => &s[..1],
+                    },
+                    Arg::Node(i) => &done[i * block..i * block + n],
+                };
+            }
+            match consts[j] {
+                Some(v) => dst.fill(v),
+                None => node_block(&node.op, &args[..node.args.len()], dst)?,
+            }
             carry[j].round(dst);
         }
-        let j = chain.nodes.len() - 1;
-        out[start..start + n].copy_from_slice(&scratch[j * BLOCK..j * BLOCK + n]);
+        if let (Some(r), Some(fold)) = (&reduce, fold.as_mut()) {
+            let j = nodes.len() - 1;
+            r.fold_block(fold, &scratch[j * block..j * block + n], start, &mut out);
+        }
         start += n;
     }
     for d in data {
@@ -205,12 +245,90 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
             pool.give(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&[n]), v).expect("1-d")));
         }
     }
+    if let Some(r) = reduce {
+        return Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")));
+    }
     let shape = IxDyn(&last.ty.shape);
     let out = ArrayD::from_shape_vec(shape, out).expect("sized from the type");
     Some(match last.ty.dtype {
         DType::Bool => HostTensor::Bool(out.mapv(|x| x != 0.0)),
         d => narrow(out, d, pool),
     })
+}
+
+/// A chain's trailing `reduce` over the trailing dimensions of an `f32`
+/// value: rows of `row` elements folded into `kept_shape`, each exactly as
+/// [`super::reduce`] folds it ([`RowFold`]), so fusing never changes a bit.
+struct FusedReduce {
+    op: ReduceOp,
+    row: usize,
+    kept_shape: Vec<usize>,
+}
+
+impl FusedReduce {
+    /// The reduction `node` of the value `of`, if it is one this path folds.
+    fn of(node: &FusedNode, of: &FusedNode) -> Option<FusedReduce> {
+        let Op::Reduce { op, dims } = &node.op else { return None };
+        let shape = &of.ty.shape;
+        let suffix = !dims.is_empty() && dims.iter().enumerate().all(|(i, &d)| d == shape.len() - dims.len() + i);
+        let row: usize = dims.iter().map(|&d| shape.get(d).copied().unwrap_or(0)).product();
+        if of.ty.dtype != DType::F32
+            || node.ty.dtype != DType::F32
+            || !suffix
+            || row == 0
+            || node.ty.num_elements() == 0
+        {
+            return None;
+        }
+        Some(FusedReduce { op: *op, row, kept_shape: node.ty.shape.clone() })
+    }
+
+    /// Elements per block: whole rows, or a whole fraction of a row.
+    fn block(&self) -> Option<usize> {
+        if self.row <= BLOCK {
+            Some(self.row * (BLOCK / self.row))
+        } else {
+            (self.row % BLOCK == 0).then_some(BLOCK)
+        }
+    }
+
+    fn output(&self, pool: &mut Pool) -> Vec<f32> {
+        let kept = self.kept_shape.iter().product();
+        if kept >= 4096 {
+            pool.take(kept)
+        } else {
+            vec![0.0; kept]
+        }
+    }
+
+    /// Folds the block of values starting at element `start`.
+    fn fold_block(&self, fold: &mut RowFold, values: &[f32], start: usize, out: &mut [f32]) {
+        if self.row <= values.len() {
+            for (r, row) in values.chunks_exact(self.row).enumerate() {
+                let mut f = RowFold::new(self.op);
+                f.feed(row);
+                out[start / self.row + r] = f.finish();
+            }
+        } else {
+            fold.feed(values);
+            if (start + values.len()) % self.row == 0 {
+                out[start / self.row] = fold.finish();
+                *fold = RowFold::new(self.op);
+            }
+        }
+    }
+}
+
+/// The element of a splat constant of a carried dtype, as `f32` (exactly the
+/// value the interpreter's one-element tensor holds).
+fn splat_value(op: &Op) -> Option<f32> {
+    let Op::Constant(l) = op else { return None };
+    let weft_ir::LiteralData::Splat(v) = l.data else { return None };
+    let one = HostTensor::full(&weft_ir::TensorType::new(l.ty.dtype, vec![]), v).convert(DType::F32);
+    match one {
+        HostTensor::F32(a) => a.first().copied(),
+        _ => None,
+    }
 }
 
 /// One elementwise op on standard-layout `f32` operands of one shape, or on
@@ -264,7 +382,6 @@ pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fusion::FusedNode;
     use weft_ir::TensorType;
 
     /// The half-precision paths are taken, not left to the interpreter
@@ -289,5 +406,50 @@ mod tests {
         assert!(single(&Op::Unary(UnaryOp::Exp), &[&x], &mut pool).is_some());
         let i = HostTensor::zeros(&TensorType::new(DType::I32, vec![3, 5]));
         assert!(single(&Op::Binary(BinaryOp::Add), &[&i, &i], &mut pool).is_none());
+    }
+
+    /// `sum((broadcast(s) * x) * 0.5, trailing dims)`: splats and a
+    /// trailing reduction run on the fast path for rows that fit in a block
+    /// and rows of whole blocks, and not for other rows (the caller then
+    /// runs the nodes one by one).
+    #[test]
+    fn splat_and_reduce_chains_run_on_the_fast_path_where_blocks_align() {
+        let chain = |shape: &[usize], dims: Vec<usize>| {
+            let t = TensorType::new(DType::F32, shape.to_vec());
+            let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).map(|d| shape[d]).collect();
+            let node = |op, args| FusedNode { op, args, ty: t.clone() };
+            FusedChain {
+                inputs: vec![],
+                nodes: vec![
+                    node(Op::BroadcastInDim { dims: vec![], shape: shape.to_vec() }, vec![Arg::Input(0)]),
+                    node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+                    node(Op::Constant(weft_ir::Literal::splat(t.clone(), 0.5)), vec![]),
+                    node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)]),
+                    FusedNode {
+                        op: Op::Reduce { op: ReduceOp::Sum, dims },
+                        args: vec![Arg::Node(3)],
+                        ty: TensorType::new(DType::F32, kept),
+                    },
+                ],
+                output: weft_ir::device::BufferId(0),
+                intermediates: vec![],
+                steps: 0..=0,
+            }
+        };
+        let s = HostTensor::from_f32(&[], vec![3.0]).unwrap();
+        let mut pool = Pool::default();
+        for (shape, dims, fast) in [
+            (vec![3, 40], vec![1], true),
+            (vec![5, 7, 64], vec![1, 2], true),
+            (vec![2, 2048], vec![1], true),
+            (vec![2, 2048], vec![0, 1], true),
+            (vec![2, 1500], vec![1], false),
+            (vec![2, 6], vec![0], false),
+        ] {
+            let n: usize = shape.iter().product();
+            let x = HostTensor::from_f32(&shape, (0..n).map(|i| i as f32 * 0.25).collect()).unwrap();
+            let got = fused(&chain(&shape, dims.clone()), &[&s, &x], &mut pool);
+            assert_eq!(got.is_some(), fast, "{shape:?} over {dims:?}");
+        }
     }
 }

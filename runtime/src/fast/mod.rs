@@ -32,12 +32,12 @@ mod reduce;
 use crate::backend::compute_unfused;
 use crate::backend::Backend;
 use crate::error::RuntimeError;
-use crate::fusion::FusedChain;
+use crate::fusion::{FusedChain, FusionOptions};
+use ndarray::{ArrayD, IxDyn};
 use pool::Pool;
 use std::cell::RefCell;
 use weft_ir::interp::eval_op;
 use weft_ir::tensor::HostTensor;
-use ndarray::{ArrayD, IxDyn};
 use weft_ir::{DType, Op, TensorType};
 
 /// The fast CPU backend (one per logical device). Its only state is a pool
@@ -94,8 +94,8 @@ impl Backend for FastCpuBackend {
         }
     }
 
-    fn fuses(&self) -> bool {
-        true
+    fn fusion(&self) -> FusionOptions {
+        FusionOptions::ALL
     }
 
     fn free(&self, b: HostTensor) {

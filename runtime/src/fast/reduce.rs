@@ -43,11 +43,7 @@ fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) ->
     if dims.is_empty() || dims.iter().enumerate().any(|(i, &d)| d >= rank || (i > 0 && dims[i - 1] >= d)) {
         return None;
     }
-    let (bin, init) = match op {
-        ReduceOp::Sum => (BinaryOp::Add, 0.0f32),
-        ReduceOp::Max => (BinaryOp::Max, f32::NEG_INFINITY),
-        ReduceOp::Min => (BinaryOp::Min, f32::INFINITY),
-    };
+    let (bin, init) = op_and_init(op);
     let f = |acc: f32, v: f32| binary_f32(bin, acc, v).expect("float op");
     let prefix = dims.iter().enumerate().all(|(i, &d)| i == d);
     let suffix = dims.iter().enumerate().all(|(i, &d)| d == rank - dims.len() + i);
@@ -60,7 +56,9 @@ fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) ->
     let mut out = if kept >= 4096 { pool.take(kept) } else { vec![0.0; kept] };
     if suffix {
         for (o, row) in out.iter_mut().zip(data.chunks_exact(reduced)) {
-            *o = fold_row(row, init, &f);
+            let mut fold = RowFold::new(op);
+            fold.feed(row);
+            *o = fold.finish();
         }
     } else if prefix {
         out.fill(init);
@@ -75,18 +73,60 @@ fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) ->
     Some(ArrayD::from_shape_vec(IxDyn(&kept_shape), out).expect("sized"))
 }
 
-/// Folds a row with `LANES` interleaved partial results, combined in lane order.
-#[inline]
-fn fold_row(row: &[f32], init: f32, f: &impl Fn(f32, f32) -> f32) -> f32 {
-    let mut lanes = [init; LANES];
-    let mut chunks = row.chunks_exact(LANES);
-    for c in &mut chunks {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l = f(*l, v);
+/// The binary op and the initial value of a reduction.
+fn op_and_init(op: ReduceOp) -> (BinaryOp, f32) {
+    match op {
+        ReduceOp::Sum => (BinaryOp::Add, 0.0),
+        ReduceOp::Max => (BinaryOp::Max, f32::NEG_INFINITY),
+        ReduceOp::Min => (BinaryOp::Min, f32::INFINITY),
+    }
+}
+
+/// A row fold in progress: `LANES` interleaved partial results (lane `i`
+/// takes elements `i, i + LANES, ...` of the row), combined in lane order
+/// by [`RowFold::finish`]. A row may be fed in pieces (a fused chain feeds
+/// it block by block): as long as every piece but the last is a multiple of
+/// `LANES` long, each element meets the lane it meets in one pass, so the
+/// result is bit for bit the same.
+pub(crate) struct RowFold {
+    lanes: [f32; LANES],
+    op: BinaryOp,
+    init: f32,
+}
+
+impl RowFold {
+    /// An empty fold of `op`.
+    pub fn new(op: ReduceOp) -> RowFold {
+        let (op, init) = op_and_init(op);
+        RowFold { lanes: [init; LANES], op, init }
+    }
+
+    /// Folds the row's next elements (see the type's docs on pieces).
+    #[inline]
+    pub fn feed(&mut self, xs: &[f32]) {
+        macro_rules! go {
+            ($op:expr) => {{
+                let f = |acc: f32, v: f32| binary_f32($op, acc, v).expect("float op");
+                let mut chunks = xs.chunks_exact(LANES);
+                for c in &mut chunks {
+                    for (l, &v) in self.lanes.iter_mut().zip(c) {
+                        *l = f(*l, v);
+                    }
+                }
+                for (l, &v) in self.lanes.iter_mut().zip(chunks.remainder()) {
+                    *l = f(*l, v);
+                }
+            }};
+        }
+        match self.op {
+            BinaryOp::Add => go!(BinaryOp::Add),
+            BinaryOp::Max => go!(BinaryOp::Max),
+            _ => go!(BinaryOp::Min),
         }
     }
-    for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
-        *l = f(*l, v);
+
+    /// The row's result: the lanes combined in lane order.
+    pub fn finish(&self) -> f32 {
+        self.lanes.iter().fold(self.init, |acc, &l| binary_f32(self.op, acc, l).expect("float op"))
     }
-    lanes.iter().fold(init, |acc, &l| f(acc, l))
 }

@@ -34,7 +34,7 @@ pub mod wgpu_devices;
 
 use crate::backend::Backend;
 use crate::error::RuntimeError;
-use crate::fusion::FusedChain;
+use crate::fusion::{FusedChain, FusionOptions};
 use cubecl::client::ComputeClient;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
@@ -191,8 +191,12 @@ impl<R: Runtime> Backend for CubeclBackend<R> {
         ops::compute(self, op, inputs).map(|b| vec![b])
     }
 
-    fn fuses(&self) -> bool {
-        self.fusion
+    fn fusion(&self) -> FusionOptions {
+        if self.fusion {
+            FusionOptions::ELEMENTWISE
+        } else {
+            FusionOptions::NONE
+        }
     }
 
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&CubeBuffer<R>]) -> Result<CubeBuffer<R>, RuntimeError> {

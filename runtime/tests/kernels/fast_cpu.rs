@@ -183,3 +183,77 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
     assert_eq!(fused.dtype(), DType::BF16);
     assert!(fused.bitwise_eq(&slow), "bf16 fused chain differs from the interpreter's node-by-node result");
 }
+
+/// Chains with splats (a scalar broadcast, a splat constant) and a trailing
+/// reduction, as the fast backend plans them ([`FusionOptions::ALL`]):
+/// bit for bit the same nodes run one by one on the fast backend, and the
+/// interpreter's values to 1e-5 (its sums fold in another order), for rows
+/// within one block, rows of several blocks, rows that fit neither (run
+/// node by node) and half-precision splats.
+#[test]
+fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(15);
+    for (shape, dims, op) in [
+        (vec![9, 40], vec![1], ReduceOp::Sum),
+        (vec![5, 7, 64], vec![1, 2], ReduceOp::Sum),
+        (vec![3, 4096], vec![1], ReduceOp::Sum),
+        (vec![2, 2048], vec![0, 1], ReduceOp::Max),
+        (vec![2, 1500], vec![1], ReduceOp::Min),
+        (vec![6, 33], vec![0], ReduceOp::Sum),
+    ] {
+        let f = ty(DType::F32, &shape);
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).map(|d| shape[d]).collect();
+        let node = |op, args: Vec<Arg>, t: &weft_ir::TensorType| FusedNode { op, args, ty: t.clone() };
+        // sum((x - broadcast(lr) * g) * 0.5)
+        let chain = FusedChain {
+            inputs: vec![],
+            nodes: vec![
+                node(Op::BroadcastInDim { dims: vec![], shape: shape.clone() }, vec![Arg::Input(0)], &f),
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)], &f),
+                node(Op::Binary(BinaryOp::Sub), vec![Arg::Input(2), Arg::Node(1)], &f),
+                node(Op::Constant(weft_ir::Literal::splat(f.clone(), 0.5)), vec![], &f),
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(2), Arg::Node(3)], &f),
+                node(Op::Reduce { op, dims: dims.clone() }, vec![Arg::Node(4)], &ty(DType::F32, &kept)),
+            ],
+            output: weft_ir::device::BufferId(0),
+            intermediates: vec![],
+            steps: 0..=0,
+        };
+        let ins = [
+            HostTensor::from_f32(&[], vec![0.01]).unwrap(),
+            with_specials(&mut rng, &shape),
+            f32s(&mut rng, &shape, -1.0, 1.0),
+        ];
+        let refs: Vec<&HostTensor> = ins.iter().collect();
+        let fused = be.compute_fused(&chain, &refs).unwrap();
+        let node_by_node = weft_runtime::compute_unfused(&be, &chain, &refs).unwrap();
+        assert!(fused.bitwise_eq(&node_by_node), "{shape:?} over {dims:?}: fused differs from node by node");
+        let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
+        weft_ir::tensor::check_close(&fused, &interp, 1e-5, 1e-5).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+    }
+    // A bf16 chain: the broadcast scalar and the constant are bf16 values.
+    let shape = [17, 30];
+    let h = ty(DType::BF16, &shape);
+    let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: h.clone() };
+    let chain = FusedChain {
+        inputs: vec![],
+        nodes: vec![
+            node(Op::BroadcastInDim { dims: vec![], shape: shape.to_vec() }, vec![Arg::Input(0)]),
+            node(Op::Constant(weft_ir::Literal::splat(h.clone(), 0.1)), vec![]),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+            node(Op::Binary(BinaryOp::Add), vec![Arg::Node(2), Arg::Node(1)]),
+        ],
+        output: weft_ir::device::BufferId(0),
+        intermediates: vec![],
+        steps: 0..=0,
+    };
+    let ins = [
+        HostTensor::from_f32(&[], vec![0.3]).unwrap().convert(DType::BF16),
+        f32s(&mut rng, &shape, -2.0, 2.0).convert(DType::BF16),
+    ];
+    let refs: Vec<&HostTensor> = ins.iter().collect();
+    let fused = be.compute_fused(&chain, &refs).unwrap();
+    let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
+    assert!(fused.bitwise_eq(&interp), "bf16 splat chain differs from the interpreter");
+}
