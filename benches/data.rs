@@ -30,7 +30,7 @@ fn median(mut t: Vec<f64>) -> f64 {
 fn time_batches(split: &Arc<Split>, steps: u64, runs: usize, depth: usize) -> f64 {
     let mut t = Vec::new();
     for r in 0..runs {
-        let mut p = Prefetcher::new(split.clone(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
+        let mut p = Prefetcher::new(split.clone(), 0..split.batch_size(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
         let clock = Instant::now();
         for _ in 0..steps {
             std::hint::black_box(p.next_batch().unwrap());

@@ -2,7 +2,9 @@
 //! gives bitwise the same metrics and checkpoint files under every
 //! strategy; checkpoints move between process counts; mismatched ranks,
 //! too many processes, a hung rank and a killed rank give named errors and
-//! leave nothing behind, and the restarted job equals the uninterrupted one.
+//! leave nothing behind, and the restarted job equals the uninterrupted one;
+//! a `[data]` run reads in each process only the rows of the batch its
+//! devices need and gives the one-process metrics.
 //!
 //! Needs `mpirun` (Open MPI: `apt-get install openmpi-bin libopenmpi-dev
 //! libclang-dev`) and a weft built with `--features mpi` (the README's test
@@ -367,4 +369,89 @@ fn a_killed_rank_stops_the_job_and_the_restart_is_bitwise() {
         );
     }
     assert!(interrupted > 0, "no round killed a rank before the job finished");
+}
+
+/// A `[data]` run's metrics without the measured `data_wait_ms`, line by line.
+fn data_metrics(p: &Path) -> Vec<String> {
+    String::from_utf8(read(p))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("data_wait_ms");
+            v.to_string()
+        })
+        .collect()
+}
+
+/// The `WEFT_DATA_TRACE` lines of a run (one per process), sorted.
+fn data_trace(o: &Output) -> Vec<String> {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let mut v: Vec<String> = err.lines().filter(|l| l.starts_with("weft data: read rows")).map(String::from).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn data_runs_read_only_their_rows_and_equal_one_process() {
+    let Some(_) = mpirun_or_skip("data_runs_read_only_their_rows_and_equal_one_process") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // A token stream: t_{i+1} = (3 t_i + 1 + noise) mod 32.
+    let (mut x, mut t) = (0x1234_5678u64, 0u16);
+    let mut bytes = Vec::new();
+    for _ in 0..4000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        t = (3 * t + 1 + (x % 3 == 0) as u16) % 32;
+        bytes.extend_from_slice(&t.to_le_bytes());
+    }
+    std::fs::write(d.join("train.bin"), &bytes).unwrap();
+    let config = d.join("data.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "steps = 6\nseed = 5\n[model]\nkind = \"gpt\"\nvocab = 32\nseq = 8\nd_model = 16\nheads = 2\nlayers = 1\n\
+             batch = 8\n[optimizer]\nkind = \"adamw\"\nlr = 0.01\n[data]\nsource = \"tokens\"\ntrain = \"{}\"\n",
+            d.join("train.bin").display()
+        ),
+    )
+    .unwrap();
+    let rows = |r: &str, n: usize| format!("weft data: read rows {r} of every batch of 8: {n} rows in 6 steps");
+    // (mesh, processes, the rows each process reads): a process reads the
+    // span of its devices' blocks; processes whose devices share a data
+    // coordinate read the same rows.
+    let cases: &[(&str, usize, &[&str])] = &[
+        ("data=4", 2, &["0..4", "4..8"]),
+        ("data=4", 4, &["0..2", "2..4", "4..6", "6..8"]),
+        ("data=2,model=2", 2, &["0..4", "4..8"]),
+        ("data=2,model=2", 4, &["0..4", "0..4", "4..8", "4..8"]),
+    ];
+    let env = [("WEFT_DATA_TRACE", "1")];
+    let run = |mesh: &str, n: usize| {
+        let m = d.join(format!("{}-{n}.jsonl", mesh.replace([',', '='], "_")));
+        let args = ["--mesh", mesh, "--strategy", "dp", "--metrics", m.to_str().unwrap()];
+        let o = train(n, config.to_str().unwrap(), &args, &env);
+        ok(&o, &format!("[data] on mesh {mesh}, {n} processes"));
+        (data_metrics(&m), data_trace(&o))
+    };
+    for mesh in ["data=4", "data=2,model=2"] {
+        let (one, trace) = run(mesh, 0);
+        assert_eq!(one.len(), 6, "{mesh}: 6 steps written");
+        assert_eq!(trace, [rows("0..8", 48)], "{mesh}: one process reads every row");
+        for (_, n, spans) in cases.iter().filter(|c| c.0 == mesh) {
+            let (m, trace) = run(mesh, *n);
+            assert!(m == one, "{mesh}: [data] metrics on {n} processes differ from one process");
+            let mut expect: Vec<String> = spans
+                .iter()
+                .map(|r| {
+                    let (lo, hi) = r.split_once("..").unwrap();
+                    rows(r, 6 * (hi.parse::<usize>().unwrap() - lo.parse::<usize>().unwrap()))
+                })
+                .collect();
+            expect.sort();
+            assert_eq!(trace, expect, "{mesh} on {n} processes: each process reads only its devices' rows");
+        }
+    }
 }

@@ -13,9 +13,11 @@
 //!   onto other data is `Error::DataChanged`.
 //! - **Readers read only their rows**: [`Split::rows`] reads just the
 //!   examples of a row range of the global batch, with positioned reads
-//!   (token windows, table rows), never the whole file. The runner today
-//!   asks for the whole batch (rows `0..batch`) and the executor scatters
-//!   the blocks to the devices; a multi-process runner asks for its block.
+//!   (token windows, table rows), never the whole file. The runner asks for
+//!   the rows its executor's devices need (`Executor::batch_rows`): the
+//!   whole batch in one process, the span of its devices' blocks in each
+//!   process of a multi-process run; the executor cuts the blocks from
+//!   those rows.
 //! - **Reading overlaps the step** ([`prefetch`]): a background thread keeps
 //!   a bounded queue of ready batches; the time a step waited is a metric.
 //! - **Bad input is a named error before anything is built**: files are
@@ -43,6 +45,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use weft_compiler::train::Tree;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, TensorType};
@@ -82,6 +85,8 @@ pub struct Split {
     inputs: Vec<InputSpec>,
     sampler: Sampler,
     files: Vec<FileId>,
+    /// Rows (examples or windows) read by [`Split::rows`] so far.
+    rows_read: AtomicU64,
 }
 
 fn invalid(key: &str, value: impl ToString, expected: impl Into<String>) -> Error {
@@ -124,7 +129,13 @@ impl Split {
                 let f = tokens::TokenFile::open(p, dtype, batch, seq, t.vocab.unwrap_or(u64::MAX))?;
                 let sampler = Sampler::windows(seed, order, batch, f.tokens, seq);
                 let files = vec![f.id.clone()];
-                Ok(Split { store: Store::Tokens(f), inputs: inputs.to_vec(), sampler, files })
+                Ok(Split {
+                    store: Store::Tokens(f),
+                    inputs: inputs.to_vec(),
+                    sampler,
+                    files,
+                    rows_read: AtomicU64::new(0),
+                })
             }
             _ => Split::open_table(path, key, inputs, seed, order, batch),
         }
@@ -171,11 +182,7 @@ impl Split {
                 }
                 for i in inputs {
                     let p = m.get(&i.name).ok_or_else(|| {
-                        invalid(
-                            key,
-                            path.describe(),
-                            format!("names no file for the model's input `{}`", i.name),
-                        )
+                        invalid(key, path.describe(), format!("names no file for the model's input `{}`", i.name))
                     })?;
                     arrays.push(table::open_array(p, &i.name)?);
                 }
@@ -213,7 +220,13 @@ impl Split {
             }
         }
         let sampler = Sampler::table(seed, order, batch, n);
-        Ok(Split { store: Store::Table { arrays }, inputs: inputs.to_vec(), sampler, files })
+        Ok(Split {
+            store: Store::Table { arrays },
+            inputs: inputs.to_vec(),
+            sampler,
+            files,
+            rows_read: AtomicU64::new(0),
+        })
     }
 
     /// The files of the split with their sizes and hashes.
@@ -239,11 +252,23 @@ impl Split {
         self.rows(step, 0..self.sampler.batch())
     }
 
+    /// Rows in a (global) batch.
+    pub fn batch_size(&self) -> usize {
+        self.sampler.batch()
+    }
+
+    /// Rows read by [`Split::rows`] so far (each row is one window of a
+    /// token stream or one example of a table): what a process read.
+    pub fn rows_read(&self) -> u64 {
+        self.rows_read.load(Ordering::Relaxed)
+    }
+
     /// Rows `rows` of step `step`'s global batch: each input's tensor has
     /// `rows.len()` rows. Only those examples are read.
     pub fn rows(&self, step: u64, rows: Range<usize>) -> Result<Tree> {
         let n = rows.len();
         let idx = self.sampler.examples(step, rows);
+        self.rows_read.fetch_add(n as u64, Ordering::Relaxed);
         let mut out = Tree::new();
         match &self.store {
             Store::Tokens(f) => {

@@ -2,8 +2,10 @@
 //! coming steps into a bounded queue, so reading overlaps the step.
 //!
 //! The queue holds at most `depth` ready batches (the thread blocks when it
-//! is full: memory stays bounded). Batches are produced strictly in step
-//! order and each is a pure function of its step ([`super::Split::batch`]),
+//! is full: memory stays bounded). Each batch is the rows of the global
+//! batch the caller's devices need (all of them in one process; see
+//! [`super::Split::rows`]). Batches are produced strictly in step
+//! order and each is a pure function of its step,
 //! so what the training loop receives does not depend on the depth or on
 //! timing; only how long it waits does. Depth 0 reads each batch in the
 //! loop itself (no thread). A read error is passed through the queue and
@@ -11,6 +13,7 @@
 
 use super::{batch_digest, Split};
 use crate::error::Result;
+use std::ops::Range;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,6 +26,7 @@ type Read = (Tree, u64);
 /// The batches of steps `first..end` of a split, in order.
 pub struct Prefetcher {
     split: Arc<Split>,
+    rows: Range<usize>,
     next: u64,
     end: u64,
     rx: Option<Receiver<(u64, Result<Read>)>>,
@@ -30,18 +34,20 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// Starts reading steps `first..end` with `depth` batches read ahead.
-    pub fn new(split: Arc<Split>, first: u64, end: u64, depth: usize) -> Result<Prefetcher> {
+    /// Starts reading rows `rows` of the batches of steps `first..end`
+    /// with `depth` batches read ahead.
+    pub fn new(split: Arc<Split>, rows: Range<usize>, first: u64, end: u64, depth: usize) -> Result<Prefetcher> {
         let (rx, thread) = if depth == 0 || first >= end {
             (None, None)
         } else {
             let (tx, rx) = sync_channel(depth);
             let s = split.clone();
+            let r = rows.clone();
             let thread = std::thread::Builder::new()
                 .name("weft-data-prefetch".into())
                 .spawn(move || {
                     for step in first..end {
-                        let b = read(&s, step);
+                        let b = read(&s, r.clone(), step);
                         let failed = b.is_err();
                         // The receiver is gone: the run stopped.
                         if tx.send((step, b)).is_err() || failed {
@@ -52,7 +58,17 @@ impl Prefetcher {
                 .map_err(|source| crate::error::Error::Io { path: "weft-data-prefetch thread".into(), source })?;
             (Some(rx), Some(thread))
         };
-        Ok(Prefetcher { split, next: first, end, rx, thread })
+        Ok(Prefetcher { split, rows, next: first, end, rx, thread })
+    }
+
+    /// The rows of the global batch this prefetcher reads.
+    pub fn rows(&self) -> Range<usize> {
+        self.rows.clone()
+    }
+
+    /// The split it reads.
+    pub fn split(&self) -> &Split {
+        &self.split
     }
 
     /// The next step's batch, how long the caller waited for it (with
@@ -62,7 +78,7 @@ impl Prefetcher {
         let step = self.next;
         assert!(step < self.end, "the prefetcher was asked for step {step}, past its end {}", self.end);
         let (batch, digest) = match &self.rx {
-            None => read(&self.split, step)?,
+            None => read(&self.split, self.rows.clone(), step)?,
             Some(rx) => match rx.recv() {
                 Ok((s, b)) => {
                     debug_assert_eq!(s, step, "batches arrive in step order");
@@ -80,9 +96,10 @@ impl Prefetcher {
     }
 }
 
-/// Step `step`'s batch and its digest (hashed by the reader, not the loop).
-fn read(split: &Split, step: u64) -> Result<Read> {
-    let b = split.batch(step)?;
+/// Rows `rows` of step `step`'s batch and their digest (hashed by the
+/// reader, not the loop).
+fn read(split: &Split, rows: Range<usize>, step: u64) -> Result<Read> {
+    let b = split.rows(step, rows)?;
     let digest = batch_digest(&b);
     Ok((b, digest))
 }

@@ -17,6 +17,7 @@ use crate::data::{input_specs, Dataset, Identity, Prefetcher, Split};
 use crate::error::{Error, Result};
 use crate::models::{gpt, mlp, Shardings};
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 use weft_compiler::sharding::Mesh;
@@ -185,25 +186,57 @@ pub struct Feed {
     prefetch: Prefetcher,
     eval: Option<Evaluator>,
     eval_every: u64,
+    /// Steps fed (for the trace).
+    fed: u64,
+    end: u64,
 }
 
+/// The environment variable that makes every process print, after its
+/// last batch, which rows of the global batch it read and how many rows
+/// it read in all (to stderr: the tests' proof that each process of a
+/// multi-process run reads only its devices' rows).
+pub const TRACE_ENV: &str = "WEFT_DATA_TRACE";
+
 impl Feed {
-    /// Starts feeding steps `first..c.steps` of `data`.
-    pub fn start(c: &RunConfig, data: Dataset, backend: &str, first: u64) -> Result<Feed> {
+    /// Starts feeding steps `first..c.steps` of `data`: of each step's
+    /// global batch, the rows `rows` (the executor's
+    /// [`Executor::batch_rows`]); only those are read and converted.
+    pub fn start(c: &RunConfig, data: Dataset, backend: &str, first: u64, rows: Range<usize>) -> Result<Feed> {
         let d = c.data.as_ref().expect("a dataset comes from [data]");
         let Dataset { train, val, .. } = data;
-        let prefetch = Prefetcher::new(Arc::new(train), first, c.steps, d.prefetch)?;
+        let prefetch = Prefetcher::new(Arc::new(train), rows, first, c.steps, d.prefetch)?;
         let eval = match val {
             Some(v) if d.eval_every > 0 => Some(Evaluator::new(c, backend, v, d.eval_batches)?),
             _ => None,
         };
-        Ok(Feed { prefetch, eval, eval_every: d.eval_every })
+        Ok(Feed { prefetch, eval, eval_every: d.eval_every, fed: 0, end: c.steps.saturating_sub(first) })
     }
 
-    /// The batch of the next step, how long the loop waited for it, and
-    /// its digest ([`crate::data::batch_digest`]).
+    /// The rows of each global batch this feed reads (for
+    /// [`Executor::step_rows`]).
+    pub fn rows(&self) -> Range<usize> {
+        self.prefetch.rows()
+    }
+
+    /// The next step's rows of its batch, how long the loop waited for
+    /// them, and their digest ([`crate::data::batch_digest`]).
     pub fn next_batch(&mut self) -> Result<(Tree, Duration, u64)> {
         let (_, b, waited, digest) = self.prefetch.next_batch()?;
+        self.fed += 1;
+        if self.fed == self.end && std::env::var_os(TRACE_ENV).is_some_and(|v| !v.is_empty() && v != "0") {
+            let r = self.prefetch.rows();
+            let split = self.prefetch.split();
+            let line = format!(
+                "weft data: read rows {}..{} of every batch of {}: {} rows in {} steps\n",
+                r.start,
+                r.end,
+                split.batch_size(),
+                split.rows_read(),
+                self.fed
+            );
+            // One write: the lines of several processes do not interleave.
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        }
         Ok((b, waited, digest))
     }
 

@@ -22,6 +22,24 @@ pub trait Executor {
     }
     /// Runs one step on the loaded state; returns the metrics.
     fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics>;
+    /// The rows of the global batch its devices need (a data loader reads
+    /// only these): every row, unless it runs some of a multi-process
+    /// run's devices.
+    fn batch_rows(&self, step: &TrainStep) -> Result<std::ops::Range<usize>> {
+        Ok(0..global_batch_rows(step))
+    }
+    /// [`Executor::step`] on rows `rows` of the global batch: `batch`
+    /// holds just those rows ([`Executor::batch_rows`]). By default only
+    /// the whole batch.
+    fn step_rows(&mut self, step: &TrainStep, batch: &Tree, rows: std::ops::Range<usize>) -> Result<Metrics> {
+        if rows != (0..global_batch_rows(step)) {
+            return Err(crate::error::Error::Usage(format!(
+                "this executor runs a step on the whole batch, not rows {}..{} of it",
+                rows.start, rows.end
+            )));
+        }
+        self.step(step, batch)
+    }
     /// The current state as a checkpoint: per-device shards where the state
     /// is sharded (each distinct block once), global tensors otherwise.
     fn checkpoint_state(&mut self, step: &TrainStep) -> Result<CheckpointState>;
@@ -42,6 +60,11 @@ pub trait Executor {
     }
     /// Where it runs: backend, mesh, the mapping of logical devices.
     fn describe(&self) -> String;
+}
+
+/// Rows in `step`'s global batch (dimension 0 of its batch inputs).
+pub fn global_batch_rows(step: &TrainStep) -> usize {
+    step.batch.first().and_then(|(_, t)| t.shape.first().copied()).unwrap_or(0)
 }
 
 /// The unsharded reference interpreter on one CPU device.

@@ -14,21 +14,24 @@
 //! state leaf comes out laid out as the step takes it and nothing is
 //! re-laid out on the host.
 
-use super::exec::Executor;
+use super::exec::{global_batch_rows, Executor};
 use super::processes::Processes;
 use super::{human, mesh_spec};
 use crate::checkpoint::{CheckpointState, LeafData, ShardedLeaf};
 use crate::error::Result;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::partition::{compile_stable, shard_tensor, unshard_tensor, PartitionedFunction};
 use weft_compiler::pipeline::{Pass, Pipeline};
-use weft_compiler::sharding::{Mesh, PropagateOptions};
+use weft_compiler::sharding::{local_shape, shard_offset, Mesh, PropagateOptions};
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::device::simulate;
+use weft_ir::interp::eval_op;
 use weft_ir::limits::MemoryLimit;
 use weft_ir::tensor::HostTensor;
+use weft_ir::Op;
 use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, ProcessComm, TransferStats};
 
 /// Simulated devices available in one process.
@@ -196,6 +199,55 @@ impl MeshExecutor {
         Ok(keep_local(shard_tensor(t, s, &self.mesh)?, &self.local))
     }
 
+    /// Runs the step on per-local-device batch blocks; returns the metrics.
+    fn run_blocks(&mut self, step: &TrainStep, inputs: Vec<Vec<HostTensor>>) -> Result<Metrics> {
+        let ns = step.state.len();
+        let metric_outputs: Vec<Vec<HostTensor>> = match &mut self.engine {
+            Engine::Simulator { state } => {
+                let mut all = std::mem::take(state);
+                for (s, b) in all.iter_mut().zip(inputs) {
+                    s.extend(b);
+                }
+                let outs = simulate(&self.pf.program, all)?;
+                let mut metrics = Vec::with_capacity(self.local.len());
+                for mut o in outs {
+                    metrics.push(o.split_off(ns));
+                    state.push(o);
+                }
+                metrics
+            }
+            Engine::Devices { exe, .. } => exe.run(inputs)?,
+        };
+        let mut m = Metrics::new();
+        for (k, (name, g)) in step.metrics.iter().zip(&self.pf.outputs[ns..]).enumerate() {
+            let blocks: Vec<HostTensor> = metric_outputs.iter().map(|o| o[k].clone()).collect();
+            let t = if blocks.len() == self.mesh.num_devices() {
+                unshard_tensor(&blocks, &g.sharding, &self.mesh)?
+            } else if g.sharding.is_replicated() {
+                // Every device holds the whole (scalar) metric.
+                blocks.into_iter().next().expect("a process owns at least one device")
+            } else {
+                return Err(crate::error::Error::Usage(format!(
+                    "metric {name} is sharded ({}); a multi-process run needs replicated metrics",
+                    g.sharding
+                )));
+            };
+            m.insert(name.clone(), t.to_f64_vec()[0]);
+        }
+        Ok(m)
+    }
+
+    /// Where device `d`'s block of a tensor of type `ty` laid out as `s`
+    /// starts in the global tensor, and the block's shape.
+    fn block_region(
+        &self,
+        ty: &weft_ir::TensorType,
+        s: &weft_ir::TensorSharding,
+        d: usize,
+    ) -> Result<(Vec<usize>, Vec<usize>)> {
+        Ok((shard_offset(&ty.shape, s, &self.mesh, d)?, local_shape(&ty.shape, s, &self.mesh)?))
+    }
+
     /// Places the state: per local device, every state leaf's block.
     fn place_state(&mut self, per_device: Vec<Vec<HostTensor>>) -> Result<()> {
         match &mut self.engine {
@@ -265,39 +317,71 @@ impl Executor for MeshExecutor {
                 inputs[k].push(blk);
             }
         }
-        let metric_outputs: Vec<Vec<HostTensor>> = match &mut self.engine {
-            Engine::Simulator { state } => {
-                let mut all = std::mem::take(state);
-                for (s, b) in all.iter_mut().zip(inputs) {
-                    s.extend(b);
-                }
-                let outs = simulate(&self.pf.program, all)?;
-                let mut metrics = Vec::with_capacity(self.local.len());
-                for mut o in outs {
-                    metrics.push(o.split_off(ns));
-                    state.push(o);
-                }
-                metrics
-            }
-            Engine::Devices { exe, .. } => exe.run(inputs)?,
-        };
-        let mut m = Metrics::new();
-        for (k, (name, g)) in step.metrics.iter().zip(&self.pf.outputs[ns..]).enumerate() {
-            let blocks: Vec<HostTensor> = metric_outputs.iter().map(|o| o[k].clone()).collect();
-            let t = if blocks.len() == self.mesh.num_devices() {
-                unshard_tensor(&blocks, &g.sharding, &self.mesh)?
-            } else if g.sharding.is_replicated() {
-                // Every device holds the whole (scalar) metric.
-                blocks.into_iter().next().expect("a process owns at least one device")
-            } else {
-                return Err(crate::error::Error::Usage(format!(
-                    "metric {name} is sharded ({}); a multi-process run needs replicated metrics",
-                    g.sharding
-                )));
-            };
-            m.insert(name.clone(), t.to_f64_vec()[0]);
+        self.run_blocks(step, inputs)
+    }
+
+    fn batch_rows(&self, step: &TrainStep) -> Result<Range<usize>> {
+        let all = 0..global_batch_rows(step);
+        if !self.is_partial() {
+            return Ok(all);
         }
-        Ok(m)
+        let ns = step.state.len();
+        let mut span: Option<Range<usize>> = None;
+        for ((_, ty), g) in step.batch.iter().zip(&self.pf.inputs[ns..]) {
+            if !g.sharding.unreduced.is_empty() {
+                return Ok(all);
+            }
+            for &d in &self.local {
+                let (start, local) = self.block_region(ty, &g.sharding, d)?;
+                let (lo, hi) = (start[0], start[0] + local[0]);
+                span = Some(match span {
+                    Some(r) => r.start.min(lo)..r.end.max(hi),
+                    None => lo..hi,
+                });
+            }
+        }
+        Ok(span.unwrap_or(all))
+    }
+
+    fn step_rows(&mut self, step: &TrainStep, batch: &Tree, rows: Range<usize>) -> Result<Metrics> {
+        if rows == (0..global_batch_rows(step)) {
+            return self.step(step, batch);
+        }
+        let usage = crate::error::Error::Usage;
+        let ns = step.state.len();
+        let mut inputs: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(step.batch.len()); self.local.len()];
+        for ((name, ty), g) in step.batch.iter().zip(&self.pf.inputs[ns..]) {
+            let mut want = ty.clone();
+            want.shape[0] = rows.len();
+            let t = batch.get(name).ok_or_else(|| usage(format!("the batch has no input `{name}`")))?;
+            if t.ty() != want {
+                return Err(usage(format!(
+                    "batch input `{name}` is {}, but rows {}..{} of the global batch ({ty}) are {want}",
+                    t.ty(),
+                    rows.start,
+                    rows.end
+                )));
+            }
+            for (k, &d) in self.local.iter().enumerate() {
+                let (mut start, local) = self.block_region(ty, &g.sharding, d)?;
+                if !g.sharding.unreduced.is_empty() || start[0] < rows.start || start[0] + local[0] > rows.end {
+                    return Err(usage(format!(
+                        "device {d}'s block of `{name}` is not within rows {}..{} of the batch",
+                        rows.start, rows.end
+                    )));
+                }
+                start[0] -= rows.start;
+                let blk = if start.iter().all(|&x| x == 0) && local == want.shape {
+                    t.clone()
+                } else {
+                    let limit: Vec<usize> = start.iter().zip(&local).map(|(s, l)| s + l).collect();
+                    let slice = Op::Slice { start, limit, stride: vec![1; local.len()] };
+                    eval_op(&slice, &[t])?.remove(0)
+                };
+                inputs[k].push(blk);
+            }
+        }
+        self.run_blocks(step, inputs)
     }
 
     fn checkpoint_state(&mut self, step: &TrainStep) -> Result<CheckpointState> {

@@ -231,7 +231,8 @@ impl RunSummary {
 /// Runs steps on the executor's loaded state from step `first` until
 /// `c.steps`; `on_step(next_step, executor)` runs after every step (for
 /// checkpoints). With a `feed` (`[data]`), each step trains on the feed's
-/// next batch (its wait is the metric `data_wait_ms`) and the validation
+/// next batch, of which the feed read only the executor's
+/// [`Executor::batch_rows`] (its wait is the metric `data_wait_ms`) and the validation
 /// metrics evaluated before a step join that step's line; the evaluation
 /// after the last step is a line of its own at step `c.steps`. Without one,
 /// every step trains on `prepared.batch`.
@@ -267,9 +268,12 @@ pub fn run_steps(
             Some(f) => (Some(f.next_batch()?), f.evaluate_at(s, total, &prepared.step, exec)?),
             None => (None, None),
         };
-        let batch = fed.as_ref().map(|(b, _, _)| b).unwrap_or(&prepared.batch);
         let clock = std::time::Instant::now();
-        let mut m = exec.step(&prepared.step, batch)?;
+        // A feed reads only the rows of the batch the executor's devices need.
+        let mut m = match (&fed, feed.as_deref()) {
+            (Some((b, _, _)), Some(f)) => exec.step_rows(&prepared.step, b, f.rows())?,
+            _ => exec.step(&prepared.step, &prepared.batch)?,
+        };
         step_secs.push(clock.elapsed().as_secs_f64());
         if let Some((_, waited, digest)) = &fed {
             m.insert("data_wait_ms".into(), waited.as_secs_f64() * 1e3);

@@ -321,7 +321,7 @@ pub fn run_session_on(
         write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &prediction(None), None)?;
     }
     let mut feed = match dataset {
-        Some(d) => Some(super::data::Feed::start(c, d, &backend, first)?),
+        Some(d) => Some(super::data::Feed::start(c, d, &backend, first, exec.batch_rows(&prepared.step)?)?),
         None => None,
     };
     let mut writer = match &c.metrics {
