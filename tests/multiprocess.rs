@@ -4,7 +4,7 @@
 //! too many processes, a hung rank and a killed rank give named errors and
 //! leave nothing behind, and the restarted job equals the uninterrupted one;
 //! a `[data]` run reads in each process only the rows of the batch its
-//! devices need and gives the one-process metrics.
+//! devices need and gives the one-process metrics, validation included.
 //!
 //! Needs `mpirun` (Open MPI: `apt-get install openmpi-bin libopenmpi-dev
 //! libclang-dev`) and a weft built with `--features mpi` (the README's test
@@ -407,21 +407,25 @@ fn data_runs_read_only_their_rows_and_equal_one_process() {
         t = (3 * t + 1 + (x % 3 == 0) as u16) % 32;
         bytes.extend_from_slice(&t.to_le_bytes());
     }
-    std::fs::write(d.join("train.bin"), &bytes).unwrap();
+    std::fs::write(d.join("train.bin"), &bytes[..6000]).unwrap();
+    std::fs::write(d.join("val.bin"), &bytes[6000..]).unwrap();
     let config = d.join("data.toml");
     std::fs::write(
         &config,
         format!(
             "steps = 6\nseed = 5\n[model]\nkind = \"gpt\"\nvocab = 32\nseq = 8\nd_model = 16\nheads = 2\nlayers = 1\n\
-             batch = 8\n[optimizer]\nkind = \"adamw\"\nlr = 0.01\n[data]\nsource = \"tokens\"\ntrain = \"{}\"\n",
-            d.join("train.bin").display()
+             batch = 8\n[optimizer]\nkind = \"adamw\"\nlr = 0.01\n[data]\nsource = \"tokens\"\ntrain = \"{}\"\n\
+             val = \"{}\"\neval_every = 3\neval_batches = 2\n",
+            d.join("train.bin").display(),
+            d.join("val.bin").display()
         ),
     )
     .unwrap();
     let rows = |r: &str, n: usize| format!("weft data: read rows {r} of every batch of 8: {n} rows in 6 steps");
     // (mesh, processes, the rows each process reads): a process reads the
     // span of its devices' blocks; processes whose devices share a data
-    // coordinate read the same rows.
+    // coordinate read the same rows. The validation loss is evaluated with
+    // the parameters gathered from every process (sharded under fsdp).
     let cases: &[(&str, usize, &[&str])] = &[
         ("data=4", 2, &["0..4", "4..8"]),
         ("data=4", 4, &["0..2", "2..4", "4..6", "6..8"]),
@@ -431,14 +435,16 @@ fn data_runs_read_only_their_rows_and_equal_one_process() {
     let env = [("WEFT_DATA_TRACE", "1")];
     let run = |mesh: &str, n: usize| {
         let m = d.join(format!("{}-{n}.jsonl", mesh.replace([',', '='], "_")));
-        let args = ["--mesh", mesh, "--strategy", "dp", "--metrics", m.to_str().unwrap()];
+        let strategy = if mesh == "data=4" { "fsdp" } else { "dp" };
+        let args = ["--mesh", mesh, "--strategy", strategy, "--metrics", m.to_str().unwrap()];
         let o = train(n, config.to_str().unwrap(), &args, &env);
         ok(&o, &format!("[data] on mesh {mesh}, {n} processes"));
         (data_metrics(&m), data_trace(&o))
     };
     for mesh in ["data=4", "data=2,model=2"] {
         let (one, trace) = run(mesh, 0);
-        assert_eq!(one.len(), 6, "{mesh}: 6 steps written");
+        assert_eq!(one.len(), 7, "{mesh}: 6 steps and the final evaluation written");
+        assert_eq!(one.iter().filter(|l| l.contains("val_loss")).count(), 3, "{mesh}: evaluated at 0, 3 and 6");
         assert_eq!(trace, [rows("0..8", 48)], "{mesh}: one process reads every row");
         for (_, n, spans) in cases.iter().filter(|c| c.0 == mesh) {
             let (m, trace) = run(mesh, *n);

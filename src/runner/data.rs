@@ -4,7 +4,9 @@
 //!
 //! Evaluation runs the model's loss function (built for the global batch,
 //! without dropout) on one device of the CPU backend (the interpreter for
-//! `interp`/`sim` runs) with the parameters the training executor holds.
+//! `interp`/`sim` runs) with the parameters the training executor holds
+//! (in a multi-process run, gathered from every process: each process
+//! evaluates, the same bits, and the first writes the metrics).
 //! It never touches the training state, and on one device its result does
 //! not depend on the training mesh beyond the parameters themselves.
 
@@ -168,8 +170,7 @@ impl Evaluator {
 
     /// Mean loss (and other results) over the evaluation batches, named `val_*`.
     fn evaluate(&mut self, train: &TrainStep, exec: &mut dyn Executor) -> Result<Metrics> {
-        let mut inputs: Tree =
-            exec.global_state(train)?.into_iter().filter(|(k, _)| k.starts_with("params.")).collect();
+        let mut inputs: Tree = exec.global_params(train)?;
         let mut sums: BTreeMap<String, f64> = BTreeMap::new();
         for b in &self.batches {
             inputs.extend(b.iter().map(|(k, v)| (k.clone(), v.clone())));

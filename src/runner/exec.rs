@@ -49,6 +49,12 @@ pub trait Executor {
     fn state_layout(&self, step: &TrainStep) -> Vec<weft_ir::TensorSharding>;
     /// The current state as global tensors.
     fn global_state(&mut self, step: &TrainStep) -> Result<Tree>;
+    /// The current parameters (the `params.*` leaves) as global tensors,
+    /// for evaluation. A multi-process executor gathers them from every
+    /// process (the rest of the state is never assembled).
+    fn global_params(&mut self, step: &TrainStep) -> Result<Tree> {
+        Ok(self.global_state(step)?.into_iter().filter(|(k, _)| k.starts_with(PARAMS)).collect())
+    }
     /// Wall time of each compile phase of the executor's program.
     fn compile_phases(&self) -> Vec<(&'static str, std::time::Duration)> {
         Vec::new()
@@ -61,6 +67,9 @@ pub trait Executor {
     /// Where it runs: backend, mesh, the mapping of logical devices.
     fn describe(&self) -> String;
 }
+
+/// The prefix of the parameter leaves of a training state.
+pub const PARAMS: &str = "params.";
 
 /// Rows in `step`'s global batch (dimension 0 of its batch inputs).
 pub fn global_batch_rows(step: &TrainStep) -> usize {

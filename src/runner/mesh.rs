@@ -14,7 +14,7 @@
 //! state leaf comes out laid out as the step takes it and nothing is
 //! re-laid out on the host.
 
-use super::exec::{global_batch_rows, Executor};
+use super::exec::{global_batch_rows, Executor, PARAMS};
 use super::processes::Processes;
 use super::{human, mesh_spec};
 use crate::checkpoint::{CheckpointState, LeafData, ShardedLeaf};
@@ -436,6 +436,51 @@ impl Executor for MeshExecutor {
         for (i, (leaf, g)) in step.state.iter().zip(&self.pf.inputs).enumerate() {
             let leaf_blocks: Vec<HostTensor> = blocks.iter().map(|s| s[i].clone()).collect();
             t.insert(leaf.name.clone(), unshard_tensor(&leaf_blocks, &g.sharding, &self.mesh)?);
+        }
+        Ok(t)
+    }
+
+    fn global_params(&mut self, step: &TrainStep) -> Result<Tree> {
+        let leaves: Vec<usize> = (0..step.state.len()).filter(|&i| step.state[i].name.starts_with(PARAMS)).collect();
+        let processes = match &self.engine {
+            Engine::Devices { processes: Some(p), .. } if self.is_partial() => p.clone(),
+            _ => return Ok(self.global_state(step)?.into_iter().filter(|(k, _)| k.starts_with(PARAMS)).collect()),
+        };
+        // Every process sends its devices' parameter blocks, in device
+        // then leaf order; every process assembles the global parameters.
+        let blocks = self.state_blocks()?;
+        let mut mine = Vec::new();
+        for device in &blocks {
+            for &i in &leaves {
+                mine.extend(device[i].to_bytes_le());
+            }
+        }
+        let all = processes.all_gather(&mine, "the parameters for evaluation")?;
+        let n = self.mesh.num_devices();
+        let mut types = Vec::with_capacity(leaves.len());
+        for &i in &leaves {
+            let ty = &step.state[i].ty;
+            types.push(weft_ir::TensorType::new(
+                ty.dtype,
+                local_shape(&ty.shape, &self.pf.inputs[i].sharding, &self.mesh)?,
+            ));
+        }
+        let mut per_leaf: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(n); leaves.len()];
+        let mut read = vec![0usize; processes.size()];
+        for (d, r) in processes.owners(n).into_iter().enumerate() {
+            for (j, ty) in types.iter().enumerate() {
+                let at = read[r];
+                let bytes = all[r].get(at..at + ty.size_bytes()).ok_or_else(|| {
+                    crate::error::Error::Usage(format!("process {r} sent too few parameter bytes for device {d}"))
+                })?;
+                per_leaf[j].push(HostTensor::from_bytes_le(ty, bytes)?);
+                read[r] = at + ty.size_bytes();
+            }
+        }
+        let mut t = Tree::new();
+        for (&i, leaf_blocks) in leaves.iter().zip(per_leaf) {
+            let name = step.state[i].name.clone();
+            t.insert(name, unshard_tensor(&leaf_blocks, &self.pf.inputs[i].sharding, &self.mesh)?);
         }
         Ok(t)
     }
