@@ -19,10 +19,10 @@ use weft_ir::device::Collective;
 use weft_ir::tensor::{tensor_bytes, BlockBuf, HostTensor};
 
 /// One local device's contribution to the current step.
-struct Contribution {
-    op: Collective,
-    group: Vec<usize>,
-    input: HostTensor,
+pub(super) struct Contribution {
+    pub(super) op: Collective,
+    pub(super) group: Vec<usize>,
+    pub(super) input: HostTensor,
 }
 
 #[derive(Default)]
@@ -41,14 +41,17 @@ struct State {
 
 /// The communicator of one process of a multi-process run (module docs).
 pub struct ProcessComm {
-    group: std::sync::Arc<dyn ProcessGroup>,
+    pub(super) group: std::sync::Arc<dyn ProcessGroup>,
     /// The process owning each device of the mesh.
-    owner: Vec<usize>,
+    pub(super) owner: Vec<usize>,
     /// How many devices this process owns.
     local: usize,
-    timeout: Duration,
+    pub(super) timeout: Duration,
     state: Mutex<State>,
     changed: Condvar,
+    /// Receive space reused from step to step (only the thread completing
+    /// a step uses it).
+    pub(super) scratch: Mutex<Vec<f32>>,
 }
 
 impl ProcessComm {
@@ -57,7 +60,7 @@ impl ProcessComm {
     /// processes) lasts at most `timeout`.
     pub fn new(group: std::sync::Arc<dyn ProcessGroup>, owner: Vec<usize>, timeout: Duration) -> ProcessComm {
         let local = owner.iter().filter(|&&p| p == group.rank()).count();
-        ProcessComm { group, owner, local, timeout, state: Mutex::new(State::default()), changed: Condvar::new() }
+        ProcessComm { group, owner, local, timeout, state: Mutex::new(State::default()), changed: Condvar::new(), scratch: Mutex::new(Vec::new()) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -65,12 +68,18 @@ impl ProcessComm {
     }
 
     /// Exchanges the step's contributions with the other processes and
-    /// computes the local devices' results.
+    /// computes the local devices' results: straight from and into tensor
+    /// memory where the collective and the layout allow
+    /// ([`ProcessComm::direct`]), else through byte messages.
     fn complete(
         &self,
         step: usize,
         mine: BTreeMap<usize, Contribution>,
     ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
+        let mine = match self.direct(step, mine) {
+            Ok(done) => return done,
+            Err(mine) => mine,
+        };
         let first = mine.values().next().expect("a process owns at least one device");
         if let Some(dim) = split_dim(&first.op) {
             return self.complete_by_pieces(step, mine, dim);
@@ -254,7 +263,7 @@ impl ProcessComm {
 }
 
 /// The groups of the local contributions, by first device.
-fn groups_of(mine: &BTreeMap<usize, Contribution>) -> BTreeMap<usize, Vec<usize>> {
+pub(super) fn groups_of(mine: &BTreeMap<usize, Contribution>) -> BTreeMap<usize, Vec<usize>> {
     let mut groups = BTreeMap::new();
     for c in mine.values() {
         groups.entry(c.group[0]).or_insert_with(|| c.group.clone());
@@ -263,7 +272,7 @@ fn groups_of(mine: &BTreeMap<usize, Contribution>) -> BTreeMap<usize, Vec<usize>
 }
 
 /// Device `d`'s rank in group `g`.
-fn rank_in(g: &[usize], d: usize) -> usize {
+pub(super) fn rank_in(g: &[usize], d: usize) -> usize {
     g.iter().position(|&x| x == d).expect("a member")
 }
 
@@ -277,14 +286,14 @@ fn tensor_from(ty: &weft_ir::TensorType, bytes: &[u8]) -> Result<HostTensor, Run
 impl ProcessComm {
     /// The members of group `g` that process `p` owns, ascending (the order
     /// of every message).
-    fn owned_by(&self, g: &[usize], p: usize) -> Vec<usize> {
+    pub(super) fn owned_by(&self, g: &[usize], p: usize) -> Vec<usize> {
         let mut v: Vec<usize> = g.iter().copied().filter(|&d| self.owner[d] == p).collect();
         v.sort_unstable();
         v
     }
 
     /// The other processes owning members of `groups`.
-    fn peers(&self, groups: &BTreeMap<usize, Vec<usize>>) -> BTreeSet<usize> {
+    pub(super) fn peers(&self, groups: &BTreeMap<usize, Vec<usize>>) -> BTreeSet<usize> {
         let me = self.group.rank();
         groups.values().flatten().map(|&d| self.owner[d]).filter(|&p| p != me).collect()
     }
@@ -292,12 +301,12 @@ impl ProcessComm {
 
 /// The message tag of `phase` (0 or 1) of `step`'s exchange (below the
 /// control tags of [`super::ProcessGroup`]).
-fn tag(step: usize, phase: usize) -> u32 {
+pub(super) fn tag(step: usize, phase: usize) -> u32 {
     ((step % 15_000) * 2 + phase) as u32
 }
 
 /// Elements `[r * len / n, (r + 1) * len / n)`: chunk `r` of `n`.
-fn chunk(len: usize, n: usize, r: usize) -> std::ops::Range<usize> {
+pub(super) fn chunk(len: usize, n: usize, r: usize) -> std::ops::Range<usize> {
     r * len / n..(r + 1) * len / n
 }
 

@@ -30,6 +30,7 @@
 //! the step (a worker contributes for all its devices before it receives).
 
 mod comm;
+mod direct;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod threads;
@@ -55,11 +56,35 @@ pub trait ProcessGroup: Send + Sync {
     /// The number of processes.
     fn size(&self) -> usize;
 
-    /// Sends each `(peer, bytes)` of `sends` and receives from each
-    /// `(peer, len)` of `receives` exactly `len` bytes, all with `tag`;
-    /// returns the received messages in the order of `receives`. Waits at
-    /// most `timeout`; `what` names the exchange in the error
-    /// ([`RuntimeError::ProcessTimeout`], naming the peers that never sent).
+    /// Sends each `(peer, bytes)` of `sends` as one message and receives
+    /// into each `(peer, buffer)` of `receives` one message of exactly the
+    /// buffer's length, all with `tag`. Messages between two processes
+    /// match in the order they are listed on each side (MPI's
+    /// non-overtaking order), so one exchange may carry several segments
+    /// per peer, each straight from or into tensor memory. Waits at most
+    /// `timeout`; `what` names the exchange in the error
+    /// ([`RuntimeError::ProcessTimeout`], naming the peers that never
+    /// sent).
+    ///
+    /// # Safety
+    ///
+    /// On an error, requests may still be in flight (a peer that never
+    /// answered): the transport may go on reading `sends` and writing
+    /// `receives`. The caller must then neither free nor reuse any of
+    /// those buffers, but leak them (the job is stopping).
+    unsafe fn exchange_into(
+        &self,
+        tag: u32,
+        sends: &[(usize, &[u8])],
+        receives: &mut [(usize, &mut [u8])],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(), RuntimeError>;
+
+    /// [`ProcessGroup::exchange_into`] with owned messages: sends each
+    /// `(peer, bytes)` of `sends` and receives from each `(peer, len)` of
+    /// `receives` a message of `len` bytes; returns the received messages
+    /// in the order of `receives`.
     fn exchange(
         &self,
         tag: u32,
@@ -67,7 +92,25 @@ pub trait ProcessGroup: Send + Sync {
         receives: &[(usize, usize)],
         timeout: Duration,
         what: &str,
-    ) -> Result<Vec<Vec<u8>>, RuntimeError>;
+    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        let mut bufs: Vec<Vec<u8>> = receives.iter().map(|&(_, len)| vec![0u8; len]).collect();
+        let done = {
+            let out: Vec<(usize, &[u8])> = sends.iter().map(|(q, b)| (*q, &b[..])).collect();
+            let mut into: Vec<(usize, &mut [u8])> =
+                receives.iter().zip(bufs.iter_mut()).map(|(&(q, _), b)| (q, &mut b[..])).collect();
+            // SAFETY: on an error both the sent and the receive buffers are
+            // leaked below.
+            unsafe { self.exchange_into(tag, &out, &mut into, timeout, what) }
+        };
+        match done {
+            Ok(()) => Ok(bufs),
+            Err(e) => {
+                std::mem::forget(bufs);
+                std::mem::forget(sends);
+                Err(e)
+            }
+        }
+    }
 
     /// Stops every process of the job now (after an error on this one), so
     /// that none is left behind waiting. Returns only if the transport

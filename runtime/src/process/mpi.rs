@@ -66,7 +66,7 @@ impl MpiGroup {
 struct Pending {
     request: ffi::MPI_Request,
     peer: usize,
-    receive: Option<usize>,
+    receive: bool,
 }
 
 impl ProcessGroup for MpiGroup {
@@ -78,31 +78,29 @@ impl ProcessGroup for MpiGroup {
         self.size
     }
 
-    fn exchange(
+    unsafe fn exchange_into(
         &self,
         tag: u32,
-        sends: Vec<(usize, Vec<u8>)>,
-        receives: &[(usize, usize)],
+        sends: &[(usize, &[u8])],
+        receives: &mut [(usize, &mut [u8])],
         timeout: Duration,
         what: &str,
-    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
+    ) -> Result<(), RuntimeError> {
         let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
         let count = |n: usize| c_int::try_from(n).map_err(|_| err(format!("a message of {n} bytes is over MPI's limit")));
         let _serial = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        let mut bufs: Vec<Vec<u8>> = receives.iter().map(|&(_, len)| vec![0u8; len]).collect();
-        let (peers, sent): (Vec<usize>, Vec<Vec<u8>>) = sends.into_iter().unzip();
-        let mut pending: Vec<Pending> = Vec::with_capacity(peers.len() + receives.len());
-        // SAFETY: every buffer outlives its request: requests are completed
-        // before `bufs` and `sent` are returned or dropped, and on a timeout
-        // both are leaked (the job is about to be aborted).
+        let mut pending: Vec<Pending> = Vec::with_capacity(sends.len() + receives.len());
+        // SAFETY: the buffers outlive their requests: the requests complete
+        // before this returns `Ok`, and on an error the caller leaks the
+        // buffers (the contract of `exchange_into`).
         unsafe {
-            for (k, (&(peer, len), buf)) in receives.iter().zip(bufs.iter_mut()).enumerate() {
+            for (peer, buf) in receives.iter_mut() {
                 let mut request = std::mem::zeroed();
                 let rc = ffi::MPI_Irecv(
                     buf.as_mut_ptr() as *mut c_void,
-                    count(len)?,
+                    count(buf.len())?,
                     ffi::RSMPI_UINT8_T,
-                    peer as c_int,
+                    *peer as c_int,
                     tag as c_int,
                     self.comm,
                     &mut request,
@@ -110,9 +108,9 @@ impl ProcessGroup for MpiGroup {
                 if rc != 0 {
                     return Err(err(format!("MPI_Irecv from rank {peer} failed ({rc})")));
                 }
-                pending.push(Pending { request, peer, receive: Some(k) });
+                pending.push(Pending { request, peer: *peer, receive: true });
             }
-            for (&peer, buf) in peers.iter().zip(&sent) {
+            for &(peer, buf) in sends {
                 let mut request = std::mem::zeroed();
                 let rc = ffi::MPI_Isend(
                     buf.as_ptr() as *const c_void,
@@ -126,7 +124,7 @@ impl ProcessGroup for MpiGroup {
                 if rc != 0 {
                     return Err(err(format!("MPI_Isend to rank {peer} failed ({rc})")));
                 }
-                pending.push(Pending { request, peer, receive: None });
+                pending.push(Pending { request, peer, receive: false });
             }
         }
         let start = Instant::now();
@@ -150,15 +148,13 @@ impl ProcessGroup for MpiGroup {
                 break;
             }
             if start.elapsed() >= timeout {
-                let mut missing: Vec<usize> = pending.iter().filter(|p| p.receive.is_some()).map(|p| p.peer).collect();
+                let mut missing: Vec<usize> = pending.iter().filter(|p| p.receive).map(|p| p.peer).collect();
                 if missing.is_empty() {
                     // Only sends are left: the peers never posted their receives.
                     missing = pending.iter().map(|p| p.peer).collect();
                 }
                 missing.sort_unstable();
                 missing.dedup();
-                std::mem::forget(bufs);
-                std::mem::forget(sent);
                 return Err(RuntimeError::ProcessTimeout { rank: self.rank, what: what.to_string(), waited: timeout, missing });
             }
             // Spin briefly (a collective's partner is usually close behind),
@@ -172,7 +168,7 @@ impl ProcessGroup for MpiGroup {
                 std::thread::yield_now();
             }
         }
-        Ok(bufs)
+        Ok(())
     }
 
     fn abort_all(&self, code: i32) {

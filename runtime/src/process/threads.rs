@@ -40,45 +40,52 @@ impl ProcessGroup for ThreadGroup {
         self.size
     }
 
-    fn exchange(
+    unsafe fn exchange_into(
         &self,
         tag: u32,
-        sends: Vec<(usize, Vec<u8>)>,
-        receives: &[(usize, usize)],
+        sends: &[(usize, &[u8])],
+        receives: &mut [(usize, &mut [u8])],
         timeout: Duration,
         what: &str,
-    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
+    ) -> Result<(), RuntimeError> {
         let (lock, changed) = &*self.shared;
         let mut m = lock.lock().unwrap_or_else(|p| p.into_inner());
-        for (q, bytes) in sends {
-            m.queues.entry((self.rank, q, tag)).or_default().push_back(bytes);
+        for &(q, bytes) in sends {
+            m.queues.entry((self.rank, q, tag)).or_default().push_back(bytes.to_vec());
         }
         changed.notify_all();
         let deadline = Instant::now() + timeout;
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; receives.len()];
+        let mut done = vec![false; receives.len()];
         loop {
             if let Some(by) = m.aborted {
                 return Err(RuntimeError::ProcessAborted { rank: self.rank, by, what: what.to_string() });
             }
-            for (slot, &(q, len)) in out.iter_mut().zip(receives) {
-                if slot.is_none() {
-                    if let Some(msg) = m.queues.get_mut(&(q, self.rank, tag)).and_then(|d| d.pop_front()) {
-                        if msg.len() != len {
-                            return Err(RuntimeError::Process {
-                                rank: self.rank,
-                                message: format!("{what}: {} bytes from rank {q}, expected {len}", msg.len()),
-                            });
-                        }
-                        *slot = Some(msg);
+            // In list order, so that several messages from one peer are
+            // taken in the order it sent them.
+            for (filled, (q, buf)) in done.iter_mut().zip(receives.iter_mut()) {
+                if *filled {
+                    continue;
+                }
+                if let Some(msg) = m.queues.get_mut(&(*q, self.rank, tag)).and_then(|d| d.pop_front()) {
+                    if msg.len() != buf.len() {
+                        return Err(RuntimeError::Process {
+                            rank: self.rank,
+                            message: format!("{what}: {} bytes from rank {q}, expected {}", msg.len(), buf.len()),
+                        });
                     }
+                    buf.copy_from_slice(&msg);
+                    *filled = true;
                 }
             }
-            if out.iter().all(Option::is_some) {
-                return Ok(out.into_iter().map(|o| o.expect("all received")).collect());
+            if done.iter().all(|&f| f) {
+                return Ok(());
             }
             let now = Instant::now();
             if now >= deadline {
-                let missing = receives.iter().zip(&out).filter(|(_, o)| o.is_none()).map(|((q, _), _)| *q).collect();
+                let mut missing: Vec<usize> =
+                    receives.iter().zip(&done).filter(|(_, f)| !**f).map(|((q, _), _)| *q).collect();
+                missing.sort_unstable();
+                missing.dedup();
                 return Err(RuntimeError::ProcessTimeout { rank: self.rank, what: what.to_string(), waited: timeout, missing });
             }
             m = changed.wait_timeout(m, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
