@@ -158,23 +158,16 @@ pub fn run_session_on(
             return Err(Error::Usage("[pipeline] runs its stages in one process for now".into()));
         }
         // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md).
-        return Ok(crate::runner::stages::run_pipeline_session(c, ov)?.summary);
+        return Ok(crate::runner::stages::run_pipeline_session(c, ov, log)?.summary);
     }
     let first_process = processes.is_none_or(|p| p.is_first());
     let mut silent = |_: Line| {};
     let log: &mut dyn FnMut(Line) = if first_process { log } else { &mut silent };
     // Everything the user gave is checked before anything is built.
-    let mesh = super::validate::validate(c)?;
-    let limit = super::estimate::memory_limit(c)?;
-    super::estimate::check(c, limit.as_ref())?;
-    super::data::check_flags(c, ov)?;
+    let (mesh, limit) = preflight(c, ov)?;
     if let Some(p) = processes {
         let config = serde_json::to_vec(c).unwrap_or_default();
         p.check_same(&[("binary", &super::processes::binary_bytes()), ("config", &config)])?;
-    }
-    let resume = ov.resume || ov.resume_or_start;
-    if resume {
-        check_resumable(c, ov)?;
     }
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
     let clock = std::time::Instant::now();
@@ -182,7 +175,6 @@ pub fn run_session_on(
     let mut compile_secs = vec![("train step".to_string(), clock.elapsed().as_secs_f64())];
     // The dataset is opened and checked before the executor is compiled.
     let dataset = super::data::open_dataset(c, &prepared)?;
-    let identity = dataset.as_ref().map(|d| d.identity.clone());
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
     let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref(), processes)?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
@@ -205,6 +197,70 @@ pub fn run_session_on(
     // The cost model's price of this step, to set beside the measured one.
     let predicted = super::report::predict(&prepared, &mesh, &backend, exec.device_program())?;
     log(Line::Info(super::report::predicted_line(&predicted)));
+    let built = Built {
+        mesh: &mesh,
+        prepared: &prepared,
+        backend: &backend,
+        dataset,
+        compile_secs,
+        predicted: Some(&predicted),
+        processes,
+    };
+    train_built(c, ov, built, exec.as_mut(), log)
+}
+
+/// The checks of a run's config and flags before anything is built: the
+/// config's keys and ranges (its mesh is returned), the memory estimate
+/// against the memory limit (returned), `--data` beside `[data]`, and
+/// whether `--resume` can resume.
+pub(crate) fn preflight(c: &RunConfig, ov: &Overrides) -> Result<(Mesh, Option<MemoryLimit>)> {
+    let mesh = super::validate::validate(c)?;
+    let limit = super::estimate::memory_limit(c)?;
+    super::estimate::check(c, limit.as_ref())?;
+    super::data::check_flags(c, ov)?;
+    if ov.resume || ov.resume_or_start {
+        check_resumable(c, ov)?;
+    }
+    Ok((mesh, limit))
+}
+
+/// A run whose step and executor are built, ready to train
+/// ([`train_built`]).
+pub(crate) struct Built<'a> {
+    /// The run's whole mesh: the checkpoints' mesh.
+    pub mesh: &'a Mesh,
+    /// The model and its (unpipelined) training step: the state's leaves.
+    pub prepared: &'a super::Prepared,
+    /// The backend's name.
+    pub backend: &'a str,
+    /// The `[data]` dataset, opened and checked.
+    pub dataset: Option<crate::data::Dataset>,
+    /// Wall time of each compile phase so far, in seconds.
+    pub compile_secs: Vec<(String, f64)>,
+    /// The cost model's price of the step, when it prices the executor's
+    /// program (shown beside the measured step and in `run.json`).
+    pub predicted: Option<&'a weft_compiler::autoshard::StepPrediction>,
+    /// The processes of a multi-process run (`None`: alone).
+    pub processes: Option<&'a Processes>,
+}
+
+/// Trains a built run on `exec`: opens the checkpoint directory, restores
+/// the newest valid checkpoint (`--resume`, `--resume-or-start`; resharded
+/// onto the executor's layout) or loads the initial state, feeds the
+/// `[data]` batches or the fixed batch, writes the metrics, saves
+/// checkpoints every `checkpoint.every` steps and at the end, and writes
+/// `run.json`. Every executor trains through here, the pipeline's too.
+pub(crate) fn train_built(
+    c: &RunConfig,
+    ov: &Overrides,
+    built: Built<'_>,
+    exec: &mut dyn Executor,
+    log: &mut dyn FnMut(Line),
+) -> Result<RunSummary> {
+    let Built { mesh, prepared, backend, dataset, compile_secs, predicted, processes } = built;
+    let first_process = processes.is_none_or(|p| p.is_first());
+    let resume = ov.resume || ov.resume_or_start;
+    let identity = dataset.as_ref().map(|d| d.identity.clone());
     if let (Some(d), Some(dc)) = (&dataset, &c.data) {
         log(Line::Info(d.describe(dc)));
     }
@@ -235,7 +291,7 @@ pub fn run_session_on(
         }
         None => None,
     };
-    let spec = mesh_spec(&mesh);
+    let spec = mesh_spec(mesh);
     let mut first = 0;
     let mut resumed = false;
     if resume {
@@ -256,7 +312,7 @@ pub fn run_session_on(
             Some(step) => {
                 let saved = m.validate(step)?;
                 super::data::check_saved(&saved, identity.as_ref(), m.root())?;
-                warn_layout_changes(&saved, &spec, &prepared, exec.as_ref(), log);
+                warn_layout_changes(&saved, &spec, prepared, exec, log);
                 // Restore onto this run's mesh and layout, whatever the saved
                 // one was (resharding on load).
                 let mut target = RestoreTarget::new(spec.clone());
@@ -316,12 +372,12 @@ pub fn run_session_on(
         compile_secs.iter().map(|(n, t)| format!("{n} {:.0} ms", t * 1e3)).collect::<Vec<_>>().join(", ")
     )));
     let data_json = identity.as_ref().map(|i| i.to_json());
-    let prediction = |m| super::report::json(&predicted, m);
+    let prediction = |m| predicted.map(|p| super::report::json(p, m)).unwrap_or(serde_json::Value::Null);
     if first_process {
-        write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &prediction(None), None)?;
+        write_manifest(c, mesh, exec, backend, prepared, data_json.as_ref(), &prediction(None), None)?;
     }
     let mut feed = match dataset {
-        Some(d) => Some(super::data::Feed::start(c, d, &backend, first, exec.batch_rows(&prepared.step)?)?),
+        Some(d) => Some(super::data::Feed::start(c, d, backend, first, exec.batch_rows(&prepared.step)?)?),
         None => None,
     };
     let mut writer = match &c.metrics {
@@ -334,8 +390,8 @@ pub fn run_session_on(
     let total = c.steps;
     let mut summary = run_steps(
         c,
-        &prepared,
-        exec.as_mut(),
+        prepared,
+        exec,
         first,
         writer.as_mut(),
         feed.as_mut(),
@@ -366,11 +422,11 @@ pub fn run_session_on(
     }
     summary.compile_secs = compile_secs;
     if let Some(t) = summary.steady_step_secs() {
+        let versus = predicted.map(|p| format!("; {}", super::report::versus(p, t))).unwrap_or_default();
         log(Line::Info(format!(
-            "steady-state step {:.2} ms (median of {} steps after the first); {}",
+            "steady-state step {:.2} ms (median of {} steps after the first){versus}",
             t * 1e3,
             summary.step_secs.len().saturating_sub(1).max(1),
-            super::report::versus(&predicted, t)
         )));
     }
     if let Some(w) = super::data::wait_summary(&summary) {
@@ -378,7 +434,7 @@ pub fn run_session_on(
     }
     let measured = prediction(summary.steady_step_secs());
     if first_process {
-        write_manifest(c, &mesh, exec.as_ref(), &backend, &prepared, data_json.as_ref(), &measured, Some(&summary))?;
+        write_manifest(c, mesh, exec, backend, prepared, data_json.as_ref(), &measured, Some(&summary))?;
     }
     Ok(summary)
 }

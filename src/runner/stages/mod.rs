@@ -118,6 +118,9 @@ pub struct PipelineExecutor {
     /// The state's PRNG key (`rng`), when the model takes one.
     rng: Option<HostTensor>,
     mesh: Mesh,
+    /// The mesh its checkpoints record: the whole mesh, stage axis included
+    /// ([`PipelineExecutor::set_checkpoint_mesh`]; one device by default).
+    checkpoint_mesh: crate::checkpoint::MeshSpec,
     backend: String,
     last_trace: Option<Trace>,
     compile_secs: f64,
@@ -180,6 +183,7 @@ impl PipelineExecutor {
             step: HostTensor::scalar(DType::I32, 0.0),
             rng: None,
             mesh: sub_mesh.clone(),
+            checkpoint_mesh: crate::checkpoint::MeshSpec::single(),
             backend: backend.into(),
             last_trace: None,
             compile_secs: clock.elapsed().as_secs_f64(),
@@ -194,6 +198,13 @@ impl PipelineExecutor {
     /// replaying the schedule as on one core per stage.
     pub fn set_serial(&mut self, serial: bool) {
         self.serial = serial;
+    }
+
+    /// The mesh its checkpoints record (the run's whole mesh, stage axis
+    /// included). The state is saved as global tensors either way: the
+    /// host holds every stage's leaves whole.
+    pub fn set_checkpoint_mesh(&mut self, whole: &Mesh) {
+        self.checkpoint_mesh = crate::runner::mesh_spec(whole);
     }
 
     /// The cut step.
@@ -520,7 +531,11 @@ impl super::Executor for PipelineExecutor {
     }
 
     fn checkpoint_state(&mut self, _step: &TrainStep) -> Result<crate::checkpoint::CheckpointState> {
-        Ok(crate::checkpoint::CheckpointState::from_tree(self.tree()))
+        let mut cs = crate::checkpoint::CheckpointState::new(self.checkpoint_mesh.clone());
+        for (name, t) in self.tree() {
+            cs.insert_global(name, t);
+        }
+        Ok(cs)
     }
 
     fn state_layout(&self, step: &TrainStep) -> Vec<weft_ir::TensorSharding> {

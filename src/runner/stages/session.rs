@@ -5,7 +5,8 @@
 
 use super::PipelineExecutor;
 use crate::error::{Error, Result};
-use crate::runner::{prepare, run_steps, Executor, MetricsWriter, Overrides, Prepared, RunConfig, RunSummary};
+use crate::runner::session::{train_built, Built};
+use crate::runner::{prepare, Executor, Line, Overrides, Prepared, RunConfig, RunSummary};
 use crate::strategy::{self, Strategy};
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::sharding::Mesh;
@@ -216,30 +217,47 @@ pub fn report(exec: &PipelineExecutor) -> Result<PipelineReport> {
     })
 }
 
-/// Runs a config with `[pipeline]`: builds the stages, runs `c.steps`
-/// steps from the initial state, writes the metrics (`c.metrics`) and,
-/// beside them, `pipeline.json` (the report and both traces).
-pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides) -> Result<PipelineRun> {
+/// Runs a config with `[pipeline]`: builds the stages, then trains them as
+/// any run trains ([`crate::runner::session`]'s `train_built`): from the
+/// initial state or the newest checkpoint (`--resume`), on the fixed batch
+/// or the `[data]` batches, saving checkpoints as configured; writes the
+/// metrics (`c.metrics`) and, beside them, `pipeline.json` (the report and
+/// both traces). `log` receives the lines a user sees.
+///
+/// The checkpoints hold the unpipelined step's state leaves (`params.*`,
+/// the optimizer slots, `step`, `rng`) as global tensors on the whole mesh,
+/// so a pipelined run's checkpoint resumes a run without `[pipeline]` (or
+/// with another split, stage count or schedule) of the same model and
+/// optimizer, and the other way round, by resharding on load.
+pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> Result<PipelineRun> {
     let c = ov.apply(c.clone());
-    let mesh = super::super::validate::validate(&c)?;
-    if c.checkpoint.is_some() || c.data.is_some() || ov.resume || ov.resume_or_start {
-        return Err(usage(
-            "[pipeline] runs train on the fixed batch without checkpoints for now: remove [checkpoint], [data] and --resume",
-        ));
-    }
+    let (mesh, _limit) = crate::runner::session::preflight(&c, ov)?;
     let clock = std::time::Instant::now();
     let (prepared, staged, sub) = prepare_pipeline(&c, &mesh, ov)?;
     let build_secs = clock.elapsed().as_secs_f64();
+    // The dataset is opened and checked before the stages are compiled.
+    let dataset = crate::runner::data::open_dataset(&c, &prepared)?;
     let backend = c.backend.clone().unwrap_or_else(|| crate::runner::default_backend().into());
     let mut exec = PipelineExecutor::new(staged, &sub, &backend)?;
-    let state = prepared.step.init_state(&prepared.params, c.seed, 1.0)?;
-    exec.load(&prepared.step, &state)?;
-    let mut writer = match &c.metrics {
-        Some(p) => Some(MetricsWriter::open(p, false)?),
-        None => None,
+    exec.set_checkpoint_mesh(&mesh);
+    log(Line::Info(format!(
+        "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
+        mesh.num_devices(),
+        prepared.strategy,
+        c.steps,
+        c.seed
+    )));
+    log(Line::Info(exec.describe()));
+    let built = Built {
+        mesh: &mesh,
+        prepared: &prepared,
+        backend: &backend,
+        dataset,
+        compile_secs: vec![("build stages".into(), build_secs), ("compile stages".into(), exec.compile_secs())],
+        predicted: None,
+        processes: None,
     };
-    let mut summary = run_steps(&c, &prepared, &mut exec, 0, writer.as_mut(), None, |_, _| Ok(()), ov.quiet)?;
-    summary.compile_secs = vec![("build stages".into(), build_secs), ("compile stages".into(), exec.compile_secs())];
+    let summary = train_built(&c, ov, built, &mut exec, log)?;
     let report = report(&exec)?;
     if let Some(p) = &c.metrics {
         let path = p.with_file_name("pipeline.json");
@@ -251,16 +269,14 @@ pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides) -> Result<PipelineRun
 /// `weft train` for a config with `[pipeline]`: runs it and prints the
 /// pipeline report and the last step's loss. Returns the exit code.
 pub fn train_cli(c: &RunConfig, ov: &Overrides) -> Result<i32> {
-    let run = run_pipeline_session(c, ov)?;
+    let run = run_pipeline_session(c, ov, &mut |line| match line {
+        Line::Info(l) => println!("{l}"),
+        Line::Warn(l) => eprintln!("warning: {l}"),
+    })?;
     println!("{}", run.report.text());
-    for (phase, s) in &run.summary.compile_secs {
-        println!("compile: {phase} {s:.3} s");
-    }
-    if let Some(s) = run.summary.steady_step_secs() {
-        println!("step time: {:.3} ms (median after the first)", s * 1e3);
-    }
-    if let Some((s, m)) = run.summary.metrics.last() {
-        println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], run.summary.steps_per_sec);
+    match run.summary.metrics.last() {
+        Some((s, m)) => println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], run.summary.steps_per_sec),
+        None => println!("nothing to do: the run is already at step {}", ov.steps.unwrap_or(c.steps)),
     }
     Ok(0)
 }
