@@ -4,7 +4,7 @@
 //! schedules, also composed with DP, TP and FSDP (3D); its memory follows
 //! the schedule; bad inputs are named errors.
 
-use weft::runner::stages::{prepare_pipeline, PipelineExecutor};
+use weft::runner::stages::{pipeline_executor, prepare_pipeline};
 use weft::runner::{executor, prepare, Executor, Overrides, RunConfig};
 use weft_compiler::sharding::Mesh;
 use weft_compiler::train::{Metrics, Tree};
@@ -67,10 +67,17 @@ fn pipelined(config: &str, mesh: &str, strategy: &str, s: usize, m: usize, sched
     let mesh = weft::runner::validate::validate(&c).unwrap();
     let (p, staged, sub) = prepare_pipeline(&c, &mesh, &Overrides::default()).unwrap();
     assert_eq!(staged.stages.len(), s);
-    let mut exec = PipelineExecutor::new(staged, &sub, "cpu").unwrap();
+    let mut exec = pipeline_executor(&c, &p, staged, &sub, &mesh).unwrap();
     let state = p.step.init_state(&p.params, c.seed, 1.0).unwrap();
     exec.load(&p.step, &state).unwrap();
     let metrics = (0..STEPS).map(|_| exec.step(&p.step, &p.batch).unwrap()).collect();
+    if strategy == "auto" {
+        // The auto-sharder laid out some parameter over the sub-mesh.
+        let layouts = exec.param_layouts();
+        let sharded = layouts.iter().flatten().filter(|(_, l)| !l.is_replicated()).count();
+        eprintln!("auto on {mesh}: {sharded} stage parameters sharded: {layouts:?}");
+        assert!(sharded > 0, "auto on {mesh}: every parameter replicated");
+    }
     (metrics, exec.global_state(&p.step).unwrap())
 }
 
@@ -176,4 +183,38 @@ fn gpt_with_dropout_pipelined_equals_unpipelined() {
     }
     // Dropout is on: the loss differs from the run without it.
     assert_ne!(reference(&gpt, "data=1", "none", 1).0[0]["loss"], reference(GPT, "data=1", "none", 1).0[0]["loss"]);
+}
+
+#[test]
+fn pipelines_compose_with_auto_sharding() {
+    // `strategy = "auto"`: the auto-sharder lays out each stage function on
+    // the sub-mesh; the step is still the unpipelined accumulating step.
+    // A memory budget per device below the replicated stage functions'
+    // needs makes it shard (unbounded, these tiny stages stay replicated:
+    // the per-op overhead outweighs their compute).
+    let gpt = gpt_sgd();
+    for (config, name, budget) in [(MLP, "mlp", "16KiB"), (gpt.as_str(), "gpt", "64KiB")] {
+        let want = reference(config, "data=1", "none", 4);
+        let config = format!("memory_budget = \"{budget}\"\n{config}");
+        for (mesh, schedule) in [("data=2,stage=2", "1f1b"), ("stage=2,model=2", "gpipe")] {
+            let got = pipelined(&config, mesh, "auto", 2, 4, schedule);
+            let what = format!("{name} auto on {mesh}, {schedule}");
+            let bitwise = assert_equivalent(&want, &got, &what);
+            eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
+        }
+    }
+    // `weft train` prints the plan per stage.
+    let mut c = RunConfig::from_toml(MLP).unwrap();
+    c.strategy = Some("auto".into());
+    c.mesh = Some("data=2,stage=2".into());
+    c.pipeline = Some(toml::from_str("stages = 2\nmicrobatches = 2").unwrap());
+    let mut lines = Vec::new();
+    let quiet = Overrides { quiet: true, ..Default::default() };
+    weft::runner::run_session(&c, &quiet, &mut |l| lines.push(l)).unwrap();
+    let plan = lines.iter().find_map(|l| match l {
+        weft::runner::Line::Info(t) if t.starts_with("auto-sharding plan per stage") => Some(t.clone()),
+        _ => None,
+    });
+    let plan = plan.expect("no auto-sharding plan line");
+    assert!(plan.contains("stage 0: params.") && plan.contains("stage 1: params."), "{plan}");
 }

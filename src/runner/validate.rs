@@ -358,9 +358,6 @@ fn validate_pipeline(p: &super::config::PipelineSection, c: &RunConfig, mesh: &M
             "must be 1 with [pipeline]: pipeline.microbatches sets the accumulation".into(),
         ));
     }
-    if c.strategy.as_deref() == Some("auto") {
-        return Err(invalid("strategy", "`auto`", "is not supported with [pipeline] yet".into()));
-    }
     Ok(())
 }
 

@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
+use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::partition::{compile, PartitionedFunction};
+use weft_compiler::pipeline::{Pass, Pipeline};
 use weft_compiler::sharding::{Mesh, PropagateOptions};
 use weft_compiler::stages::{
     stage_program, Phase, StageBytes, StageFns, StageOp, StagePeak, StagedStep, Task, Trace, TraceEvent,
@@ -43,13 +45,22 @@ enum Compiled {
 }
 
 impl Compiled {
-    fn new(f: &Function, mesh: &Mesh, backend: &str) -> Result<Compiled> {
+    /// With `auto`, the auto-sharder picks the function's layouts on
+    /// `mesh` (`--strategy auto`) before propagation.
+    fn new(f: &Function, mesh: &Mesh, backend: &str, auto: Option<&AutoShardOptions>) -> Result<Compiled> {
         let m = Module { functions: vec![f.clone()] };
         if backend == "interp" {
             weft_ir::verify_module(&m)?;
             return Ok(Compiled::Interp(m, f.name.clone()));
         }
-        let pf = compile(&m, &f.name, mesh, &PropagateOptions::default())?;
+        let pf = match auto {
+            None => compile(&m, &f.name, mesh, &PropagateOptions::default())?,
+            Some(o) => {
+                let mut passes = Pipeline::standard(mesh, &PropagateOptions::default());
+                passes.insert_before("propagate", Pass::AutoShard(o.clone()));
+                passes.run(&m, &f.name, &mut |_, _| {})?.0.into_partitioned()?
+            }
+        };
         if backend == "sim" {
             return Ok(Compiled::Sim(Box::new(pf)));
         }
@@ -61,6 +72,14 @@ impl Compiled {
             ExecOptions { threads: Some(1), ..Default::default() },
         )?;
         Ok(Compiled::Devices(Box::new(pf), Box::new(exe)))
+    }
+
+    /// The layout of input `i` on the sub-mesh (`None` on the interpreter).
+    fn input_layout(&self, i: usize) -> Option<&weft_ir::TensorSharding> {
+        match self {
+            Compiled::Interp(..) => None,
+            Compiled::Sim(pf) | Compiled::Devices(pf, _) => pf.inputs.get(i).map(|g| &g.sharding),
+        }
     }
 
     fn run(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
@@ -164,14 +183,29 @@ impl PipelineExecutor {
     /// Compiles every stage's functions for `sub_mesh` (the mesh without
     /// its stage axis) on `backend` (`interp`, `sim`, `cpu`, ...).
     pub fn new(staged: StagedStep, sub_mesh: &Mesh, backend: &str) -> Result<PipelineExecutor> {
+        PipelineExecutor::with_auto(staged, sub_mesh, backend, None)
+    }
+
+    /// [`PipelineExecutor::new`]; with `auto` (`--strategy auto`), the
+    /// auto-sharder picks the layouts of each stage function on
+    /// `sub_mesh` under these options (machine model, memory budget per
+    /// device). Each function takes and returns whole host tensors (the
+    /// driver shards its inputs and gathers its outputs), so the four
+    /// functions of a stage may choose different layouts.
+    pub fn with_auto(
+        staged: StagedStep,
+        sub_mesh: &Mesh,
+        backend: &str,
+        auto: Option<&AutoShardOptions>,
+    ) -> Result<PipelineExecutor> {
         let clock = Instant::now();
         let mut stages = Vec::with_capacity(staged.stages.len());
         for fns in &staged.stages {
             stages.push(Stage {
-                forward: Compiled::new(&fns.forward, sub_mesh, backend)?,
-                backward: Compiled::new(&fns.backward, sub_mesh, backend)?,
-                square: Compiled::new(&fns.square, sub_mesh, backend)?,
-                update: Compiled::new(&fns.update, sub_mesh, backend)?,
+                forward: Compiled::new(&fns.forward, sub_mesh, backend, auto)?,
+                backward: Compiled::new(&fns.backward, sub_mesh, backend, auto)?,
+                square: Compiled::new(&fns.square, sub_mesh, backend, auto)?,
+                update: Compiled::new(&fns.update, sub_mesh, backend, auto)?,
                 fns: fns.clone(),
                 params: Vec::new(),
                 slots: Vec::new(),
@@ -205,6 +239,25 @@ impl PipelineExecutor {
     /// host holds every stage's leaves whole.
     pub fn set_checkpoint_mesh(&mut self, whole: &Mesh) {
         self.checkpoint_mesh = crate::runner::mesh_spec(whole);
+    }
+
+    /// Per stage: each parameter's layout on the sub-mesh as the stage's
+    /// optimizer update takes it (where the parameters, their gradients
+    /// and slots meet; replicated on the interpreter), by name.
+    pub fn param_layouts(&self) -> Vec<Vec<(String, weft_ir::TensorSharding)>> {
+        self.stages
+            .iter()
+            .map(|st| {
+                let f = &st.fns.update;
+                (st.fns.params.iter().enumerate())
+                    .map(|(i, n)| {
+                        let rank = f.ty(f.params[i]).rank();
+                        let l = st.update.input_layout(i).cloned();
+                        (n.clone(), l.unwrap_or_else(|| weft_ir::TensorSharding::replicated(rank)))
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// The cut step.
@@ -557,5 +610,6 @@ impl super::Executor for PipelineExecutor {
 
 pub mod session;
 pub use session::{
-    plan_report, prepare_pipeline, report, run_pipeline_session, train_cli, PipelineReport, PipelineRun,
+    pipeline_executor, plan_report, prepare_pipeline, report, run_pipeline_session, train_cli, PipelineReport,
+    PipelineRun,
 };

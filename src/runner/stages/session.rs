@@ -217,6 +217,37 @@ pub fn report(exec: &PipelineExecutor) -> Result<PipelineReport> {
     })
 }
 
+/// The executor of a config's stages (`staged`, on `sub`, the mesh
+/// without the stage axis, of the whole mesh `mesh`) on its backend; with
+/// `strategy = "auto"` each stage function's layouts are the
+/// auto-sharder's, under the backend's machine model and the config's
+/// `memory_budget`.
+pub fn pipeline_executor(
+    c: &RunConfig,
+    prepared: &Prepared,
+    staged: StagedStep,
+    sub: &Mesh,
+    mesh: &Mesh,
+) -> Result<PipelineExecutor> {
+    let backend = c.backend.as_deref().unwrap_or(crate::runner::default_backend());
+    let auto = prepared.auto.as_ref().map(|o| crate::runner::report::machine_model(backend, mesh, o));
+    let mut exec = PipelineExecutor::with_auto(staged, sub, backend, auto.as_ref())?;
+    exec.set_checkpoint_mesh(mesh);
+    Ok(exec)
+}
+
+/// `auto-sharding plan ...:` and, per stage, each parameter's layout.
+fn auto_plan(c: &RunConfig, exec: &PipelineExecutor) -> String {
+    let budget = c.memory_budget.as_deref().map(|b| format!(" under a memory budget of {b} per device"));
+    let mut plan = format!("auto-sharding plan per stage{}:", budget.unwrap_or_default());
+    for (s, layouts) in exec.param_layouts().into_iter().enumerate() {
+        for (name, l) in layouts {
+            plan.push_str(&format!("\n  stage {s}: {name} {l}"));
+        }
+    }
+    plan
+}
+
 /// Runs a config with `[pipeline]`: builds the stages, then trains them as
 /// any run trains ([`crate::runner::session`]'s `train_built`): from the
 /// initial state or the newest checkpoint (`--resume`), on the fixed batch
@@ -238,8 +269,7 @@ pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(L
     // The dataset is opened and checked before the stages are compiled.
     let dataset = crate::runner::data::open_dataset(&c, &prepared)?;
     let backend = c.backend.clone().unwrap_or_else(|| crate::runner::default_backend().into());
-    let mut exec = PipelineExecutor::new(staged, &sub, &backend)?;
-    exec.set_checkpoint_mesh(&mesh);
+    let exec = pipeline_executor(&c, &prepared, staged, &sub, &mesh)?;
     log(Line::Info(format!(
         "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
         mesh.num_devices(),
@@ -248,6 +278,9 @@ pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(L
         c.seed
     )));
     log(Line::Info(exec.describe()));
+    if prepared.auto.is_some() {
+        log(Line::Info(auto_plan(&c, &exec)));
+    }
     let built = Built {
         mesh: &mesh,
         prepared: &prepared,
@@ -257,6 +290,7 @@ pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(L
         predicted: None,
         processes: None,
     };
+    let mut exec = exec;
     let summary = train_built(&c, ov, built, &mut exec, log)?;
     let report = report(&exec)?;
     if let Some(p) = &c.metrics {
