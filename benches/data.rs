@@ -11,7 +11,11 @@
 //!   `examples/configs/gpt_bytes.toml`), read and converted to i32 tensors,
 //!   in the loop (depth 0) and through the prefetch thread (depth 2);
 //! - table batches: 32 shuffled examples per step of a 100,000-example
-//!   `.safetensors` table (x, y: f32[64] each, the MLP example's width).
+//!   `.safetensors` table (x, y: f32[64] each, the MLP example's width);
+//! - prepare: `weft data prepare` of weft's own documentation (specs/*.md
+//!   and README.md, repeated to about 8 MB of text) byte-level and with a
+//!   `tokenizer.json`: a GPT-2-style byte-level BPE of 4096 ids trained
+//!   here on the same documents (the training is not timed).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,7 +34,9 @@ fn median(mut t: Vec<f64>) -> f64 {
 fn time_batches(split: &Arc<Split>, steps: u64, runs: usize, depth: usize) -> f64 {
     let mut t = Vec::new();
     for r in 0..runs {
-        let mut p = Prefetcher::new(split.clone(), 0..split.batch_size(), r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
+        let mut p =
+            Prefetcher::new(split.clone(), 0..split.batch_size(), r as u64 * steps, (r as u64 + 1) * steps, depth)
+                .unwrap();
         let clock = Instant::now();
         for _ in 0..steps {
             std::hint::black_box(p.next_batch().unwrap());
@@ -122,5 +128,68 @@ fn main() {
             (steps as usize * b) as f64 / m
         );
     }
+
+    prepare_throughput(&dir, runs);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `weft data prepare` throughput: bytes vs a trained byte-level BPE.
+fn prepare_throughput(dir: &std::path::Path, runs: usize) {
+    use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
+    use tokenizers::models::TrainerWrapper;
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use weft::data::prepare::prepare;
+    use weft::data::tokenize::Tokenizer;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("specs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    docs.push(root.join("README.md"));
+    let mut text = String::new();
+    for d in &docs {
+        text.push_str(&std::fs::read_to_string(d).unwrap());
+    }
+    let once = text.len();
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(&corpus, text.repeat((8_000_000 / once).max(1))).unwrap();
+    let corpus_bytes = std::fs::metadata(&corpus).unwrap().len() as f64;
+
+    let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
+        .vocab_size(4096)
+        .min_frequency(2)
+        .show_progress(false)
+        .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+        .build()
+        .into();
+    let mut bpe = tokenizers::Tokenizer::new(BPE::default());
+    bpe.with_pre_tokenizer(Some(ByteLevel::default()));
+    let files: Vec<String> = docs.iter().map(|p| p.display().to_string()).collect();
+    bpe.train_from_files(&mut trainer, files).unwrap();
+    let json = dir.join("tokenizer.json");
+    bpe.save(&json, false).unwrap();
+
+    for (name, tok) in [("bytes", Tokenizer::Bytes), ("byte-level BPE", Tokenizer::from_file(&json).unwrap())] {
+        let mut t = Vec::new();
+        let mut tokens = 0;
+        for _ in 0..runs {
+            let clock = Instant::now();
+            let p = prepare(std::slice::from_ref(&corpus), &dir.join("prepared"), 0.1, &tok).unwrap();
+            t.push(clock.elapsed().as_secs_f64());
+            tokens = p.train_tokens + p.val_tokens;
+        }
+        let m = median(t);
+        println!(
+            "prepare {:.1} MB of text, {name} ({} ids): {:.2} s, {:.1} MB/s, {:.2e} tokens/s ({:.2} bytes/token)",
+            corpus_bytes / 1e6,
+            tok.vocab_size(),
+            m,
+            corpus_bytes / 1e6 / m,
+            tokens as f64 / m,
+            corpus_bytes / tokens as f64
+        );
+    }
 }
