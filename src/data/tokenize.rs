@@ -96,8 +96,9 @@ impl Tokenizer {
                 format!("is not UTF-8 text ({e}); a tokenizer.json encodes text, the byte-level vocabulary any bytes"),
             )
         })?;
-        let encodings =
-            inner.encode_batch(pieces(text), false).map_err(|e| data_err(path, format!("cannot be tokenized: {e}")))?;
+        let encodings = inner
+            .encode_batch_fast(pieces(text), false)
+            .map_err(|e| data_err(path, format!("cannot be tokenized: {e}")))?;
         let mut ids = Vec::new();
         for enc in &encodings {
             ids.extend_from_slice(enc.get_ids());
