@@ -81,6 +81,15 @@ fn a_tokenizer_json_gives_the_expected_ids() {
     assert_eq!((m["vocab_size"].as_u64(), m["dtype"].as_str()), (Some(7), Some("u16")));
     assert!(stdout.contains("bpe.json (7 ids), u16"), "{stdout}");
 
+    // Past 1 MiB a file is encoded in pieces cut at line ends: the ids
+    // are those of the whole file.
+    std::fs::write(d.join("big.txt"), "ab ab\nab  ab\n".repeat(100_000)).unwrap();
+    let (code, _, stderr) =
+        weft(d, &["data", "prepare", "big.txt", "-o", "big", "--tokenizer", "bpe.json", "--val-fraction", "0.5"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let all = [u16s(&d.join("big/train.bin")), u16s(&d.join("big/val.bin"))].concat();
+    assert_eq!(all, file.repeat(100_000), "1.3 MB in pieces: the ids of the whole text");
+
     // Without --tokenizer: bytes, as before.
     let (code, _, stderr) = weft(d, &["data", "prepare", "b.txt", "-o", "bytes"]);
     assert_eq!(code, Some(0), "{stderr}");
