@@ -162,6 +162,37 @@ impl Backend for AnyBackend {
         dispatch!(self, b => b.fusion())
     }
 
+    fn compute_fused_into(
+        &self,
+        chain: &FusedChain,
+        inputs: &[Option<&AnyBuffer>],
+        into: usize,
+        donor: AnyBuffer,
+    ) -> Result<AnyBuffer, RuntimeError> {
+        match (self, donor) {
+            (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => {
+                let ins: Vec<Option<&HostTensor>> = inputs
+                    .iter()
+                    .map(|x| {
+                        x.map(|x| match x {
+                            AnyBuffer::Cpu(x) => x,
+                            #[allow(unreachable_patterns)]
+                            _ => panic!("a buffer of another backend was passed to the Cpu backend"),
+                        })
+                    })
+                    .collect();
+                Ok(AnyBuffer::Cpu(b.compute_fused_into(chain, &ins, into, t)?))
+            }
+            (_, donor) => {
+                let refs: Vec<&AnyBuffer> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
+                let out = self.compute_fused(chain, &refs);
+                drop(refs);
+                self.free(donor);
+                out
+            }
+        }
+    }
+
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&AnyBuffer]) -> Result<AnyBuffer, RuntimeError> {
         Ok(match self {
             AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),

@@ -77,6 +77,28 @@ pub trait Backend {
         compute_unfused(self, chain, inputs)
     }
 
+    /// [`Backend::compute_fused`] where input `into` is the chain's last use
+    /// of a buffer of the result's type, handed over as `donor`
+    /// (`inputs[into]` is `None`): the backend may write the result into
+    /// its storage. The default computes as usual and frees the donor.
+    fn compute_fused_into(
+        &self,
+        chain: &FusedChain,
+        inputs: &[Option<&Self::Buffer>],
+        into: usize,
+        donor: Self::Buffer,
+    ) -> Result<Self::Buffer, RuntimeError>
+    where
+        Self: Sized,
+    {
+        let _ = into;
+        let refs: Vec<&Self::Buffer> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
+        let out = self.compute_fused(chain, &refs);
+        drop(refs);
+        self.free(donor);
+        out
+    }
+
     /// Releases a buffer. (Dropping it has the same effect; this makes the
     /// point where memory is given back explicit.)
     fn free(&self, b: Self::Buffer) {

@@ -77,15 +77,22 @@ pub struct FusionOptions {
     /// Also end a chain with the `reduce` that is its value's only reader
     /// (a squared norm `sum(g * g)`: the squares are never stored).
     pub reductions: bool,
+    /// Hand a chain the input it reads last, when that has the result's
+    /// type, to write its result into
+    /// ([`crate::Backend::compute_fused_into`]).
+    pub in_place: bool,
 }
 
 impl FusionOptions {
     /// No fusion.
-    pub const NONE: FusionOptions = FusionOptions { elementwise: false, splats: false, reductions: false };
+    pub const NONE: FusionOptions =
+        FusionOptions { elementwise: false, splats: false, reductions: false, in_place: false };
     /// Elementwise chains only (what every fusing backend understands).
-    pub const ELEMENTWISE: FusionOptions = FusionOptions { elementwise: true, splats: false, reductions: false };
-    /// Elementwise chains with their splats, ended by their reductions.
-    pub const ALL: FusionOptions = FusionOptions { elementwise: true, splats: true, reductions: true };
+    pub const ELEMENTWISE: FusionOptions =
+        FusionOptions { elementwise: true, splats: false, reductions: false, in_place: false };
+    /// Elementwise chains with their splats, ended by their reductions,
+    /// computed in place where they can.
+    pub const ALL: FusionOptions = FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true };
 }
 
 /// Whether `op` spreads one value over its result: a scalar broadcast

@@ -168,8 +168,19 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
         Action::InChain => Ok(()),
         Action::Chain(k) => {
             let c = &plan.chains[k];
-            let ins: Vec<&B::Buffer> = c.inputs.iter().map(|&b| dev.slots.get(b)).collect();
-            let out = dev.backend.compute_fused(c, &ins).map_err(|e| e.at_step(d, i, "fused elementwise chain"))?;
+            let out = match plan.donors[k] {
+                Some(into) => {
+                    let donor = dev.slots.take(c.inputs[into]);
+                    let ins: Vec<Option<&B::Buffer>> =
+                        c.inputs.iter().enumerate().map(|(j, &b)| (j != into).then(|| dev.slots.get(b))).collect();
+                    dev.backend.compute_fused_into(c, &ins, into, donor)
+                }
+                None => {
+                    let ins: Vec<&B::Buffer> = c.inputs.iter().map(|&b| dev.slots.get(b)).collect();
+                    dev.backend.compute_fused(c, &ins)
+                }
+            }
+            .map_err(|e| e.at_step(d, i, "fused elementwise chain"))?;
             dev.slots.put(c.output, out);
             for s in c.steps.clone() {
                 free(dev, &plan.frees[s]);

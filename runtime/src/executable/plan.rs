@@ -52,9 +52,14 @@ pub(crate) struct Plan {
     pub consumes: Vec<bool>,
     /// Per step: for a `free`, the buffers it releases — those neither
     /// fused away (they live only inside a chain and are never allocated)
-    /// nor handed over to a consuming collective (decided here once, not
-    /// per run).
+    /// nor handed over to a consuming collective or a chain (decided here
+    /// once, not per run).
     pub frees: Vec<Vec<BufferId>>,
+    /// Per chain: the input (its index in [`FusedChain::inputs`]) whose
+    /// last use the chain is and whose type is the chain's result type:
+    /// it is handed over to the chain, which may write its result there
+    /// (`w - lr * g` overwrites `w`).
+    pub donors: Vec<Option<usize>>,
 }
 
 impl Plan {
@@ -107,7 +112,7 @@ impl Plan {
                 }
             }
         }
-        let frees = p
+        let mut frees: Vec<Vec<BufferId>> = p
             .steps
             .iter()
             .map(|step| match step {
@@ -117,8 +122,30 @@ impl Plan {
                 _ => Vec::new(),
             })
             .collect();
-        Plan { actions, chains, segments, slices, members, consumes, frees }
+        let donors = chains.iter().map(|c| if fusion.in_place { take_donor(p, c, &mut frees) } else { None }).collect();
+        Plan { actions, chains, segments, slices, members, consumes, frees, donors }
     }
+}
+
+/// The input of chain `c` whose type is the result's and which is freed
+/// inside the chain's steps or by the `free` steps right after them (its
+/// last use is then the chain), if any; its free is then the chain's
+/// (removed from `frees`).
+fn take_donor(p: &DeviceProgram, c: &FusedChain, frees: &mut [Vec<BufferId>]) -> Option<usize> {
+    let out = p.ty(c.output);
+    let after = p.steps[c.steps.end() + 1..].iter().take_while(|s| matches!(s, Step::Free(_))).count();
+    for (i, &b) in c.inputs.iter().enumerate() {
+        if p.ty(b) != out {
+            continue;
+        }
+        for s in *c.steps.start()..=c.steps.end() + after {
+            if let Some(at) = frees[s].iter().position(|&f| f == b) {
+                frees[s].remove(at);
+                return Some(i);
+            }
+        }
+    }
+    None
 }
 
 /// Each device's group and rank in collective `op`.
@@ -154,4 +181,49 @@ pub fn shard_slice_op(p: &DeviceProgram, d: usize, shape: &[usize], dims: &[Vec<
         limit.push((idx + 1) * size);
     }
     Op::Slice { start, limit, stride: vec![1; shape.len()] }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_ir::device::Buffer;
+    use weft_ir::{BinaryOp, DType, TensorType};
+
+    /// `w' = w - broadcast(lr) * g` with `w` freed right after: the chain
+    /// takes `w` as its donor and the free is the chain's; `g`, still read
+    /// afterwards, is not donated.
+    #[test]
+    fn a_chain_takes_over_an_input_it_reads_last() {
+        let t = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
+        let c = |op, ins: &[u32], out: u32| Step::Compute {
+            op,
+            inputs: ins.iter().map(|&b| BufferId(b)).collect(),
+            outputs: vec![BufferId(out)],
+        };
+        let p = DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)].into(),
+            buffers: vec![t(&[]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8]), t(&[4, 8])],
+            inputs: vec![BufferId(0), BufferId(1), BufferId(2)],
+            outputs: vec![BufferId(5), BufferId(6)],
+            steps: vec![
+                c(Op::BroadcastInDim { dims: vec![], shape: vec![4, 8] }, &[0], 3),
+                c(Op::Binary(BinaryOp::Mul), &[3, 1], 4),
+                c(Op::Binary(BinaryOp::Sub), &[2, 4], 5),
+                Step::Free(vec![BufferId(0), BufferId(2), BufferId(3), BufferId(4)]),
+                c(Op::Unary(weft_ir::UnaryOp::Neg), &[1], 6),
+                Step::Free(vec![BufferId(1)]),
+            ],
+        };
+        let plan = Plan::new(&p, FusionOptions::ALL);
+        assert_eq!(plan.chains.len(), 1);
+        assert_eq!(plan.chains[0].inputs, vec![BufferId(0), BufferId(1), BufferId(2)]);
+        assert_eq!(plan.donors, vec![Some(2)], "w is donated");
+        assert_eq!(plan.frees[3], vec![BufferId(0)], "only the scalar is still freed there");
+        assert_eq!(plan.frees[5], vec![BufferId(1)]);
+        // Without fusion nothing is donated and every free stays.
+        let plain = Plan::new(&p, FusionOptions::NONE);
+        assert!(plain.donors.is_empty());
+        assert_eq!(plain.frees[3].len(), 4);
+    }
 }

@@ -158,13 +158,27 @@ fn supported(nodes: &[FusedNode], inputs: &[&HostTensor]) -> bool {
 enum InputData<'a> {
     F32(&'a [f32]),
     Owned(Vec<f32>),
+    /// The storage the chain writes its value into ([`fused_into`]).
+    Donor,
 }
 
-impl InputData<'_> {
+impl<'a> InputData<'a> {
+    /// A supported input (see [`supported`]) as `f32` elements.
+    fn of(t: &'a HostTensor, pool: &mut Pool) -> InputData<'a> {
+        match t {
+            HostTensor::F32(a) => a.as_slice().map(InputData::F32).unwrap_or_else(|| {
+                InputData::Owned(weft_ir::tensor::to_standard_layout(a.view()).into_raw_vec_and_offset().0)
+            }),
+            HostTensor::Bool(a) => InputData::Owned(a.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
+            half => InputData::Owned(widen(half, pool).expect("checked by `supported`").into_raw_vec_and_offset().0),
+        }
+    }
+
     fn slice(&self) -> &[f32] {
         match self {
             InputData::F32(s) => s,
             InputData::Owned(v) => v,
+            InputData::Donor => &[],
         }
     }
 }
@@ -189,29 +203,88 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
         Some(r) => r.block()?,
         None => BLOCK,
     };
-    let data: Vec<InputData<'_>> = inputs
-        .iter()
-        .map(|t| match t {
-            HostTensor::F32(a) => a.as_slice().map(InputData::F32).unwrap_or_else(|| {
-                InputData::Owned(weft_ir::tensor::to_standard_layout(a.view()).into_raw_vec_and_offset().0)
-            }),
-            HostTensor::Bool(a) => InputData::Owned(a.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
-            half => InputData::Owned(widen(half, pool).expect("checked by `supported`").into_raw_vec_and_offset().0),
-        })
-        .collect();
-    let carry: Vec<Carry> = nodes.iter().map(|n| Carry::of(n.ty.dtype).expect("checked")).collect();
-    // Each splat constant's element, as the interpreter materialises it.
-    let consts: Vec<Option<f32>> = nodes.iter().map(|n| splat_value(&n.op)).collect();
+    let data: Vec<InputData<'_>> = inputs.iter().map(|t| InputData::of(t, pool)).collect();
     // The chain's value goes straight to `out`, unless a reduction takes it.
     let mut out = match &reduce {
         Some(r) => r.output(pool),
         None => pool.take(len),
     };
+    run_blocks(nodes, reduce.as_ref(), &data, None, &mut out, len, block)?;
+    give_back(data, pool);
+    if let Some(r) = reduce {
+        return Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")));
+    }
+    let shape = IxDyn(&last.ty.shape);
+    let out = ArrayD::from_shape_vec(shape, out).expect("sized from the type");
+    Some(match last.ty.dtype {
+        DType::Bool => HostTensor::Bool(out.mapv(|x| x != 0.0)),
+        d => narrow(out, d, pool),
+    })
+}
+
+/// Computes an `f32` chain into the storage of its input `into`, whose last
+/// use it is (`donor`; `inputs[into]` is `None`): each block of the donor
+/// is read before the chain's value overwrites it, so no other buffer is
+/// touched and the result's memory is already in cache. Returns the donor
+/// untouched where the chain is not one [`fused`] computes with an `f32`
+/// result of the donor's type.
+pub(crate) fn fused_into(
+    chain: &FusedChain,
+    inputs: &[Option<&HostTensor>],
+    into: usize,
+    donor: HostTensor,
+    pool: &mut Pool,
+) -> Result<HostTensor, HostTensor> {
+    let Some(last) = chain.nodes.last() else { return Err(donor) };
+    let fits = matches!(&donor, HostTensor::F32(a) if a.is_standard_layout() && a.shape() == last.ty.shape.as_slice())
+        && last.ty.dtype == DType::F32
+        && !matches!(last.op, Op::Reduce { .. });
+    if !fits || !supported(&chain.nodes, &inputs.iter().map(|t| t.unwrap_or(&donor)).collect::<Vec<_>>()) {
+        return Err(donor);
+    }
+    let HostTensor::F32(a) = donor else { unreachable!("checked above") };
+    let len = a.len();
+    let (mut out, offset) = a.into_raw_vec_and_offset();
+    let mut data: Vec<InputData<'_>> =
+        inputs.iter().map(|t| t.map_or(InputData::Donor, |t| InputData::of(t, pool))).collect();
+    if offset.unwrap_or(0) != 0 || out.len() != len {
+        // Storage shared with a view: read it as an input, write fresh storage.
+        let off = offset.unwrap_or(0);
+        data[into] = InputData::Owned(out[off..off + len].to_vec());
+        out = pool.take(len);
+    }
+    let donor_at = matches!(data[into], InputData::Donor).then_some(into);
+    let done = run_blocks(&chain.nodes, None, &data, donor_at, &mut out, len, BLOCK);
+    give_back(data, pool);
+    done.expect("a supported chain computes");
+    Ok(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&last.ty.shape), out).expect("sized from the type")))
+}
+
+/// Runs `nodes` block by block over `len` elements into `out` (or, with a
+/// `reduce`, folds the last node's blocks into `out`). Input `donor` is the
+/// storage of `out` itself: each of its blocks is copied aside before the
+/// block is overwritten.
+fn run_blocks(
+    nodes: &[FusedNode],
+    reduce: Option<&FusedReduce>,
+    data: &[InputData<'_>],
+    donor: Option<usize>,
+    out: &mut [f32],
+    len: usize,
+    block: usize,
+) -> Option<()> {
+    let carry: Vec<Carry> = nodes.iter().map(|n| Carry::of(n.ty.dtype).expect("checked")).collect();
+    // Each splat constant's element, as the interpreter materialises it.
+    let consts: Vec<Option<f32>> = nodes.iter().map(|n| splat_value(&n.op)).collect();
     let mut scratch = vec![0f32; nodes.len() * block];
-    let mut fold = reduce.as_ref().map(|r| RowFold::new(r.op));
+    let mut donor_block = vec![0f32; if donor.is_some() { block } else { 0 }];
+    let mut fold = reduce.map(|r| RowFold::new(r.op));
     let mut start = 0;
     while start < len {
         let n = block.min(len - start);
+        if donor.is_some() {
+            donor_block[..n].copy_from_slice(&out[start..start + n]);
+        }
         for (j, node) in nodes.iter().enumerate() {
             let (done, rest) = scratch.split_at_mut(j * block);
             let dst =
@@ -219,6 +292,7 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
             let mut args: [&[f32]; 3] = [&[]; 3];
             for (slot, a) in args.iter_mut().zip(&node.args) {
                 *slot = match *a {
+                    Arg::Input(k) if Some(k) == donor => &donor_block[..n],
                     // A rank-0 input (read by a broadcast) is its one element.
                     Arg::Input(k) => match data[k].slice() {
                         s if s.len() == len => &s[start..start + n],
@@ -233,27 +307,23 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
             }
             carry[j].round(dst);
         }
-        if let (Some(r), Some(fold)) = (&reduce, fold.as_mut()) {
+        if let (Some(r), Some(fold)) = (reduce, fold.as_mut()) {
             let j = nodes.len() - 1;
-            r.fold_block(fold, &scratch[j * block..j * block + n], start, &mut out);
+            r.fold_block(fold, &scratch[j * block..j * block + n], start, out);
         }
         start += n;
     }
+    Some(())
+}
+
+/// Returns the inputs' temporary `f32` copies to the pool.
+fn give_back(data: Vec<InputData<'_>>, pool: &mut Pool) {
     for d in data {
         if let InputData::Owned(v) = d {
             let n = v.len();
             pool.give(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&[n]), v).expect("1-d")));
         }
     }
-    if let Some(r) = reduce {
-        return Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")));
-    }
-    let shape = IxDyn(&last.ty.shape);
-    let out = ArrayD::from_shape_vec(shape, out).expect("sized from the type");
-    Some(match last.ty.dtype {
-        DType::Bool => HostTensor::Bool(out.mapv(|x| x != 0.0)),
-        d => narrow(out, d, pool),
-    })
 }
 
 /// A chain's trailing `reduce` over the trailing dimensions of an `f32`
@@ -451,5 +521,40 @@ mod tests {
             let got = fused(&chain(&shape, dims.clone()), &[&s, &x], &mut pool);
             assert_eq!(got.is_some(), fast, "{shape:?} over {dims:?}");
         }
+    }
+
+    /// `fused_into` writes `w - broadcast(lr) * g` over `w`'s own storage,
+    /// bit for bit what `fused` computes into fresh storage, and hands back
+    /// a donor it cannot use (a `bf16` one).
+    #[test]
+    fn a_donated_input_receives_the_chain_value_in_place() {
+        let shape = vec![3, 1500];
+        let t = TensorType::new(DType::F32, shape.clone());
+        let node = |op, args| FusedNode { op, args, ty: t.clone() };
+        let chain = FusedChain {
+            inputs: vec![],
+            nodes: vec![
+                node(Op::BroadcastInDim { dims: vec![], shape: shape.clone() }, vec![Arg::Input(0)]),
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+                node(Op::Binary(BinaryOp::Sub), vec![Arg::Input(2), Arg::Node(1)]),
+            ],
+            output: weft_ir::device::BufferId(0),
+            intermediates: vec![],
+            steps: 0..=0,
+        };
+        let n = 4500;
+        let lr = HostTensor::from_f32(&[], vec![0.01]).unwrap();
+        let g = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32).sin()).collect()).unwrap();
+        let w = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32 * 0.37).cos()).collect()).unwrap();
+        let mut pool = Pool::default();
+        let expected = fused(&chain, &[&lr, &g, &w], &mut pool).unwrap();
+        let HostTensor::F32(a) = &w else { unreachable!() };
+        let storage = a.as_ptr();
+        let got = fused_into(&chain, &[Some(&lr), Some(&g), None], 2, w, &mut pool).ok().unwrap();
+        let HostTensor::F32(b) = &got else { panic!("f32 result") };
+        assert_eq!(b.as_ptr(), storage, "the result lives in the donor's storage");
+        assert!(got.bitwise_eq(&expected));
+        let half = expected.convert(DType::BF16);
+        assert!(fused_into(&chain, &[Some(&lr), Some(&g), None], 2, half, &mut pool).is_err());
     }
 }

@@ -102,6 +102,26 @@ impl Backend for FastCpuBackend {
         self.pool.borrow_mut().give(b);
     }
 
+    fn compute_fused_into(
+        &self,
+        chain: &FusedChain,
+        inputs: &[Option<&HostTensor>],
+        into: usize,
+        donor: HostTensor,
+    ) -> Result<HostTensor, RuntimeError> {
+        let tried = elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut());
+        match tried {
+            Ok(t) => Ok(t),
+            Err(donor) => {
+                let refs: Vec<&HostTensor> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
+                let out = self.compute_fused(chain, &refs);
+                drop(refs);
+                self.free(donor);
+                out
+            }
+        }
+    }
+
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&HostTensor]) -> Result<HostTensor, RuntimeError> {
         let fast = elementwise::fused(chain, inputs, &mut self.pool.borrow_mut());
         match fast {
