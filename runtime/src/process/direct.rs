@@ -1,5 +1,6 @@
 //! Collectives across processes whose messages go straight from and into
-//! tensor memory: [`ProcessComm::direct`].
+//! tensor memory: [`ProcessComm::direct`] (all-reduce of `f32`, and
+//! all-gather and all-to-all of contiguous runs).
 //!
 //! The byte-message paths of [`super::comm`] pack each peer's share into a
 //! message, receive into fresh buffers, then copy every block into a typed
@@ -26,9 +27,11 @@ type Mine = BTreeMap<usize, Contribution>;
 
 impl ProcessComm {
     /// Completes the step straight from and into tensor memory when it can:
-    /// an `f32` all-reduce that crosses processes, or an all-gather whose
+    /// an `f32` all-reduce that crosses processes, an all-gather whose
     /// contributions are whole runs of the result (every dimension before
-    /// the gathered one has size 1). Gives the contributions back otherwise.
+    /// the gathered one has size 1), or an all-to-all whose pieces are
+    /// whole runs (likewise for the split and concatenated dimensions).
+    /// Gives the contributions back otherwise.
     pub(super) fn direct(
         &self,
         step: usize,
@@ -47,6 +50,13 @@ impl ProcessComm {
             Collective::AllReduce { op, .. } if ty.dtype == weft_ir::DType::F32 => Ok(self.all_reduce_f32(step, mine, op)),
             Collective::AllGather { dim, .. } if ty.size_bytes() > 0 && ty.shape[..dim].iter().all(|&s| s == 1) => {
                 Ok(self.all_gather_runs(step, mine, dim))
+            }
+            Collective::AllToAll { split_dim, concat_dim, .. }
+                if ty.size_bytes() > 0
+                    && ty.shape[..split_dim.max(concat_dim)].iter().all(|&s| s == 1)
+                    && ty.shape[split_dim] % first.group.len() == 0 =>
+            {
+                Ok(self.all_to_all_runs(step, mine, split_dim, concat_dim))
             }
             _ => Err(mine),
         }
@@ -301,6 +311,82 @@ impl ProcessComm {
             results.insert(ours[0], whole);
         }
         Ok(results)
+    }
+}
+
+impl ProcessComm {
+    /// An all-to-all whose pieces are whole runs of the contributions and
+    /// of the results (every dimension before the split and the concatenated
+    /// ones has size 1): piece `r` of each local contribution goes out from
+    /// its own memory to the member of rank `r` (messages in the order of
+    /// [`ProcessComm::complete`]'s byte path), and each peer's piece comes
+    /// straight into its place in the receiving member's result.
+    fn all_to_all_runs(
+        &self,
+        step: usize,
+        mine: Mine,
+        split: usize,
+        concat: usize,
+    ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
+        let me = self.group.rank();
+        let first = mine.values().next().expect("a process owns at least one device");
+        let (name, ty) = (first.op.name(), first.input.ty());
+        let what = format!("step {step} (`{name}`)");
+        let groups = groups_of(&mine);
+        let n = groups.values().next().expect("one group at least").len();
+        let piece = ty.size_bytes() / n;
+        let mut out_ty = ty.clone();
+        out_ty.shape[split] /= n;
+        out_ty.shape[concat] *= n;
+        let bytes: BTreeMap<usize, std::borrow::Cow<'_, [u8]>> =
+            mine.iter().map(|(&d, c)| (d, tensor_bytes(&c.input))).collect();
+        let mut outs: BTreeMap<usize, BlockBuf> = mine.keys().map(|&d| (d, BlockBuf::new(&out_ty))).collect();
+        let done = {
+            // Each local member's result cut into the pieces of its members.
+            let mut places: BTreeMap<usize, Vec<&mut [u8]>> =
+                outs.iter_mut().map(|(&d, b)| (d, b.bytes_mut().chunks_mut(piece).collect())).collect();
+            let mut sends: Vec<(usize, &[u8])> = Vec::new();
+            let mut receives: Vec<(usize, &mut [u8])> = Vec::new();
+            for &q in &self.peers(&groups) {
+                for g in groups.values() {
+                    let (ours, theirs) = (self.owned_by(g, me), self.owned_by(g, q));
+                    for d in &ours {
+                        for &m in &theirs {
+                            let r = rank_in(g, m);
+                            sends.push((q, &bytes[d][r * piece..(r + 1) * piece]));
+                        }
+                    }
+                    for &e in &theirs {
+                        for &m in &ours {
+                            let k = rank_in(g, e);
+                            receives.push((q, std::mem::take(&mut places.get_mut(&m).expect("local")[k])));
+                        }
+                    }
+                }
+            }
+            for g in groups.values() {
+                let ours = self.owned_by(g, me);
+                for &m in &ours {
+                    let r = rank_in(g, m);
+                    for &d in &ours {
+                        let k = rank_in(g, d);
+                        places.get_mut(&m).expect("local")[k].copy_from_slice(&bytes[&d][r * piece..(r + 1) * piece]);
+                    }
+                }
+            }
+            // SAFETY: on an error the contributions and results are leaked
+            // below.
+            unsafe { self.group.exchange_into(tag(step, 0), &sends, &mut receives, self.timeout, &what) }
+        };
+        if let Err(e) = done {
+            // Requests may still be in flight out of or into this memory.
+            std::mem::forget(bytes);
+            std::mem::forget(mine);
+            std::mem::forget(outs);
+            return Err(e);
+        }
+        drop(bytes);
+        outs.into_iter().map(|(d, b)| Ok((d, b.finish()?))).collect()
     }
 }
 
