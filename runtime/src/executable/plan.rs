@@ -138,9 +138,9 @@ fn take_donor(p: &DeviceProgram, c: &FusedChain, frees: &mut [Vec<BufferId>]) ->
         if p.ty(b) != out {
             continue;
         }
-        for s in *c.steps.start()..=c.steps.end() + after {
-            if let Some(at) = frees[s].iter().position(|&f| f == b) {
-                frees[s].remove(at);
+        for step_frees in &mut frees[*c.steps.start()..=c.steps.end() + after] {
+            if let Some(at) = step_frees.iter().position(|&f| f == b) {
+                step_frees.remove(at);
                 return Some(i);
             }
         }
