@@ -60,7 +60,15 @@ impl ProcessComm {
     /// processes) lasts at most `timeout`.
     pub fn new(group: std::sync::Arc<dyn ProcessGroup>, owner: Vec<usize>, timeout: Duration) -> ProcessComm {
         let local = owner.iter().filter(|&&p| p == group.rank()).count();
-        ProcessComm { group, owner, local, timeout, state: Mutex::new(State::default()), changed: Condvar::new(), scratch: Mutex::new(Vec::new()) }
+        ProcessComm {
+            group,
+            owner,
+            local,
+            timeout,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            scratch: Mutex::new(Vec::new()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -47,7 +47,9 @@ impl ProcessComm {
             return Err(mine);
         }
         match first.op.clone() {
-            Collective::AllReduce { op, .. } if ty.dtype == weft_ir::DType::F32 => Ok(self.all_reduce_f32(step, mine, op)),
+            Collective::AllReduce { op, .. } if ty.dtype == weft_ir::DType::F32 => {
+                Ok(self.all_reduce_f32(step, mine, op))
+            }
             Collective::AllGather { dim, .. } if ty.size_bytes() > 0 && ty.shape[..dim].iter().all(|&s| s == 1) => {
                 Ok(self.all_gather_runs(step, mine, dim))
             }
@@ -70,7 +72,12 @@ impl ProcessComm {
     /// chunk in rank order into its own contribution, and the peers'
     /// folded chunks come straight into the first local member's
     /// contribution (copied to the other local members of the group).
-    fn all_reduce_f32(&self, step: usize, mine: Mine, rop: ReduceOp) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
+    fn all_reduce_f32(
+        &self,
+        step: usize,
+        mine: Mine,
+        rop: ReduceOp,
+    ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
         let first = mine.values().next().expect("a process owns at least one device");
         let (name, len) = (first.op.name(), first.input.ty().num_elements());
         let what = format!("step {step} (`{name}`)");
@@ -146,7 +153,7 @@ impl ProcessComm {
                     let (ours, theirs) = (self.owned_by(g, me), self.owned_by(g, q));
                     for d in &ours {
                         for &m in &theirs {
-                            sends.push((q, f32_bytes(&chunks[d][rank_in(g, m)])));
+                            sends.push((q, f32_bytes(chunks[d][rank_in(g, m)])));
                         }
                     }
                 }
@@ -165,7 +172,7 @@ impl ProcessComm {
         for g in groups.values() {
             for m in self.owned_by(g, me) {
                 let r = rank_in(g, m);
-                let mut out = std::mem::take(&mut chunks.get_mut(&m).expect("local")[r]);
+                let out = std::mem::take(&mut chunks.get_mut(&m).expect("local")[r]);
                 {
                     let pieces: Vec<Option<&[f32]>> = g
                         .iter()
@@ -175,7 +182,7 @@ impl ProcessComm {
                             None => Some(&scratch[at[&(m, k)].clone()]),
                         })
                         .collect();
-                    fold_into(&mut out, &pieces, bin);
+                    fold_into(out, &pieces, bin);
                 }
                 chunks.get_mut(&m).expect("local")[r] = out;
             }
@@ -215,7 +222,7 @@ impl ProcessComm {
                         continue;
                     }
                     for m in self.owned_by(g, me) {
-                        sends.push((q, f32_bytes(&chunks[&m][rank_in(g, m)])));
+                        sends.push((q, f32_bytes(chunks[&m][rank_in(g, m)])));
                     }
                 }
             }

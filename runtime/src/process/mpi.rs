@@ -87,7 +87,8 @@ impl ProcessGroup for MpiGroup {
         what: &str,
     ) -> Result<(), RuntimeError> {
         let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
-        let count = |n: usize| c_int::try_from(n).map_err(|_| err(format!("a message of {n} bytes is over MPI's limit")));
+        let count =
+            |n: usize| c_int::try_from(n).map_err(|_| err(format!("a message of {n} bytes is over MPI's limit")));
         let _serial = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending: Vec<Pending> = Vec::with_capacity(sends.len() + receives.len());
         // SAFETY: the buffers outlive their requests: the requests complete
@@ -155,7 +156,12 @@ impl ProcessGroup for MpiGroup {
                 }
                 missing.sort_unstable();
                 missing.dedup();
-                return Err(RuntimeError::ProcessTimeout { rank: self.rank, what: what.to_string(), waited: timeout, missing });
+                return Err(RuntimeError::ProcessTimeout {
+                    rank: self.rank,
+                    what: what.to_string(),
+                    waited: timeout,
+                    missing,
+                });
             }
             // Spin briefly (a collective's partner is usually close behind),
             // then keep polling but yield the core at each round: processes

@@ -86,7 +86,12 @@ impl ProcessGroup for ThreadGroup {
                     receives.iter().zip(&done).filter(|(_, f)| !**f).map(|((q, _), _)| *q).collect();
                 missing.sort_unstable();
                 missing.dedup();
-                return Err(RuntimeError::ProcessTimeout { rank: self.rank, what: what.to_string(), waited: timeout, missing });
+                return Err(RuntimeError::ProcessTimeout {
+                    rank: self.rank,
+                    what: what.to_string(),
+                    waited: timeout,
+                    missing,
+                });
             }
             m = changed.wait_timeout(m, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
@@ -108,8 +113,10 @@ mod tests {
         let group = ThreadGroup::new(3);
         let t = Duration::from_secs(5);
         let got: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
-            let hs: Vec<_> =
-                group.iter().map(|g| s.spawn(move || g.all_gather(&vec![g.rank() as u8; g.rank() + 1], t, "test").unwrap())).collect();
+            let hs: Vec<_> = group
+                .iter()
+                .map(|g| s.spawn(move || g.all_gather(&vec![g.rank() as u8; g.rank() + 1], t, "test").unwrap()))
+                .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         for g in &got {
@@ -118,7 +125,8 @@ mod tests {
         // Rank 2 never comes: ranks 0 and 1 time out naming it.
         let short = Duration::from_millis(50);
         let errs: Vec<RuntimeError> = std::thread::scope(|s| {
-            let hs: Vec<_> = group[..2].iter().map(|g| s.spawn(move || g.barrier(short, "the barrier").unwrap_err())).collect();
+            let hs: Vec<_> =
+                group[..2].iter().map(|g| s.spawn(move || g.barrier(short, "the barrier").unwrap_err())).collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         for e in errs {
