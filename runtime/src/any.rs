@@ -183,13 +183,7 @@ impl Backend for AnyBackend {
                     .collect();
                 Ok(AnyBuffer::Cpu(b.compute_fused_into(chain, &ins, into, t)?))
             }
-            (_, donor) => {
-                let refs: Vec<&AnyBuffer> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
-                let out = self.compute_fused(chain, &refs);
-                drop(refs);
-                self.free(donor);
-                out
-            }
+            (_, donor) => crate::backend::compute_fused_then_free(self, chain, inputs, donor),
         }
     }
 

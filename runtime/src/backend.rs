@@ -92,11 +92,7 @@ pub trait Backend {
         Self: Sized,
     {
         let _ = into;
-        let refs: Vec<&Self::Buffer> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
-        let out = self.compute_fused(chain, &refs);
-        drop(refs);
-        self.free(donor);
-        out
+        compute_fused_then_free(self, chain, inputs, donor)
     }
 
     /// Releases a buffer. (Dropping it has the same effect; this makes the
@@ -117,6 +113,22 @@ pub trait Backend {
     fn sync(&self) -> Result<(), RuntimeError> {
         Ok(())
     }
+}
+
+/// [`Backend::compute_fused`] with the donor read in place of its missing
+/// input, then freed: what a backend that cannot write in place does with
+/// a donor.
+pub fn compute_fused_then_free<B: Backend>(
+    be: &B,
+    chain: &FusedChain,
+    inputs: &[Option<&B::Buffer>],
+    donor: B::Buffer,
+) -> Result<B::Buffer, RuntimeError> {
+    let refs: Vec<&B::Buffer> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
+    let out = be.compute_fused(chain, &refs);
+    drop(refs);
+    be.free(donor);
+    out
 }
 
 /// Computes a chain node by node with [`Backend::compute`] (the default

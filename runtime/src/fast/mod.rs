@@ -112,13 +112,7 @@ impl Backend for FastCpuBackend {
         let tried = elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut());
         match tried {
             Ok(t) => Ok(t),
-            Err(donor) => {
-                let refs: Vec<&HostTensor> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
-                let out = self.compute_fused(chain, &refs);
-                drop(refs);
-                self.free(donor);
-                out
-            }
+            Err(donor) => crate::backend::compute_fused_then_free(self, chain, inputs, donor),
         }
     }
 
