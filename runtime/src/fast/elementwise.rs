@@ -206,7 +206,7 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
     let data: Vec<InputData<'_>> = inputs.iter().map(|t| InputData::of(t, pool)).collect();
     // The chain's value goes straight to `out`, unless a reduction takes it.
     let mut out = match &reduce {
-        Some(r) => r.output(pool),
+        Some(r) => pool.take(r.kept_shape.iter().product()),
         None => pool.take(len),
     };
     run_blocks(nodes, reduce.as_ref(), &data, None, &mut out, len, block)?;
@@ -362,14 +362,6 @@ impl FusedReduce {
         }
     }
 
-    fn output(&self, pool: &mut Pool) -> Vec<f32> {
-        let kept = self.kept_shape.iter().product();
-        if kept >= 4096 {
-            pool.take(kept)
-        } else {
-            vec![0.0; kept]
-        }
-    }
 
     /// Folds the block of values starting at element `start`.
     fn fold_block(&self, fold: &mut RowFold, values: &[f32], start: usize, out: &mut [f32]) {

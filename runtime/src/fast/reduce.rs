@@ -53,7 +53,7 @@ fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) ->
     if reduced == 0 || kept == 0 {
         return None;
     }
-    let mut out = if kept >= 4096 { pool.take(kept) } else { vec![0.0; kept] };
+    let mut out = pool.take(kept);
     if suffix {
         for (o, row) in out.iter_mut().zip(data.chunks_exact(reduced)) {
             let mut fold = RowFold::new(op);
