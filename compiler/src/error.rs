@@ -202,6 +202,13 @@ pub enum CompilerError {
     /// A request outside what a helper supports (e.g. drawing a rank-3 grid).
     #[error("{0}")]
     Unsupported(String),
+    /// Mesh-invariant sums with a chunk count that is not a power of two of
+    /// at least 2 (see [`crate::canonical_sums`]).
+    #[error("mesh-invariant sums need a power of two of at least 2 chunks, got {chunks}")]
+    InvalidSumChunks {
+        /// The chunk count asked for.
+        chunks: usize,
+    },
     /// A sharded program in which some instruction cannot be computed from
     /// its operands' shards without communication (see
     /// [`crate::sharding::check_locally_computable`]).

@@ -20,6 +20,7 @@
 
 pub mod autodiff;
 pub mod autoshard;
+pub mod canonical_sums;
 pub mod dce;
 pub mod emit;
 pub mod error;

@@ -1,7 +1,7 @@
 //! The compile of one function as a visible list of named passes.
 //!
 //! ```text
-//! inline -> [annotate] -> [autoshard] -> propagate -> partition
+//! inline -> [canonical_sums] -> [annotate] -> [autoshard] -> propagate -> partition
 //!        -> forward_identities -> fold_transposes -> remove_dead_steps
 //!        -> fuse_reduce_scatter -> compact -> insert_frees
 //! ```
@@ -21,6 +21,7 @@
 //! [`crate::partition::compile_stable`] runs it to a stable state layout.
 
 use crate::autoshard::{auto_shard_inlined, AutoShardOptions};
+use crate::canonical_sums::{canonical_sums, SumChunks};
 use crate::error::{CompilerError, Result};
 use crate::inline::{inline, InlinedFunction};
 use crate::partition::{lower_sharded, Cleanup, PartitionedFunction, CLEANUPS};
@@ -118,6 +119,9 @@ pub struct Annotations {
 /// One pass.
 #[derive(Clone, Debug)]
 pub enum Pass {
+    /// Puts every float sum in the mesh-invariant order
+    /// ([`crate::canonical_sums`]).
+    CanonicalSums(SumChunks),
     /// Sets parameter and result shardings.
     Annotate(Annotations),
     /// Chooses shardings for every value not annotated (auto-sharding).
@@ -134,6 +138,7 @@ impl Pass {
     /// Its name (what `--dump-after` takes).
     pub fn name(&self) -> &'static str {
         match self {
+            Pass::CanonicalSums(_) => "canonical_sums",
             Pass::Annotate(_) => "annotate",
             Pass::AutoShard(_) => "autoshard",
             Pass::Propagate(_) => "propagate",
@@ -148,6 +153,7 @@ impl Pass {
 
     fn run(&self, p: Program, mesh: &Mesh) -> Result<Program> {
         Ok(match (self, p) {
+            (Pass::CanonicalSums(chunks), Program::Inlined(f)) => Program::Inlined(canonical_sums(&f, *chunks)?),
             (Pass::Annotate(a), Program::Inlined(mut f)) => {
                 f.annotate(a)?;
                 Program::Inlined(f)
@@ -164,7 +170,7 @@ impl Pass {
                 c(&mut pf.program);
                 Program::Partitioned(pf)
             }
-            (Pass::Annotate(_) | Pass::AutoShard(_) | Pass::Propagate(_), p) => {
+            (Pass::CanonicalSums(_) | Pass::Annotate(_) | Pass::AutoShard(_) | Pass::Propagate(_), p) => {
                 return Err(self.wrong("an inlined function", &p))
             }
             (Pass::Partition, p) => return Err(self.wrong("a sharded function", &p)),

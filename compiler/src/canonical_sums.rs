@@ -1,0 +1,212 @@
+//! Mesh-invariant sums: every float sum in one order that does not depend
+//! on the mesh.
+//!
+//! Why: a sum over a dimension that is split over P devices runs as P local
+//! sums folded in rank order, and float addition is not associative, so the
+//! same program gives other bits on another mesh (about 1e-7 relative per
+//! sum, growing over steps). Reproducible research wants the mesh to be an
+//! implementation detail: `data=8`, `data=2,model=4` and one device should
+//! print the same losses.
+//!
+//! [`canonical_sums`] rewrites every float `reduce` with `sum` and every
+//! float `dot_general` contraction so that its major summed dimension (the
+//! reduced or contracting dimension with the smallest index; size `n`) is
+//! cut into `c = gcd(n, C)` chunks of `n / c` elements (`C`: a power of
+//! two, [`SumChunks`]):
+//!
+//! - each chunk is summed by one op (a `reduce` over the chunk, or a
+//!   `dot_general` with the chunks as a new leading batch dimension), in
+//!   the kernel's own fixed order: the same chunk, same length, on every
+//!   mesh;
+//! - the `c` partial sums are added in a perfect binary tree, level by
+//!   level: `reshape [k] -> [k/2, 2]`, then a sum over the pairs. A sum of
+//!   two numbers is one addition, `a + b`, whichever device computes it.
+//!
+//! A mesh that splits the summed dimension over P devices (P a power of
+//! two dividing `c`) gives each device whole subtrees; propagation moves
+//! the last levels' operands between devices (a reshard) instead of
+//! folding partial sums. So the result is bitwise the same on every such
+//! mesh and on one device. What it does not cover: a split of a summed
+//! dimension other than the major one (for example sequence parallelism
+//! on `[batch, seq]` reductions), or a shard count that does not divide
+//! `c`; those sums are still correct, only not bitwise mesh-invariant.
+//!
+//! The price is paid on every mesh, one device included: `c` partial
+//! results (a `dot_general`'s output is `c` times larger before the tree)
+//! and shorter contractions. Off by default.
+
+use crate::error::{CompilerError, Result};
+use crate::inline::InlinedFunction;
+use std::collections::HashMap;
+use weft_ir::{infer, DotDims, Function, Inst, Module, Op, ReduceOp, TensorType, ValueId};
+
+/// The chunk count `C` of [`canonical_sums`]: a power of two, at least 2.
+/// Every shard count of a summed dimension that should give the same bits
+/// must divide `gcd(n, C)`; 8 covers meshes of up to 8 devices.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SumChunks(usize);
+
+impl SumChunks {
+    /// The default, 8.
+    pub const DEFAULT: SumChunks = SumChunks(8);
+
+    /// `chunks` if it is a power of two of at least 2.
+    pub fn new(chunks: usize) -> Result<SumChunks> {
+        if chunks < 2 || !chunks.is_power_of_two() {
+            return Err(CompilerError::InvalidSumChunks { chunks });
+        }
+        Ok(SumChunks(chunks))
+    }
+
+    /// The chunk count.
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+impl Default for SumChunks {
+    fn default() -> SumChunks {
+        SumChunks::DEFAULT
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// `f` with every float sum in the canonical chunked, tree-added order (see
+/// the module docs). Values keep their names; a rewritten sum's result keeps
+/// its sharding annotation.
+pub fn canonical_sums(f: &InlinedFunction, chunks: SumChunks) -> Result<InlinedFunction> {
+    let f = f.function();
+    let m = Module::new();
+    let mut g = Rewriter { g: Function::new(f.name.clone()), m: &m, chunks: chunks.get() };
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    for &p in &f.params {
+        let v = f.value(p);
+        let np = g.g.add_param(v.name.clone(), v.ty.clone());
+        g.g.values[np.index()].sharding = v.sharding.clone();
+        map.insert(p, np);
+    }
+    for inst in &f.insts {
+        let operands: Vec<ValueId> = inst.operands.iter().map(|o| map[o]).collect();
+        let results = match g.rewrite(inst, &operands)? {
+            Some(v) => vec![v],
+            None => {
+                let tys: Vec<TensorType> = inst.results.iter().map(|&r| f.ty(r).clone()).collect();
+                let id = g.g.add_inst(inst.op.clone(), operands, tys.into_iter().map(|t| (t, None)).collect(), inst.loc);
+                g.g.insts[id.index()].results.clone()
+            }
+        };
+        for (&old, new) in inst.results.iter().zip(results) {
+            let (name, sharding) = (f.value(old).name.clone(), f.value(old).sharding.clone());
+            g.g.values[new.index()].name = name;
+            g.g.values[new.index()].sharding = sharding;
+            map.insert(old, new);
+        }
+    }
+    g.g.results = f.results.iter().map(|r| map[r]).collect();
+    g.g.result_shardings = f.result_shardings.clone();
+    InlinedFunction::new(g.g)
+}
+
+struct Rewriter<'m> {
+    g: Function,
+    m: &'m Module,
+    chunks: usize,
+}
+
+impl Rewriter<'_> {
+    /// Appends `op` on `operands`; its one result.
+    fn emit(&mut self, op: Op, operands: Vec<ValueId>, loc: Option<weft_ir::Loc>) -> Result<ValueId> {
+        let tys: Vec<TensorType> = operands.iter().map(|&o| self.g.ty(o).clone()).collect();
+        let refs: Vec<&TensorType> = tys.iter().collect();
+        let ty = infer(&op, &refs, self.m)
+            .map_err(|message| CompilerError::Internal { stage: "canonical_sums".into(), message })?
+            .remove(0);
+        let id = self.g.add_inst(op, operands, vec![(ty, None)], loc);
+        Ok(self.g.insts[id.index()].results[0])
+    }
+
+    /// `x` with dimension `d` (size `n`) cut into `[c, n / c]`.
+    fn split(&mut self, x: ValueId, d: usize, c: usize, loc: Option<weft_ir::Loc>) -> Result<ValueId> {
+        let mut shape = self.g.ty(x).shape.to_vec();
+        let n = shape[d];
+        shape.splice(d..=d, [c, n / c]);
+        self.emit(Op::Reshape { shape: shape.into() }, vec![x], loc)
+    }
+
+    /// The sum over dimension `d` (a power of two `k`) of `x`, as a tree.
+    fn tree(&mut self, mut x: ValueId, d: usize, loc: Option<weft_ir::Loc>) -> Result<ValueId> {
+        let sum = |dims: Vec<usize>| Op::Reduce { op: ReduceOp::Sum, dims };
+        while self.g.ty(x).shape[d] > 2 {
+            let k = self.g.ty(x).shape[d];
+            let pairs = self.split(x, d, k / 2, loc)?;
+            x = self.emit(sum(vec![d + 1]), vec![pairs], loc)?;
+        }
+        self.emit(sum(vec![d]), vec![x], loc)
+    }
+
+    /// The chunk count for a summed dimension of size `n` (1: leave it).
+    fn count(&self, n: usize) -> usize {
+        gcd(n, self.chunks)
+    }
+
+    /// The canonical form of `inst`'s one result, or `None` to copy it.
+    fn rewrite(&mut self, inst: &Inst, operands: &[ValueId]) -> Result<Option<ValueId>> {
+        match &inst.op {
+            Op::Reduce { op: ReduceOp::Sum, dims } if self.g.ty(operands[0]).dtype.is_float() => {
+                let Some(&d) = dims.first() else { return Ok(None) };
+                let c = self.count(self.g.ty(operands[0]).shape[d]);
+                if c < 2 {
+                    return Ok(None);
+                }
+                // Dims before `d` are kept, so the chunk index lands at `d`.
+                let x = self.split(operands[0], d, c, inst.loc)?;
+                let inner: Vec<usize> = dims.iter().map(|&e| e + 1).collect();
+                let partial = self.emit(Op::Reduce { op: ReduceOp::Sum, dims: inner }, vec![x], inst.loc)?;
+                self.tree(partial, d, inst.loc).map(Some)
+            }
+            Op::DotGeneral(dims) if self.g.ty(operands[0]).dtype.is_float() => {
+                let Some(j) = (0..dims.lhs_contract.len()).min_by_key(|&j| dims.lhs_contract[j]) else {
+                    return Ok(None);
+                };
+                let (a, b) = (dims.lhs_contract[j], dims.rhs_contract[j]);
+                let c = self.count(self.g.ty(operands[0]).shape[a]);
+                if c < 2 {
+                    return Ok(None);
+                }
+                let lhs = self.split(operands[0], a, c, inst.loc)?;
+                let rhs = self.split(operands[1], b, c, inst.loc)?;
+                // Old dims after the split one move up by one.
+                let shift = |at: usize| move |&d: &usize| if d >= at { d + 1 } else { d };
+                let chunked = DotDims {
+                    lhs_batch: std::iter::once(a).chain(dims.lhs_batch.iter().map(shift(a))).collect(),
+                    rhs_batch: std::iter::once(b).chain(dims.rhs_batch.iter().map(shift(b))).collect(),
+                    lhs_contract: dims.lhs_contract.iter().map(shift(a)).collect(),
+                    rhs_contract: dims.rhs_contract.iter().map(shift(b)).collect(),
+                };
+                let partial = self.emit(Op::DotGeneral(chunked), vec![lhs, rhs], inst.loc)?;
+                self.tree(partial, 0, inst.loc).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// `m` with function `entry` inlined and put in the mesh-invariant order
+/// (the other functions unchanged): for callers that run the function
+/// without the pass pipeline too, such as the unsharded interpreter, which
+/// must sum in the same order as every mesh.
+pub fn canonical_sums_in(m: &Module, entry: &str, chunks: SumChunks) -> Result<Module> {
+    let f = canonical_sums(&crate::inline::inline(m, entry)?, chunks)?;
+    let mut out = m.clone();
+    if let Some(slot) = out.function_mut(entry) {
+        *slot = f.function().clone();
+    }
+    Ok(out)
+}
