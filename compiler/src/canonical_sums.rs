@@ -9,15 +9,19 @@
 //! print the same losses.
 //!
 //! [`canonical_sums`] rewrites every float `reduce` with `sum` and every
-//! float `dot_general` contraction so that its major summed dimension (the
-//! reduced or contracting dimension with the smallest index; size `n`) is
-//! cut into `c = gcd(n, C)` chunks of `n / c` elements (`C`: a power of
-//! two, [`SumChunks`]):
+//! float `dot_general` so that a summed dimension of size `n` is cut into
+//! `c = gcd(n, C)` chunks of `n / c` elements (`C`: a power of two,
+//! [`SumChunks`]) — every summed dimension of a `reduce` (a weight's
+//! `sum(g * g)` is split on its minor dimension under TP, on its major one
+//! under FSDP), and the major contracting dimension of a `dot_general` (the
+//! one with the smallest lhs index: the batch of a weight gradient, the
+//! heads or hidden units of a Megatron contraction; chunking them all would
+//! multiply the partial results):
 //!
-//! - each chunk is summed by one op (a `reduce` over the chunk, or a
-//!   `dot_general` with the chunks as a new leading batch dimension), in
-//!   the kernel's own fixed order: the same chunk, same length, on every
-//!   mesh;
+//! - the chunks are summed by one op (a `reduce` keeping the chunk index,
+//!   or a `dot_general` with the chunks as a new leading batch dimension),
+//!   in the kernel's own fixed order: the same chunk, same length, on
+//!   every mesh;
 //! - the `c` partial sums are added in a perfect binary tree, level by
 //!   level: `reshape [k] -> [k/2, 2]`, then a sum over the pairs. A sum of
 //!   two numbers is one addition, `a + b`, whichever device computes it.
@@ -26,10 +30,11 @@
 //! two dividing `c`) gives each device whole subtrees; propagation moves
 //! the last levels' operands between devices (a reshard) instead of
 //! folding partial sums. So the result is bitwise the same on every such
-//! mesh and on one device. What it does not cover: a split of a summed
-//! dimension other than the major one (for example sequence parallelism
-//! on `[batch, seq]` reductions), or a shard count that does not divide
-//! `c`; those sums are still correct, only not bitwise mesh-invariant.
+//! mesh and on one device. What it does not cover: a split of a
+//! contracting dimension other than the major one (for example sequence
+//! parallelism of a `[batch, seq]` contraction), or a shard count that
+//! does not divide `c`; those sums are still correct, only not bitwise
+//! mesh-invariant.
 //!
 //! The price is paid on every mesh, one device included: `c` partial
 //! results (a `dot_general`'s output is `c` times larger before the tree)
@@ -160,16 +165,43 @@ impl Rewriter<'_> {
     fn rewrite(&mut self, inst: &Inst, operands: &[ValueId]) -> Result<Option<ValueId>> {
         match &inst.op {
             Op::Reduce { op: ReduceOp::Sum, dims } if self.g.ty(operands[0]).dtype.is_float() => {
-                let Some(&d) = dims.first() else { return Ok(None) };
-                let c = self.count(self.g.ty(operands[0]).shape[d]);
-                if c < 2 {
+                // Every summed dimension is chunked: a weight's `sum(g * g)`
+                // is split over `model` on its minor dimension under TP and
+                // over `data` on its major one under FSDP.
+                let shape = self.g.ty(operands[0]).shape.clone();
+                let counts: Vec<usize> = dims.iter().map(|&d| self.count(shape[d])).collect();
+                if counts.iter().all(|&c| c < 2) {
                     return Ok(None);
                 }
-                // Dims before `d` are kept, so the chunk index lands at `d`.
-                let x = self.split(operands[0], d, c, inst.loc)?;
-                let inner: Vec<usize> = dims.iter().map(|&e| e + 1).collect();
-                let partial = self.emit(Op::Reduce { op: ReduceOp::Sum, dims: inner }, vec![x], inst.loc)?;
-                self.tree(partial, d, inst.loc).map(Some)
+                let (mut split_shape, mut inner, mut chunk_at) = (Vec::new(), Vec::new(), Vec::new());
+                let mut kept = 0;
+                for (d, &n) in shape.iter().enumerate() {
+                    match dims.iter().position(|&e| e == d) {
+                        None => {
+                            split_shape.push(n);
+                            kept += 1;
+                        }
+                        Some(i) if counts[i] >= 2 => {
+                            // The chunk index stays, among the kept dims.
+                            chunk_at.push(kept);
+                            kept += 1;
+                            split_shape.extend([counts[i], n / counts[i]]);
+                            inner.push(split_shape.len() - 1);
+                        }
+                        Some(_) => {
+                            split_shape.push(n);
+                            inner.push(split_shape.len() - 1);
+                        }
+                    }
+                }
+                let x = self.emit(Op::Reshape { shape: split_shape }, vec![operands[0]], inst.loc)?;
+                let mut partial = self.emit(Op::Reduce { op: ReduceOp::Sum, dims: inner }, vec![x], inst.loc)?;
+                // The minor chunk dimension first: removing it leaves the
+                // positions of the others as they are.
+                for &at in chunk_at.iter().rev() {
+                    partial = self.tree(partial, at, inst.loc)?;
+                }
+                Ok(Some(partial))
             }
             Op::DotGeneral(dims) if self.g.ty(operands[0]).dtype.is_float() => {
                 let Some(j) = (0..dims.lhs_contract.len()).min_by_key(|&j| dims.lhs_contract[j]) else {
