@@ -13,10 +13,20 @@
 //! oracle for the pipeline itself.
 //!
 //! Gradients are accumulated on the host in microbatch order
-//! (`g0 + g1 + …`, f32 additions), the loss likewise, the global norm from
-//! every stage's squares in parameter order, so a pipelined step equals the
-//! unpipelined accumulating step up to the order of additions inside the
-//! backward (bitwise where it is the same).
+//! (`g0 + g1 + …`, f32 additions in place into the first microbatch's
+//! gradients), the loss likewise, the global norm from every stage's
+//! squares in parameter order, so a pipelined step equals the unpipelined
+//! accumulating step up to the order of additions inside the backward
+//! (bitwise where it is the same).
+//!
+//! Each stage thread also runs its stage's squares and optimizer update
+//! after its last backward, so the stages' updates run concurrently. The
+//! driver sums the squares in stage order into the global norm and hands it
+//! to the stages whose update reads it (clipping by the global norm); a
+//! stage whose update does not read it updates without waiting for the
+//! other stages. Either way each stage's update is a function of its own
+//! state, gradients and the norm: the result does not depend on the order
+//! in which the threads run.
 
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -82,13 +92,24 @@ impl Compiled {
         }
     }
 
-    fn run(&mut self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    /// Runs on whole host tensors. On a one-device sub-mesh the inputs
+    /// are moved to the device and its outputs are the results (no block
+    /// is cut or assembled, so nothing is copied on the way).
+    fn run(&mut self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
         match self {
-            Compiled::Interp(m, name) => Ok(weft_ir::interp::run(m, name, inputs)?),
-            Compiled::Sim(pf) => Ok(pf.run(inputs, super::MAX_SIMULATED_DEVICES)?),
+            Compiled::Interp(m, name) => Ok(weft_ir::interp::run(m, name, &inputs)?),
+            Compiled::Sim(pf) => Ok(pf.run(&inputs, super::MAX_SIMULATED_DEVICES)?),
             Compiled::Devices(pf, exe) => {
-                let per = pf.shard_inputs(inputs)?;
-                let outs = exe.run(per)?;
+                let one = pf.mesh.num_devices() == 1;
+                // Wrong inputs take the sharding path, which names them.
+                let whole = one
+                    && inputs.len() == pf.inputs.len()
+                    && pf.inputs.iter().zip(&inputs).all(|(g, t)| t.has_type(&g.ty));
+                let per = if whole { vec![inputs] } else { pf.shard_inputs(&inputs)? };
+                let mut outs = exe.run(per)?;
+                if one && outs.len() == 1 && outs[0].len() == pf.outputs.len() {
+                    return Ok(outs.pop().expect("one device"));
+                }
                 Ok(pf.unshard_outputs(outs)?)
             }
         }
@@ -105,6 +126,15 @@ struct Stage {
     /// Parameters, then slots (slot-major), as `update` takes them.
     params: Vec<HostTensor>,
     slots: Vec<HostTensor>,
+    /// Whether `update` reads its `norm` input (clipping by the global
+    /// norm): the stage's update then waits for every stage's squares.
+    update_reads_norm: bool,
+}
+
+/// Whether `f` reads its parameter `i` (an instruction's operand or a
+/// result).
+fn reads_param(f: &Function, i: usize) -> bool {
+    f.params.get(i).is_some_and(|&v| f.results.contains(&v) || f.insts.iter().any(|inst| inst.operands.contains(&v)))
 }
 
 /// What a stage thread sends to a neighbour: a microbatch and its tensors.
@@ -116,6 +146,8 @@ type Link = (Option<Sender<Msg>>, Option<Receiver<Msg>>);
 /// What a stage's run of one step produced.
 struct StageRun {
     grads: Vec<HostTensor>,
+    /// The learning rate its update used (once it has run).
+    lr: f32,
     /// Per microbatch (last stage only): loss and auxiliary metrics.
     outputs: Vec<Vec<HostTensor>>,
     events: Vec<TraceEvent>,
@@ -160,17 +192,18 @@ fn rows(t: &HostTensor, m: usize, k: usize) -> Result<HostTensor> {
     Ok(HostTensor::from_bytes_le(&weft_ir::TensorType::new(ty.dtype, shape), &bytes[m * per..(m + 1) * per])?)
 }
 
-/// `a + b` for f32 tensors (IEEE single additions, as the IR's `add`).
-fn add(a: &HostTensor, b: &HostTensor) -> Result<HostTensor> {
-    match (a.as_f32(), b.as_f32()) {
-        (Some(x), Some(y)) => {
-            let v: Vec<f32> = x.iter().zip(y.iter()).map(|(p, q)| p + q).collect();
-            Ok(HostTensor::from_f32(a.shape(), v)?)
+/// `acc += b` for f32 tensors of one shape, element by element in place
+/// (IEEE single additions, as the IR's `add`).
+fn add_into(acc: &mut HostTensor, b: &HostTensor) -> Result<()> {
+    match (&mut *acc, b) {
+        (HostTensor::F32(x), HostTensor::F32(y)) if x.shape() == y.shape() => {
+            x.zip_mut_with(y, |p, q| *p += *q);
+            Ok(())
         }
         _ => Err(Error::Usage(format!(
-            "pipeline stages accumulate f32 gradients and losses, got {} and {}",
-            a.dtype(),
-            b.dtype()
+            "pipeline stages accumulate f32 gradients and losses of one shape, got {} and {}",
+            acc.ty(),
+            b.ty()
         ))),
     }
 }
@@ -201,7 +234,9 @@ impl PipelineExecutor {
         let clock = Instant::now();
         let mut stages = Vec::with_capacity(staged.stages.len());
         for fns in &staged.stages {
+            let norm = fns.update.params.len().saturating_sub(1);
             stages.push(Stage {
+                update_reads_norm: reads_param(&fns.update, norm),
                 forward: Compiled::new(&fns.forward, sub_mesh, backend, auto)?,
                 backward: Compiled::new(&fns.backward, sub_mesh, backend, auto)?,
                 square: Compiled::new(&fns.square, sub_mesh, backend, auto)?,
@@ -375,45 +410,51 @@ impl PipelineExecutor {
         let micro = &micro;
         let lock = std::sync::Mutex::new(());
         let serial = self.serial.then_some(&lock);
-        let runs: Vec<Result<StageRun>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = self
-                .stages
-                .iter_mut()
-                .zip(fwd.into_iter().zip(bwd))
+        let step = &self.step;
+        // Each stage sends its squares; the stages whose update reads the
+        // global norm receive it.
+        let (sq_tx, sq_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Vec<f32>>()).unzip();
+        let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<f32>()).unzip();
+        let (runs, norm): (Vec<StageResult>, Option<f32>) = std::thread::scope(|sc| {
+            let handles: Vec<_> = (self.stages.iter_mut().zip(fwd.into_iter().zip(bwd)))
+                .zip(sq_tx.into_iter().zip(norm_rx))
                 .enumerate()
-                .map(|(s, (st, (f, b)))| {
+                .map(|(s, ((st, (f, b)), (sq, nr)))| {
                     let prog = stage_program(pc.schedule, s_n, k, s);
-                    sc.spawn(move || run_stage(s, st, &prog.ops, micro, f, b, start, serial))
+                    sc.spawn(move || {
+                        let run = run_stage(s, st, &prog.ops, micro, f, b, start, serial)?;
+                        finish_stage(s, st, run, step, &sq, &nr, serial)
+                    })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Usage("a stage thread panicked".into()))))
-                .collect()
-        });
-        let runs: Vec<StageRun> = runs.into_iter().collect::<Result<_>>()?;
-        // The global norm from every stage's squares, in parameter order.
-        let mut total = 0.0f32;
-        for (st, run) in self.stages.iter_mut().zip(&runs) {
-            for sq in st.square.run(&run.grads)? {
-                total += scalar_f32(&sq);
+            // The global norm from every stage's squares, in parameter order.
+            let mut total = Some(0.0f32);
+            for rx in &sq_rx {
+                match (rx.recv(), total.as_mut()) {
+                    (Ok(sq), Some(t)) => sq.iter().for_each(|x| *t += x),
+                    _ => total = None,
+                }
             }
-        }
-        let norm = total.sqrt();
-        let norm_t = HostTensor::from_f32(&[], vec![norm])?;
-        let mut lr = f32::NAN;
-        for (st, run) in self.stages.iter_mut().zip(&runs) {
-            let mut args = st.params.clone();
-            args.extend(st.slots.iter().cloned());
-            args.push(self.step.clone());
-            args.extend(run.grads.iter().cloned());
-            args.push(norm_t.clone());
-            let mut out = st.update.run(&args)?;
-            lr = scalar_f32(&out.pop().expect("lr"));
-            let np = st.params.len();
-            st.slots = out.split_off(np);
-            st.params = out;
-        }
+            let norm = total.map(f32::sqrt);
+            if let Some(n) = norm {
+                for tx in &norm_tx {
+                    // A stage that does not wait for the norm has hung up.
+                    let _ = tx.send(n);
+                }
+            }
+            drop(norm_tx);
+            let runs = handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| Err(StageError::Own(Error::Usage("a stage thread panicked".into()))))
+                })
+                .collect();
+            (runs, norm)
+        });
+        let runs = first_error(runs)?;
+        // Every stage that ran sent its squares.
+        let norm = norm.ok_or_else(|| Error::Usage("pipeline: a stage sent no squares".into()))?;
+        let lr = runs.last().map_or(f32::NAN, |r| r.lr);
         self.step = HostTensor::from_i32(&[], vec![self.step.to_f64_vec()[0] as i32 + 1])?;
         // Loss and auxiliary metrics: summed in microbatch order, then the mean.
         let outs = &runs[s_n - 1].outputs;
@@ -422,7 +463,7 @@ impl PipelineExecutor {
         for (i, name) in names.iter().enumerate() {
             let mut acc = outs[0][i].clone();
             for o in &outs[1..] {
-                acc = add(&acc, &o[i])?;
+                add_into(&mut acc, &o[i])?;
             }
             let v = scalar_f32(&acc);
             let v = if k > 1 { v * (1.0 / k as f64) as f32 } else { v };
@@ -472,8 +513,10 @@ fn run_stage(
     bwd: Link,
     start: Instant,
     serial: Option<&std::sync::Mutex<()>>,
-) -> Result<StageRun> {
-    let lost = |what: &str| Error::Usage(format!("pipeline stage {s}: the neighbouring stage stopped before {what}"));
+) -> std::result::Result<StageRun, StageError> {
+    let lost = |what: &str| {
+        StageError::Stopped(Error::Usage(format!("pipeline stage {s}: the neighbouring stage stopped before {what}")))
+    };
     let mut stash: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
     let mut out_acts: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
     let mut cots: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
@@ -504,7 +547,7 @@ fn run_stage(
                 let t0 = now();
                 let mut args = st.params.clone();
                 args.extend(stash[&m].iter().cloned());
-                let outs = st.forward.run(&args)?;
+                let outs = st.forward.run(args)?;
                 events.push(TraceEvent {
                     stage: s,
                     task: Task { phase: Phase::Forward, micro: m },
@@ -540,7 +583,7 @@ fn run_stage(
                 held -= bytes_of(&stashed) + bytes_of(&cot);
                 args.extend(stashed);
                 args.extend(cot);
-                let mut outs = st.backward.run(&args)?;
+                let mut outs = st.backward.run(args)?;
                 events.push(TraceEvent {
                     stage: s,
                     task: Task { phase: Phase::Backward, micro: m },
@@ -553,10 +596,14 @@ fn run_stage(
                     let c = rest.split_off(np);
                     (rest, c)
                 };
-                grads = Some(match grads {
-                    None => g,
-                    Some(acc) => acc.iter().zip(&g).map(|(a, b)| add(a, b)).collect::<Result<_>>()?,
-                });
+                match grads.as_mut() {
+                    None => grads = Some(g),
+                    Some(acc) => {
+                        for (a, b) in acc.iter_mut().zip(&g) {
+                            add_into(a, b)?;
+                        }
+                    }
+                }
                 if s > 0 {
                     held += bytes_of(&c);
                     held_peak = held_peak.max(held);
@@ -570,7 +617,77 @@ fn run_stage(
             }
         }
     }
-    Ok(StageRun { grads: grads.unwrap_or_default(), outputs, events, held_peak })
+    Ok(StageRun { grads: grads.unwrap_or_default(), lr: f32::NAN, outputs, events, held_peak })
+}
+
+/// Why a stage thread stopped.
+enum StageError {
+    /// Its own error.
+    Own(Error),
+    /// Another thread stopped first (a neighbour or the driver hung up).
+    Stopped(Error),
+}
+
+impl From<Error> for StageError {
+    fn from(e: Error) -> StageError {
+        StageError::Own(e)
+    }
+}
+
+type StageResult = std::result::Result<StageRun, StageError>;
+
+/// The runs, or the first stage's own error (the cause), else the first
+/// error.
+fn first_error(runs: Vec<StageResult>) -> Result<Vec<StageRun>> {
+    if runs.iter().all(|r| r.is_ok()) {
+        return Ok(runs.into_iter().filter_map(|r| r.ok()).collect());
+    }
+    let mut stopped = None;
+    for r in runs {
+        match r {
+            Err(StageError::Own(e)) => return Err(e),
+            Err(StageError::Stopped(e)) => {
+                stopped.get_or_insert(e);
+            }
+            Ok(_) => {}
+        }
+    }
+    Err(stopped.expect("some stage failed"))
+}
+
+/// After its last backward: the stage's squares (sent to the driver for
+/// the global norm), then its optimizer update, with the norm from the
+/// driver when the update reads it. Updates the stage's parameters and
+/// slots; the run's gradients are consumed.
+fn finish_stage(
+    s: usize,
+    st: &mut Stage,
+    mut run: StageRun,
+    step: &HostTensor,
+    squares: &Sender<Vec<f32>>,
+    norm: &Receiver<f32>,
+    serial: Option<&std::sync::Mutex<()>>,
+) -> StageResult {
+    let stopped = || StageError::Stopped(Error::Usage(format!("pipeline stage {s}: another stage stopped")));
+    let sq = {
+        let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+        st.square.run(run.grads.clone())?
+    };
+    squares.send(sq.iter().map(scalar_f32).collect()).map_err(|_| stopped())?;
+    // Not read by the update when it does not wait for it.
+    let n = if st.update_reads_norm { norm.recv().map_err(|_| stopped())? } else { f32::NAN };
+    let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut args = st.params.clone();
+    args.extend(st.slots.iter().cloned());
+    args.push(step.clone());
+    args.append(&mut run.grads);
+    args.push(HostTensor::from_f32(&[], vec![n]).map_err(Error::from)?);
+    let mut out = st.update.run(args)?;
+    run.lr = scalar_f32(&out.pop().expect("lr"));
+    let np = st.params.len();
+    st.slots = out.split_off(np);
+    st.params = out;
+    Ok(run)
 }
 
 impl super::Executor for PipelineExecutor {
@@ -613,3 +730,6 @@ pub use session::{
     pipeline_executor, plan_report, prepare_pipeline, report, run_pipeline_session, train_cli, PipelineReport,
     PipelineRun,
 };
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,107 @@
+//! Unit tests of the pipeline driver's pieces: in-place accumulation, the
+//! root cause among the stage threads' errors, which updates wait for the
+//! global norm, and the one-device path of a compiled stage function.
+
+use super::*;
+use crate::runner::{Overrides, RunConfig};
+
+const MLP: &str = "steps = 1\nseed = 5\n[model]\nkind = \"mlp\"\nlayers = 4\nd = 8\nh = 16\nbatch = 8\n[optimizer]\nkind = \"sgd\"\nlr = 0.05\n";
+
+/// An executor of the MLP on `stage=2` (2 microbatches) and its state.
+fn executor(optimizer_extra: &str, backend: &str) -> (PipelineExecutor, Tree) {
+    let mut c = RunConfig::from_toml(&format!("{MLP}{optimizer_extra}")).unwrap();
+    c.mesh = Some("stage=2".into());
+    c.pipeline = Some(toml::from_str("stages = 2\nmicrobatches = 2").unwrap());
+    let mesh = crate::runner::validate::validate(&c).unwrap();
+    let (p, staged, sub) = session::prepare_pipeline(&c, &mesh, &Overrides::default()).unwrap();
+    let mut exec = PipelineExecutor::new(staged, &sub, backend).unwrap();
+    let state = p.step.init_state(&p.params, c.seed, 1.0).unwrap();
+    exec.load_tree(&state).unwrap();
+    (exec, state)
+}
+
+#[test]
+fn add_into_sums_in_place_and_names_mismatches() {
+    let mut a = HostTensor::from_f32(&[2, 2], vec![1.0, 2.0, 3.0, 1e8]).unwrap();
+    let b = HostTensor::from_f32(&[2, 2], vec![0.5, -2.0, 0.25, 1.0]).unwrap();
+    add_into(&mut a, &b).unwrap();
+    let want: Vec<f32> = vec![1.0f32 + 0.5, 0.0, 3.25, 1e8f32 + 1.0];
+    assert!(a.bitwise_eq(&HostTensor::from_f32(&[2, 2], want).unwrap()));
+    let other_shape = HostTensor::from_f32(&[4], vec![0.0; 4]).unwrap();
+    assert!(matches!(add_into(&mut a, &other_shape), Err(Error::Usage(m)) if m.contains("[4]")));
+    let ints = HostTensor::from_i32(&[2, 2], vec![0; 4]).unwrap();
+    assert!(matches!(add_into(&mut a, &ints), Err(Error::Usage(m)) if m.contains("i32")));
+}
+
+#[test]
+fn a_stage_that_failed_is_reported_before_the_stages_it_stopped() {
+    let stopped = |m: &str| Err(StageError::Stopped(Error::Usage(m.into())));
+    let own = |m: &str| Err(StageError::Own(Error::Usage(m.into())));
+    let msg = |r: Result<Vec<StageRun>>| match r {
+        Err(Error::Usage(m)) => m,
+        _ => panic!("expected an error"),
+    };
+    assert_eq!(msg(first_error(vec![stopped("neighbour"), own("cause"), stopped("driver")])), "cause");
+    assert_eq!(msg(first_error(vec![stopped("first"), stopped("second")])), "first");
+    let ok = StageRun { grads: Vec::new(), lr: 0.5, outputs: Vec::new(), events: Vec::new(), held_peak: 0 };
+    assert_eq!(first_error(vec![Ok(ok)]).unwrap()[0].lr, 0.5);
+}
+
+#[test]
+fn only_updates_that_clip_by_the_global_norm_wait_for_it() {
+    let (exec, _) = executor("", "interp");
+    assert!(exec.stages.iter().all(|st| !st.update_reads_norm));
+    let (exec, _) = executor("clip = 0.5\n", "interp");
+    assert!(exec.stages.iter().all(|st| st.update_reads_norm));
+}
+
+/// Runs stage 0's squares and update with a driver that never sends the
+/// norm (its end of the channel is closed).
+fn finish_without_norm(exec: &mut PipelineExecutor) -> (StageResult, Vec<f32>) {
+    let st = &mut exec.stages[0];
+    let grads = st.params.clone();
+    let run = StageRun { grads, lr: f32::NAN, outputs: Vec::new(), events: Vec::new(), held_peak: 0 };
+    let (sq_tx, sq_rx) = channel();
+    let (norm_tx, norm_rx) = channel::<f32>();
+    drop(norm_tx);
+    let r = finish_stage(0, st, run, &exec.step, &sq_tx, &norm_rx, None);
+    (r, sq_rx.recv().unwrap())
+}
+
+#[test]
+fn a_stage_updates_without_the_norm_unless_its_update_reads_it() {
+    let (mut exec, state) = executor("", "interp");
+    let (r, squares) = finish_without_norm(&mut exec);
+    assert_eq!(squares.len(), exec.stages[0].params.len());
+    assert!(squares.iter().all(|s| s.is_finite() && *s > 0.0));
+    assert_eq!(r.ok().map(|r| r.lr), Some(0.05));
+    // SGD moved every parameter of the stage.
+    let names = &exec.stages[0].fns.params;
+    assert!(names.iter().zip(&exec.stages[0].params).all(|(n, p)| !p.bitwise_eq(&state[n])));
+
+    let (mut exec, state) = executor("clip = 0.5\n", "interp");
+    let (r, _) = finish_without_norm(&mut exec);
+    assert!(matches!(r, Err(StageError::Stopped(_))));
+    // The stage kept its state.
+    let names = &exec.stages[0].fns.params;
+    assert!(names.iter().zip(&exec.stages[0].params).all(|(n, p)| p.bitwise_eq(&state[n])));
+}
+
+#[test]
+fn a_one_device_stage_function_names_wrong_inputs() {
+    let (mut exec, _) = executor("", "cpu");
+    let st = &mut exec.stages[0];
+    // The squares of the parameters themselves, moved in and out: as the
+    // interpreter computes them.
+    let sq = st.square.run(st.params.clone()).unwrap();
+    let m = Module { functions: vec![st.fns.square.clone()] };
+    let want = weft_ir::interp::run(&m, &st.fns.square.name, &st.params).unwrap();
+    assert_eq!(sq.len(), st.params.len());
+    for (g, w) in sq.iter().zip(&want) {
+        assert!((scalar_f32(g) - scalar_f32(w)).abs() <= 1e-5 * scalar_f32(w).abs(), "{g:?} vs {w:?}");
+    }
+    assert!(st.square.run(Vec::new()).is_err());
+    let mut wrong = st.params.clone();
+    wrong[0] = HostTensor::from_f32(&[1], vec![0.0]).unwrap();
+    assert!(st.square.run(wrong).is_err());
+}
