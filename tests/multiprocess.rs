@@ -4,7 +4,10 @@
 //! too many processes, a hung rank and a killed rank give named errors and
 //! leave nothing behind, and the restarted job equals the uninterrupted one;
 //! a `[data]` run reads in each process only the rows of the batch its
-//! devices need and gives the one-process metrics, validation included.
+//! devices need and gives the one-process metrics, validation included;
+//! `--reduction fast` (MPI's own sums) trains within rounding of the
+//! deterministic default, which stays bitwise one process, and a bad mode
+//! is a named error.
 //!
 //! Needs `mpirun` (Open MPI: `apt-get install openmpi-bin libopenmpi-dev
 //! libclang-dev`) and a weft built with `--features mpi` (the README's test
@@ -460,4 +463,85 @@ fn data_runs_read_only_their_rows_and_equal_one_process() {
             assert_eq!(trace, expect, "{mesh} on {n} processes: each process reads only its devices' rows");
         }
     }
+}
+
+/// Every number of every metrics line (`name@step` to value).
+fn metric_values(p: &Path) -> Vec<(String, f64)> {
+    let text = String::from_utf8(read(p)).unwrap();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let step = v["step"].as_u64().unwrap();
+        for (k, x) in v.as_object().unwrap() {
+            out.push((format!("{k}@{step}"), x.as_f64().unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn fast_reduction_trains_close_to_the_deterministic_run() {
+    let Some(_) = mpirun_or_skip("fast_reduction_trains_close_to_the_deterministic_run") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    // Two devices per process, so the local fold and MPI's sum group the
+    // four contributions differently from the rank-order fold; dp sums
+    // gradients by all-reduce, fsdp and zero2 by reduce-scatter.
+    let cases = [
+        ("examples/configs/mlp.toml", "dp", "data=4"),
+        ("examples/configs/mlp.toml", "fsdp", "data=4"),
+        ("examples/configs/gpt.toml", "zero2", "data=4"),
+    ];
+    for (config, strategy, mesh) in cases {
+        let run = |n: usize, mode: Option<&str>| {
+            let name = format!("{}-{strategy}-{n}-{}", config.replace('/', "_"), mode.unwrap_or("default"));
+            let dir = tmp.path().join(name);
+            let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
+            let mut args =
+                vec!["--steps", "8", "--mesh", mesh, "--strategy", strategy, "--metrics", m.to_str().unwrap()];
+            args.extend(["--checkpoint-dir", k.to_str().unwrap()]);
+            if let Some(mode) = mode {
+                args.extend(["--reduction", mode]);
+            }
+            let o = train(n, config, &args, &[]);
+            ok(&o, &format!("{config} {strategy} on {n} processes, reduction {mode:?}"));
+            (m, String::from_utf8_lossy(&o.stdout).into_owned())
+        };
+        let (one, _) = run(0, None);
+        // The default and the named deterministic mode: bitwise one process.
+        for mode in [None, Some("deterministic")] {
+            let (m, out) = run(2, mode);
+            assert!(out.contains("reductions deterministic"), "the banner names the mode:\n{out}");
+            assert!(read(&m) == read(&one), "{config} {strategy}, reduction {mode:?}: not bitwise one process");
+        }
+        let (fast, out) = run(2, Some("fast"));
+        assert!(out.contains("reductions fast"), "the banner names the mode:\n{out}");
+        let (want, got) = (metric_values(&one), metric_values(&fast));
+        assert_eq!(want.len(), got.len(), "{config} {strategy}: the same metrics");
+        let mut worst = 0f64;
+        for ((k, a), (k2, b)) in want.iter().zip(&got) {
+            assert_eq!(k, k2);
+            let rel = (a - b).abs() / a.abs().max(b.abs()).max(1e-30);
+            assert!(rel <= 1e-4, "{config} {strategy}: {k} is {b} in the fast mode, {a} in one process");
+            worst = worst.max(rel);
+        }
+        eprintln!("{config} {strategy} on {mesh}: fast mode within {worst:.2e} (relative) of one process");
+    }
+}
+
+#[test]
+fn a_bad_reduction_mode_is_a_named_error() {
+    // No mpirun needed: the mode is checked before anything starts.
+    let o = train(0, "examples/configs/mlp.toml", &["--steps", "2", "--reduction", "fastest"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("reduction (--reduction) = `fastest`"), "{err}");
+    assert!(err.contains("`deterministic`, `fast`"), "{err}");
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("quick.toml");
+    let text = std::fs::read_to_string(root().join("examples/configs/mlp.toml")).unwrap();
+    std::fs::write(&cfg, text.replacen("strategy = \"dp\"", "strategy = \"dp\"\nreduction = \"quick\"", 1)).unwrap();
+    let o = train(0, cfg.to_str().unwrap(), &["--steps", "2"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("reduction (--reduction) = `quick`"), "{err}");
 }

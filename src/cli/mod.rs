@@ -182,6 +182,12 @@ pub struct TrainArgs {
     /// Worker threads for a runtime backend (default: one per core for cpu, one per device for GPUs)
     #[arg(long)]
     pub threads: Option<usize>,
+    /// How a multi-process run sums across processes: deterministic
+    /// (default; exchanged and folded in rank order, bitwise the
+    /// one-process run) or fast (MPI's own reductions for f32/f64 sums,
+    /// not bitwise reproducible).
+    #[arg(long)]
+    pub reduction: Option<String>,
     /// Seed.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -233,6 +239,7 @@ impl TrainArgs {
             strategy: self.strategy,
             backend: self.backend,
             threads: self.threads,
+            reduction: self.reduction,
             seed: self.seed,
             checkpoint_dir: self.checkpoint_dir,
             checkpoint_every: self.checkpoint_every,

@@ -6,6 +6,7 @@
 //! mesh = "data=2,model=4"     # default: a single device
 //! strategy = "dp"             # none|dp|tp|fsdp|fsdp_tp|zero1|zero2|zero3
 //! backend = "cpu"             # cpu (simulated devices) | interp (unsharded oracle)
+//! reduction = "deterministic" # or "fast": MPI's own sums across processes (not bitwise reproducible)
 //! metrics = "runs/mlp/metrics.jsonl"
 //!
 //! [model]
@@ -65,6 +66,11 @@ pub struct RunConfig {
     /// Where to append one JSON object per step.
     #[serde(default)]
     pub metrics: Option<PathBuf>,
+    /// How sums across the processes of a multi-process run are combined:
+    /// `deterministic` (default: bitwise the one-process run) or `fast`
+    /// (MPI's own reductions; see `weft_runtime::process::Reduction`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduction: Option<String>,
     /// The memory the run may need (`16GiB`); default `WEFT_MEMORY_LIMIT`,
     /// else the machine's memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]

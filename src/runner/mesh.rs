@@ -154,7 +154,8 @@ impl MeshExecutor {
                 let options = ExecOptions { donate: (0..ns).map(|i| (i, i)).collect(), threads, ..Default::default() };
                 let exe = match processes {
                     Some(p) => {
-                        let comm = ProcessComm::new(p.group().clone(), p.owners(n), p.timeout());
+                        let comm =
+                            ProcessComm::new(p.group().clone(), p.owners(n), p.timeout()).with_reduction(p.reduction());
                         let comm = Box::new(comm);
                         Executable::with_devices(pf.program.clone(), local.clone(), devices.backends, comm, options)?
                     }
@@ -506,13 +507,14 @@ impl Executor for MeshExecutor {
                 let local = &self.local;
                 let owner = match processes {
                     Some(p) => format!(
-                        "process {} of {} owns devices {}..={} ({} of {}, contiguous runs by rank); ",
+                        "process {} of {} owns devices {}..={} ({} of {}, contiguous runs by rank), {}; ",
                         p.rank(),
                         p.size(),
                         local[0],
                         local[local.len() - 1],
                         local.len(),
-                        self.mesh.num_devices()
+                        self.mesh.num_devices(),
+                        p.reduction().describe()
                     ),
                     None => String::new(),
                 };

@@ -46,6 +46,8 @@ pub struct Overrides {
     pub backend: Option<String>,
     /// `--threads`.
     pub threads: Option<usize>,
+    /// `--reduction` (`deterministic` or `fast`).
+    pub reduction: Option<String>,
     /// `--seed`.
     pub seed: Option<u64>,
     /// `--checkpoint-dir`.
@@ -90,6 +92,9 @@ impl Overrides {
         }
         if let Some(t) = self.threads {
             c.threads = Some(t);
+        }
+        if let Some(r) = &self.reduction {
+            c.reduction = Some(r.clone());
         }
         if let Some(s) = self.seed {
             c.seed = s;

@@ -12,6 +12,12 @@
 //! Process 0 writes the metrics, the run manifest and the checkpoint
 //! manifest; every process writes the checkpoint blocks its devices hold.
 //!
+//! Sums across processes can instead take MPI's own reductions
+//! (`reduction = "fast"`, `--reduction fast`; [`Reduction`]): faster, and
+//! still the same on every process, but not bitwise the one-process run.
+//! The mode is part of the config, so every process checks that the
+//! others run the same one.
+//!
 //! A process that fails stops the whole job (`MPI_Abort`), so none is left
 //! waiting; a process that dies or hangs is noticed by the others within
 //! the collective timeout (`WEFT_COLLECTIVE_TIMEOUT`, seconds), whose
@@ -21,7 +27,7 @@ use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
-use weft_runtime::process::{check_process_count, device_owners, devices_of_process};
+use weft_runtime::process::{check_process_count, device_owners, devices_of_process, Reduction};
 use weft_runtime::ProcessGroup;
 
 /// How long a process waits for the others by default.
@@ -32,6 +38,7 @@ pub const DEFAULT_PROCESS_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct Processes {
     group: Arc<dyn ProcessGroup>,
     timeout: Duration,
+    reduction: Reduction,
 }
 
 impl std::fmt::Debug for Processes {
@@ -83,7 +90,7 @@ impl Launch {
             let timeout = timeout_from_env()?;
             let (group, session) = weft_runtime::process::MpiGroup::init()?;
             // A world of one (the environment overstated it) runs alone.
-            let processes = (group.size() > 1).then(|| Processes { group: Arc::new(group), timeout });
+            let processes = (group.size() > 1).then(|| Processes::new(Arc::new(group), timeout));
             Ok(Launch { processes, _session: Some(session) })
         }
         #[cfg(not(feature = "mpi"))]
@@ -99,7 +106,19 @@ impl Launch {
 impl Processes {
     /// Processes over any transport (threads in tests, MPI in `weft`).
     pub fn new(group: Arc<dyn ProcessGroup>, timeout: Duration) -> Processes {
-        Processes { group, timeout }
+        Processes { group, timeout, reduction: Reduction::Deterministic }
+    }
+
+    /// These processes with sums across them combined in mode `reduction`
+    /// (default [`Reduction::Deterministic`]).
+    pub fn with_reduction(mut self, reduction: Reduction) -> Processes {
+        self.reduction = reduction;
+        self
+    }
+
+    /// How sums across the processes are combined.
+    pub fn reduction(&self) -> Reduction {
+        self.reduction
     }
 
     /// This process's rank.

@@ -8,6 +8,7 @@ use crate::checkpoint::{Manifest, MeshSpec};
 use crate::error::{Error, Result};
 use weft_compiler::sharding::Mesh;
 use weft_ir::limits::MemoryLimit;
+use weft_runtime::process::Reduction;
 
 /// Errors before anything is built when `--resume` cannot resume: no
 /// checkpoint directory configured, or (without `--resume-or-start`) one
@@ -168,6 +169,14 @@ pub fn run_session_on(
     if let Some(p) = processes {
         let config = serde_json::to_vec(c).unwrap_or_default();
         p.check_same(&[("binary", &super::processes::binary_bytes()), ("config", &config)])?;
+    }
+    // The config's reduction mode, checked by `preflight` (and, being part
+    // of the config, the same in every process).
+    let reduction = c.reduction.as_deref().and_then(Reduction::from_name).unwrap_or_default();
+    let with_mode = processes.map(|p| p.clone().with_reduction(reduction));
+    let processes = with_mode.as_ref();
+    if processes.is_none() && reduction == Reduction::Fast {
+        log(Line::Info("reduction fast: this run has one process, so every sum folds in rank order".into()));
     }
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
     let clock = std::time::Instant::now();

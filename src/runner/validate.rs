@@ -99,6 +99,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "strategy", flag: Some("--strategy"), range: Range::OneOf(&["none", "dp", "tp", "fsdp", "fsdp_tp", "zero1", "zero2", "zero3", "auto"]), default: "`none`", note: "" },
     KeySpec { key: "backend", flag: Some("--backend"), range: Range::OneOf(&["cpu", "cpu-ref", "wgpu", "cuda", "sim", "interp"]), default: "`cpu`", note: "`interp` needs a one-device mesh" },
     KeySpec { key: "threads", flag: Some("--threads"), range: int(1, MAX_DEVICES), default: "one per core (cpu), one per device (GPU)", note: "" },
+    KeySpec { key: "reduction", flag: Some("--reduction"), range: Range::OneOf(&weft_runtime::process::Reduction::NAMES), default: "`deterministic`", note: "several processes only: `fast` sums f32/f64 across processes with MPI's own reductions (not bitwise reproducible)" },
     KeySpec { key: "metrics", flag: Some("--metrics"), range: Range::Text("a file path"), default: "none", note: "" },
     KeySpec { key: "memory_budget", flag: Some("--memory-budget"), range: Range::Text("a size ≥ 1 byte: `2GiB`, `512MiB`, `1e9`"), default: "none", note: "per device; `strategy = \"auto\"` only" },
     KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
@@ -222,6 +223,9 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
     }
     if let Some(t) = c.threads {
         check_int("threads", t as u64)?;
+    }
+    if let Some(r) = &c.reduction {
+        check_name("reduction", r)?;
     }
     if let Some(m) = &c.memory_limit {
         weft_ir::limits::parse_bytes(m).map_err(|e| invalid("memory_limit", format!("`{m}`"), e))?;

@@ -8,7 +8,7 @@
 //! rank-order fold as [`crate::InProcessComm`], and wakes the waiting
 //! devices. See the [module docs](super) for why.
 
-use super::ProcessGroup;
+use super::{ProcessGroup, Reduction};
 use crate::collective::{block, combine, combine_pieces, split_dim};
 use crate::comm::{CollectiveCall, Communicator};
 use crate::error::RuntimeError;
@@ -52,6 +52,8 @@ pub struct ProcessComm {
     /// Receive space reused from step to step (only the thread completing
     /// a step uses it).
     pub(super) scratch: Mutex<Vec<f32>>,
+    /// How sums across processes are combined ([`Reduction`]).
+    pub(super) reduction: Reduction,
 }
 
 impl ProcessComm {
@@ -68,7 +70,21 @@ impl ProcessComm {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             scratch: Mutex::new(Vec::new()),
+            reduction: Reduction::Deterministic,
         }
+    }
+
+    /// This communicator with sums across processes combined in mode
+    /// `reduction` (default [`Reduction::Deterministic`]). Every process
+    /// of the job must pass the same mode.
+    pub fn with_reduction(mut self, reduction: Reduction) -> ProcessComm {
+        self.reduction = reduction;
+        self
+    }
+
+    /// How sums across processes are combined.
+    pub fn reduction(&self) -> Reduction {
+        self.reduction
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -76,7 +92,8 @@ impl ProcessComm {
     }
 
     /// Exchanges the step's contributions with the other processes and
-    /// computes the local devices' results: straight from and into tensor
+    /// computes the local devices' results: by the transport's own sums in
+    /// the fast mode ([`ProcessComm::fast`]), straight from and into tensor
     /// memory where the collective and the layout allow
     /// ([`ProcessComm::direct`]), else through byte messages.
     fn complete(
@@ -84,6 +101,10 @@ impl ProcessComm {
         step: usize,
         mine: BTreeMap<usize, Contribution>,
     ) -> Result<HashMap<usize, HostTensor>, RuntimeError> {
+        let mine = match self.fast(step, mine) {
+            Ok(done) => return done,
+            Err(mine) => mine,
+        };
         let mine = match self.direct(step, mine) {
             Ok(done) => return done,
             Err(mine) => mine,
@@ -285,7 +306,7 @@ pub(super) fn rank_in(g: &[usize], d: usize) -> usize {
 }
 
 /// A tensor of type `ty` from its little-endian bytes (a message's slice).
-fn tensor_from(ty: &weft_ir::TensorType, bytes: &[u8]) -> Result<HostTensor, RuntimeError> {
+pub(super) fn tensor_from(ty: &weft_ir::TensorType, bytes: &[u8]) -> Result<HostTensor, RuntimeError> {
     let mut block = BlockBuf::new(ty);
     block.bytes_mut().copy_from_slice(bytes);
     Ok(block.finish()?)

@@ -18,6 +18,15 @@
 //! a run on `P` processes is bitwise the run on one process. MPI's own
 //! reductions choose their order by algorithm and message size.
 //!
+//! The fast mode ([`Reduction::Fast`], opt-in) trades that for speed: a
+//! sum of `f32` or `f64` that crosses processes folds this process's
+//! devices first (in rank order), then hands the partial sums to the
+//! transport's own reduction (MPI's `MPI_Iallreduce` or
+//! `MPI_Ireduce_scatter(_block)` with `MPI_SUM`), whose order is MPI's
+//! choice: not bitwise the one-process run, nor reproducible from one
+//! process count, message size or MPI version to another. See
+//! [`Reduction`] for what it still guarantees.
+//!
 //! Why point-to-point with a deadline rather than blocking collectives: a
 //! process that died or hangs must not hang the others. Every receive is
 //! polled against a deadline; the error names the process (and so the
@@ -31,11 +40,13 @@
 
 mod comm;
 mod direct;
+mod fast;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod threads;
 
 pub use comm::ProcessComm;
+pub use fast::{NativeType, Reduction};
 #[cfg(feature = "mpi")]
 pub use mpi::{MpiGroup, MpiSession};
 pub use threads::ThreadGroup;
@@ -110,6 +121,90 @@ pub trait ProcessGroup: Send + Sync {
                 Err(e)
             }
         }
+    }
+
+    /// Sums `send` element by element over the processes `processes`
+    /// (ascending ranks, this one among them) and leaves the sum in `recv`
+    /// (as long as `send`), on every one of them: the transport's own
+    /// all-reduce ([`Reduction::Fast`]), in an order of its choosing. Every
+    /// process of `processes` makes the same calls in the same order (a
+    /// collective over them); `tag` is free for the transport's messages.
+    /// The default exchanges the partial sums point to point and adds them
+    /// in rank order (for transports without a reduction of their own:
+    /// [`ThreadGroup`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`ProcessGroup::exchange_into`]: on an error the caller leaks
+    /// `send` and `recv`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sum_all_into(
+        &self,
+        tag: u32,
+        processes: &[usize],
+        ty: NativeType,
+        send: &[u8],
+        recv: &mut [u8],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(), RuntimeError> {
+        let me = self.rank();
+        let peers: Vec<usize> = processes.iter().copied().filter(|&q| q != me).collect();
+        let sends: Vec<(usize, Vec<u8>)> = peers.iter().map(|&q| (q, send.to_vec())).collect();
+        let receives: Vec<(usize, usize)> = peers.iter().map(|&q| (q, send.len())).collect();
+        let mut got = self.exchange(tag, sends, &receives, timeout, what)?.into_iter();
+        let parts: Vec<Vec<u8>> = processes
+            .iter()
+            .map(|&q| if q == me { send.to_vec() } else { got.next().expect("one per peer") })
+            .collect();
+        fast::sum_bytes_in_order(ty, &parts, recv);
+        Ok(())
+    }
+
+    /// A reduce-scatter of sums over the processes `processes` (ascending
+    /// ranks, this one among them): `send` holds `counts[i]` elements for
+    /// the `i`-th process of `processes`, one after the other; each
+    /// process gets the sum over all of its own segment in `recv`
+    /// (`counts[i]` elements). As [`ProcessGroup::sum_all_into`]
+    /// otherwise: the transport's own reduction, a collective over
+    /// `processes`, by default sums in rank order.
+    ///
+    /// # Safety
+    ///
+    /// As [`ProcessGroup::exchange_into`]: on an error the caller leaks
+    /// `send` and `recv`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sum_scatter_into(
+        &self,
+        tag: u32,
+        processes: &[usize],
+        ty: NativeType,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut [u8],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(), RuntimeError> {
+        let me = self.rank();
+        let size = ty.size_bytes();
+        let mut segments = Vec::with_capacity(processes.len());
+        let mut at = 0;
+        for &c in counts {
+            segments.push(&send[at..at + c * size]);
+            at += c * size;
+        }
+        let mine = processes.iter().position(|&q| q == me).expect("this process is among `processes`");
+        let sends: Vec<(usize, Vec<u8>)> =
+            processes.iter().zip(&segments).filter(|(&q, _)| q != me).map(|(&q, seg)| (q, seg.to_vec())).collect();
+        let receives: Vec<(usize, usize)> =
+            processes.iter().filter(|&&q| q != me).map(|&q| (q, segments[mine].len())).collect();
+        let mut got = self.exchange(tag, sends, &receives, timeout, what)?.into_iter();
+        let parts: Vec<Vec<u8>> = processes
+            .iter()
+            .map(|&q| if q == me { segments[mine].to_vec() } else { got.next().expect("one per peer") })
+            .collect();
+        fast::sum_bytes_in_order(ty, &parts, recv);
+        Ok(())
     }
 
     /// Stops every process of the job now (after an error on this one), so

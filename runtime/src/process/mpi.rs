@@ -8,13 +8,23 @@
 //! The calls go through `mpi::ffi` because rsmpi's scoped requests abort
 //! the process when a scope ends with a request pending, which is exactly
 //! what a timeout leaves.
+//!
+//! The fast reduction mode ([`super::Reduction::Fast`]) uses MPI's own
+//! non-blocking reductions (`MPI_Iallreduce`, `MPI_Ireduce_scatter_block`
+//! or `MPI_Ireduce_scatter` with `MPI_SUM`), polled against the same
+//! deadline, on a communicator per set of processes: `MPI_COMM_WORLD` for
+//! all of them, else one made by `MPI_Comm_create_group` on first use
+//! (collective over the set only, and blocking: it has no deadline) and
+//! kept until MPI is finalised. The non-blocking calls may use other
+//! algorithms than the blocking ones; both are MPI's choice of order.
 
-use super::ProcessGroup;
+use super::{NativeType, ProcessGroup};
 use crate::error::RuntimeError;
 use mpi::ffi;
 use mpi::raw::AsRaw;
 use mpi::topology::Communicator as _;
 use mpi::Threading;
+use std::collections::BTreeMap;
 use std::os::raw::{c_int, c_void};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -30,9 +40,15 @@ pub struct MpiGroup {
     comm: ffi::MPI_Comm,
     rank: usize,
     size: usize,
-    /// Serialises MPI calls (`MPI_THREAD_SERIALIZED`).
-    calls: Mutex<()>,
+    /// Serialises MPI calls (`MPI_THREAD_SERIALIZED`), and holds the
+    /// communicators of the sets of processes the fast reductions have
+    /// used (by their ascending world ranks).
+    calls: Mutex<BTreeMap<Vec<usize>, ffi::MPI_Comm>>,
 }
+
+/// The tag of `MPI_Comm_create_group` (above the exchanges' and the
+/// control messages' tags).
+const CREATE_GROUP_TAG: c_int = 31_000;
 
 // SAFETY: `comm` is MPI_COMM_WORLD's handle, valid until MPI is finalised
 // (the `MpiSession` outlives every use); MPI was initialised with
@@ -56,7 +72,7 @@ impl MpiGroup {
             comm: world.as_raw(),
             rank: world.rank() as usize,
             size: world.size() as usize,
-            calls: Mutex::new(()),
+            calls: Mutex::new(BTreeMap::new()),
         };
         Ok((group, MpiSession { _universe: universe }))
     }
@@ -128,6 +144,181 @@ impl ProcessGroup for MpiGroup {
                 pending.push(Pending { request, peer, receive: false });
             }
         }
+        self.wait_all(pending, timeout, what, &|pending: &[Pending]| {
+            let mut missing: Vec<usize> = pending.iter().filter(|p| p.receive).map(|p| p.peer).collect();
+            if missing.is_empty() {
+                // Only sends are left: the peers never posted their receives.
+                missing = pending.iter().map(|p| p.peer).collect();
+            }
+            missing
+        })
+    }
+
+    unsafe fn sum_all_into(
+        &self,
+        _tag: u32,
+        processes: &[usize],
+        ty: NativeType,
+        send: &[u8],
+        recv: &mut [u8],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(), RuntimeError> {
+        let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
+        let count = c_int::try_from(send.len() / ty.size_bytes())
+            .map_err(|_| err(format!("{} elements are over MPI's limit", send.len() / ty.size_bytes())))?;
+        let mut comms = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: MPI is initialised and called under `calls`; the buffers
+        // outlive the request (it completes before this returns `Ok`, and
+        // on an error the caller leaks them).
+        let request = unsafe {
+            let comm = self.comm_of(&mut comms, processes).map_err(&err)?;
+            let mut request = std::mem::zeroed();
+            let rc = ffi::MPI_Iallreduce(
+                send.as_ptr() as *const c_void,
+                recv.as_mut_ptr() as *mut c_void,
+                count,
+                datatype(ty),
+                ffi::RSMPI_SUM,
+                comm,
+                &mut request,
+            );
+            if rc != 0 {
+                return Err(err(format!("MPI_Iallreduce failed ({rc})")));
+            }
+            request
+        };
+        drop(comms);
+        self.wait_collective(request, processes, timeout, what)
+    }
+
+    unsafe fn sum_scatter_into(
+        &self,
+        _tag: u32,
+        processes: &[usize],
+        ty: NativeType,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut [u8],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(), RuntimeError> {
+        let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
+        let counts: Vec<c_int> = counts
+            .iter()
+            .map(|&c| c_int::try_from(c).map_err(|_| err(format!("{c} elements are over MPI's limit"))))
+            .collect::<Result<_, _>>()?;
+        let mut comms = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: as `sum_all_into`; `counts` is leaked on an error too.
+        let request = unsafe {
+            let comm = self.comm_of(&mut comms, processes).map_err(&err)?;
+            let mut request = std::mem::zeroed();
+            let (send, recv) = (send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void);
+            let rc = if counts.iter().all(|&c| c == counts[0]) {
+                ffi::MPI_Ireduce_scatter_block(send, recv, counts[0], datatype(ty), ffi::RSMPI_SUM, comm, &mut request)
+            } else {
+                ffi::MPI_Ireduce_scatter(send, recv, counts.as_ptr(), datatype(ty), ffi::RSMPI_SUM, comm, &mut request)
+            };
+            if rc != 0 {
+                return Err(err(format!("MPI_Ireduce_scatter failed ({rc})")));
+            }
+            request
+        };
+        drop(comms);
+        let done = self.wait_collective(request, processes, timeout, what);
+        if done.is_err() {
+            // The request may still read the counts.
+            std::mem::forget(counts);
+        }
+        done
+    }
+
+    fn abort_all(&self, code: i32) {
+        // SAFETY: MPI is initialised; MPI_Abort does not return.
+        unsafe {
+            ffi::MPI_Abort(self.comm, code as c_int);
+        }
+    }
+}
+
+/// MPI's type for `ty`.
+fn datatype(ty: NativeType) -> ffi::MPI_Datatype {
+    // SAFETY: the predefined types are constants once MPI is initialised.
+    unsafe {
+        match ty {
+            NativeType::F32 => ffi::RSMPI_FLOAT,
+            NativeType::F64 => ffi::RSMPI_DOUBLE,
+        }
+    }
+}
+
+impl MpiGroup {
+    /// The communicator of `processes` (ascending world ranks, this one
+    /// among them): the world's when they are all of them, else one made
+    /// on first use and kept in `comms`. Creating one is collective over
+    /// `processes` and blocks until all of them call it.
+    ///
+    /// # Safety
+    ///
+    /// MPI is initialised and the caller holds `calls` (whose content
+    /// `comms` is).
+    unsafe fn comm_of(
+        &self,
+        comms: &mut BTreeMap<Vec<usize>, ffi::MPI_Comm>,
+        processes: &[usize],
+    ) -> Result<ffi::MPI_Comm, String> {
+        if processes.len() == self.size {
+            return Ok(self.comm);
+        }
+        if let Some(&c) = comms.get(processes) {
+            return Ok(c);
+        }
+        let ranks: Vec<c_int> = processes.iter().map(|&p| p as c_int).collect();
+        // SAFETY: the caller's contract; the handles are freed once used.
+        unsafe {
+            let (mut world, mut sub, mut comm) = (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed());
+            if ffi::MPI_Comm_group(self.comm, &mut world) != 0
+                || ffi::MPI_Group_incl(world, ranks.len() as c_int, ranks.as_ptr(), &mut sub) != 0
+            {
+                return Err(format!("cannot make the MPI group of processes {processes:?}"));
+            }
+            let rc = ffi::MPI_Comm_create_group(self.comm, sub, CREATE_GROUP_TAG, &mut comm);
+            ffi::MPI_Group_free(&mut sub);
+            ffi::MPI_Group_free(&mut world);
+            if rc != 0 {
+                return Err(format!("MPI_Comm_create_group over processes {processes:?} failed ({rc})"));
+            }
+            comms.insert(processes.to_vec(), comm);
+            Ok(comm)
+        }
+    }
+
+    /// Waits for a collective request over `processes` (naming all the
+    /// others on a timeout: a collective does not tell which one is late).
+    fn wait_collective(
+        &self,
+        request: ffi::MPI_Request,
+        processes: &[usize],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(), RuntimeError> {
+        let others: Vec<usize> = processes.iter().copied().filter(|&p| p != self.rank).collect();
+        let pending = vec![Pending { request, peer: others.first().copied().unwrap_or(self.rank), receive: true }];
+        let _serial = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        self.wait_all(pending, timeout, what, &|_| others.clone())
+    }
+
+    /// Polls `pending` until every request completes or `timeout` passes;
+    /// then the error names the processes `missing` gives for the requests
+    /// still pending. The caller holds `calls`.
+    fn wait_all(
+        &self,
+        mut pending: Vec<Pending>,
+        timeout: Duration,
+        what: &str,
+        missing: &dyn Fn(&[Pending]) -> Vec<usize>,
+    ) -> Result<(), RuntimeError> {
+        let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
         let start = Instant::now();
         let mut spins = 0u32;
         while !pending.is_empty() {
@@ -149,11 +340,7 @@ impl ProcessGroup for MpiGroup {
                 break;
             }
             if start.elapsed() >= timeout {
-                let mut missing: Vec<usize> = pending.iter().filter(|p| p.receive).map(|p| p.peer).collect();
-                if missing.is_empty() {
-                    // Only sends are left: the peers never posted their receives.
-                    missing = pending.iter().map(|p| p.peer).collect();
-                }
+                let mut missing = missing(&pending);
                 missing.sort_unstable();
                 missing.dedup();
                 return Err(RuntimeError::ProcessTimeout {
@@ -175,12 +362,5 @@ impl ProcessGroup for MpiGroup {
             }
         }
         Ok(())
-    }
-
-    fn abort_all(&self, code: i32) {
-        // SAFETY: MPI is initialised; MPI_Abort does not return.
-        unsafe {
-            ffi::MPI_Abort(self.comm, code as c_int);
-        }
     }
 }

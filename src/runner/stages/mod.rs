@@ -27,6 +27,12 @@
 //! other stages. Either way each stage's update is a function of its own
 //! state, gradients and the norm: the result does not depend on the order
 //! in which the threads run.
+//!
+//! On a one-device sub-mesh the forward and backward executables hold the
+//! stage's parameters on their device between runs (reloaded after each
+//! update), so a task copies no parameter, and every stage function's
+//! inputs and outputs are moved rather than cut into and assembled from
+//! blocks.
 
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -50,18 +56,39 @@ enum Compiled {
     Interp(Module, String),
     /// The reference device-program simulator.
     Sim(Box<PartitionedFunction>),
-    /// An executable on runtime devices.
-    Devices(Box<PartitionedFunction>, Box<Executable<AnyBackend>>),
+    /// An executable on runtime devices; its first `usize` inputs (the
+    /// stage's parameters) are held on the devices between runs.
+    Devices(Box<PartitionedFunction>, Box<Executable<AnyBackend>>, usize),
 }
 
 impl Compiled {
     /// With `auto`, the auto-sharder picks the function's layouts on
-    /// `mesh` (`--strategy auto`) before propagation.
-    fn new(f: &Function, mesh: &Mesh, backend: &str, auto: Option<&AutoShardOptions>) -> Result<Compiled> {
+    /// `mesh` (`--strategy auto`) before propagation. On runtime devices
+    /// of a one-device mesh the first `resident` inputs are held on the
+    /// device ([`Compiled::load`]) instead of passed to each run: the
+    /// function also returns them unchanged and each such result replaces
+    /// its input (donated), so no run copies them.
+    fn new(
+        f: &Function,
+        mesh: &Mesh,
+        backend: &str,
+        auto: Option<&AutoShardOptions>,
+        resident: usize,
+    ) -> Result<Compiled> {
         let m = Module { functions: vec![f.clone()] };
         if backend == "interp" {
             weft_ir::verify_module(&m)?;
             return Ok(Compiled::Interp(m, f.name.clone()));
+        }
+        let resident = if backend != "sim" && mesh.num_devices() == 1 { resident.min(f.params.len()) } else { 0 };
+        let n_out = f.results.len();
+        let mut m = m;
+        if resident > 0 {
+            let g = &mut m.functions[0];
+            if !g.result_shardings.is_empty() {
+                g.result_shardings.extend((0..resident).map(|i| g.values[g.params[i].index()].sharding.clone()));
+            }
+            g.results.extend_from_slice(&g.params[..resident]);
         }
         let pf = match auto {
             None => compile(&m, &f.name, mesh, &PropagateOptions::default())?,
@@ -76,44 +103,89 @@ impl Compiled {
         }
         let kind: BackendKind = backend.parse()?;
         let devices = weft_runtime::open_devices(kind, mesh.num_devices())?;
+        let donate = (0..resident).map(|i| (i, n_out + i)).collect();
         let exe = Executable::new(
             pf.program.clone(),
             devices.backends,
-            ExecOptions { threads: Some(1), ..Default::default() },
+            ExecOptions { threads: Some(1), donate, ..Default::default() },
         )?;
-        Ok(Compiled::Devices(Box::new(pf), Box::new(exe)))
+        Ok(Compiled::Devices(Box::new(pf), Box::new(exe), resident))
+    }
+
+    /// How many leading inputs are held on the devices (not passed to
+    /// [`Compiled::run`]).
+    fn resident(&self) -> usize {
+        match self {
+            Compiled::Devices(_, _, r) => *r,
+            _ => 0,
+        }
+    }
+
+    /// Places the held inputs: the first [`Compiled::resident`] of
+    /// `inputs` (copies; nothing when none is held).
+    fn load(&mut self, inputs: &[HostTensor]) -> Result<()> {
+        if let Compiled::Devices(_, exe, r) = self {
+            if *r > 0 {
+                exe.load_state(vec![inputs[..*r].to_vec()])?;
+            }
+        }
+        Ok(())
     }
 
     /// The layout of input `i` on the sub-mesh (`None` on the interpreter).
     fn input_layout(&self, i: usize) -> Option<&weft_ir::TensorSharding> {
         match self {
             Compiled::Interp(..) => None,
-            Compiled::Sim(pf) | Compiled::Devices(pf, _) => pf.inputs.get(i).map(|g| &g.sharding),
+            Compiled::Sim(pf) | Compiled::Devices(pf, ..) => pf.inputs.get(i).map(|g| &g.sharding),
         }
     }
 
-    /// Runs on whole host tensors. On a one-device sub-mesh the inputs
+    /// Runs on whole host tensors: the inputs after the
+    /// [`Compiled::resident`] ones. On a one-device sub-mesh the inputs
     /// are moved to the device and its outputs are the results (no block
     /// is cut or assembled, so nothing is copied on the way).
     fn run(&mut self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
         match self {
             Compiled::Interp(m, name) => Ok(weft_ir::interp::run(m, name, &inputs)?),
             Compiled::Sim(pf) => Ok(pf.run(&inputs, super::MAX_SIMULATED_DEVICES)?),
-            Compiled::Devices(pf, exe) => {
+            Compiled::Devices(pf, exe, r) => {
                 let one = pf.mesh.num_devices() == 1;
-                // Wrong inputs take the sharding path, which names them.
-                let whole = one
-                    && inputs.len() == pf.inputs.len()
-                    && pf.inputs.iter().zip(&inputs).all(|(g, t)| t.has_type(&g.ty));
-                let per = if whole { vec![inputs] } else { pf.shard_inputs(&inputs)? };
-                let mut outs = exe.run(per)?;
-                if one && outs.len() == 1 && outs[0].len() == pf.outputs.len() {
-                    return Ok(outs.pop().expect("one device"));
+                if one {
+                    check_inputs(pf, *r, &inputs)?;
+                    let mut outs = exe.run(vec![inputs])?;
+                    return Ok(outs.pop().unwrap_or_default());
                 }
-                Ok(pf.unshard_outputs(outs)?)
+                let per = pf.shard_inputs(&inputs)?;
+                Ok(pf.unshard_outputs(exe.run(per)?)?)
             }
         }
     }
+}
+
+/// Checks the inputs after the first `held` of `pf` (their number and
+/// types), as [`PartitionedFunction::shard_inputs`] checks them all.
+fn check_inputs(pf: &PartitionedFunction, held: usize, inputs: &[HostTensor]) -> Result<()> {
+    let want = &pf.inputs[held.min(pf.inputs.len())..];
+    if inputs.len() != want.len() {
+        let names: Vec<&str> = want.iter().map(|g| g.name.as_str()).collect();
+        let message = format!(
+            "@{} takes {} inputs ({}) besides the {held} held on its device, given {}",
+            pf.program.name,
+            want.len(),
+            names.join(", "),
+            inputs.len()
+        );
+        return Err(
+            weft_ir::IrError::Input { name: format!("arg{}", held + inputs.len().min(want.len())), message }.into()
+        );
+    }
+    for (g, t) in want.iter().zip(inputs) {
+        if !t.has_type(&g.ty) {
+            let message = format!("expected {}, given {}", g.ty, t.ty());
+            return Err(weft_ir::IrError::Input { name: g.name.clone(), message }.into());
+        }
+    }
+    Ok(())
 }
 
 /// A stage's compiled functions and state.
@@ -235,12 +307,13 @@ impl PipelineExecutor {
         let mut stages = Vec::with_capacity(staged.stages.len());
         for fns in &staged.stages {
             let norm = fns.update.params.len().saturating_sub(1);
+            let np = fns.params.len();
             stages.push(Stage {
                 update_reads_norm: reads_param(&fns.update, norm),
-                forward: Compiled::new(&fns.forward, sub_mesh, backend, auto)?,
-                backward: Compiled::new(&fns.backward, sub_mesh, backend, auto)?,
-                square: Compiled::new(&fns.square, sub_mesh, backend, auto)?,
-                update: Compiled::new(&fns.update, sub_mesh, backend, auto)?,
+                forward: Compiled::new(&fns.forward, sub_mesh, backend, auto, np)?,
+                backward: Compiled::new(&fns.backward, sub_mesh, backend, auto, np)?,
+                square: Compiled::new(&fns.square, sub_mesh, backend, auto, 0)?,
+                update: Compiled::new(&fns.update, sub_mesh, backend, auto, 0)?,
                 fns: fns.clone(),
                 params: Vec::new(),
                 slots: Vec::new(),
@@ -340,6 +413,8 @@ impl PipelineExecutor {
         };
         for st in &mut self.stages {
             st.params = st.fns.params.iter().map(|n| get(n)).collect::<Result<_>>()?;
+            st.forward.load(&st.params)?;
+            st.backward.load(&st.params)?;
             st.slots = Vec::new();
             for slot in &self.staged.slots {
                 for n in &st.fns.params {
@@ -545,7 +620,7 @@ fn run_stage(
             StageOp::Forward(m) => {
                 let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
-                let mut args = st.params.clone();
+                let mut args = st.params[st.forward.resident()..].to_vec();
                 args.extend(stash[&m].iter().cloned());
                 let outs = st.forward.run(args)?;
                 events.push(TraceEvent {
@@ -577,7 +652,7 @@ fn run_stage(
             StageOp::Backward(m) => {
                 let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
-                let mut args = st.params.clone();
+                let mut args = st.params[st.backward.resident()..].to_vec();
                 let (stashed, cot) =
                     (stash.remove(&m).expect("backward after forward"), cots.remove(&m).unwrap_or_default());
                 held -= bytes_of(&stashed) + bytes_of(&cot);
@@ -687,6 +762,8 @@ fn finish_stage(
     let np = st.params.len();
     st.slots = out.split_off(np);
     st.params = out;
+    st.forward.load(&st.params)?;
+    st.backward.load(&st.params)?;
     Ok(run)
 }
 

@@ -1,22 +1,31 @@
 //! Unit tests of the pipeline driver's pieces: in-place accumulation, the
 //! root cause among the stage threads' errors, which updates wait for the
-//! global norm, and the one-device path of a compiled stage function.
+//! global norm, and the one-device path of a compiled stage function
+//! (inputs moved, parameters held on the device).
 
 use super::*;
 use crate::runner::{Overrides, RunConfig};
 
 const MLP: &str = "steps = 1\nseed = 5\n[model]\nkind = \"mlp\"\nlayers = 4\nd = 8\nh = 16\nbatch = 8\n[optimizer]\nkind = \"sgd\"\nlr = 0.05\n";
 
-/// An executor of the MLP on `stage=2` (2 microbatches) and its state.
-fn executor(optimizer_extra: &str, backend: &str) -> (PipelineExecutor, Tree) {
+/// An executor of the MLP on `mesh` (stage axis of 2, 2 microbatches) with
+/// `strategy`, its state and its batch.
+fn executor_on(optimizer_extra: &str, backend: &str, mesh: &str, strategy: &str) -> (PipelineExecutor, Tree, Tree) {
     let mut c = RunConfig::from_toml(&format!("{MLP}{optimizer_extra}")).unwrap();
-    c.mesh = Some("stage=2".into());
+    c.mesh = Some(mesh.into());
+    c.strategy = Some(strategy.into());
     c.pipeline = Some(toml::from_str("stages = 2\nmicrobatches = 2").unwrap());
     let mesh = crate::runner::validate::validate(&c).unwrap();
     let (p, staged, sub) = session::prepare_pipeline(&c, &mesh, &Overrides::default()).unwrap();
     let mut exec = PipelineExecutor::new(staged, &sub, backend).unwrap();
     let state = p.step.init_state(&p.params, c.seed, 1.0).unwrap();
     exec.load_tree(&state).unwrap();
+    (exec, state, p.batch.clone())
+}
+
+/// [`executor_on`] `stage=2` without a strategy.
+fn executor(optimizer_extra: &str, backend: &str) -> (PipelineExecutor, Tree) {
+    let (exec, state, _) = executor_on(optimizer_extra, backend, "stage=2", "none");
     (exec, state)
 }
 
@@ -104,4 +113,53 @@ fn a_one_device_stage_function_names_wrong_inputs() {
     let mut wrong = st.params.clone();
     wrong[0] = HostTensor::from_f32(&[1], vec![0.0]).unwrap();
     assert!(st.square.run(wrong).is_err());
+}
+
+fn assert_close(got: &[HostTensor], want: &[HostTensor]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        let scale = w.to_f64_vec().iter().fold(1e-30f64, |a, x| a.max(x.abs()));
+        assert!(g.max_abs_diff(w) <= 1e-5 * scale, "{g:?} vs {w:?}");
+    }
+}
+
+#[test]
+fn one_device_stage_functions_hold_the_parameters_between_runs() {
+    let (mut exec, _, batch) = executor_on("", "cpu", "stage=2", "none");
+    let st = &mut exec.stages[0];
+    let np = st.params.len();
+    assert_eq!((st.forward.resident(), st.backward.resident()), (np, np));
+    assert_eq!((st.square.resident(), st.update.resident()), (0, 0));
+    // Stage 0's forward takes the parameters (held) and the batch rows.
+    let rest: Vec<HostTensor> = st.fns.batch.iter().map(|n| rows(&batch[n], 0, 2).unwrap()).collect();
+    let m = Module { functions: vec![st.fns.forward.clone()] };
+    let reference = |params: &[HostTensor]| {
+        let all: Vec<HostTensor> = params.iter().chain(&rest).cloned().collect();
+        weft_ir::interp::run(&m, &st.fns.forward.name, &all).unwrap()
+    };
+    let first = st.forward.run(rest.clone()).unwrap();
+    assert_close(&first, &reference(&st.params));
+    // A run gives the parameters back to the device: the next run reads them.
+    let again = st.forward.run(rest.clone()).unwrap();
+    assert!(first.iter().zip(&again).all(|(a, b)| a.bitwise_eq(b)));
+    // Loading other parameters changes what the runs read.
+    let halved: Vec<HostTensor> = st
+        .params
+        .iter()
+        .map(|t| HostTensor::from_f32(t.shape(), t.as_f32().unwrap().iter().map(|x| x * 0.5).collect()).unwrap())
+        .collect();
+    st.forward.load(&halved).unwrap();
+    let other = st.forward.run(rest.clone()).unwrap();
+    assert!(!other[0].bitwise_eq(&first[0]));
+    assert_close(&other, &reference(&halved));
+    // Passing the parameters as well is a named error.
+    let mut all = st.params.clone();
+    all.extend(rest);
+    assert!(matches!(st.forward.run(all), Err(Error::Ir(weft_ir::IrError::Input { .. }))));
+
+    // Nothing is held on the interpreter or on a sub-mesh of several devices.
+    let (exec, _) = executor("", "interp");
+    assert_eq!(exec.stages[0].forward.resident(), 0);
+    let (exec, _, _) = executor_on("", "cpu", "stage=2,data=2", "dp");
+    assert_eq!(exec.stages[0].forward.resident(), 0);
 }
