@@ -3,6 +3,7 @@
 //! that dispatches every [`Backend`] method to the backend it holds.
 
 use crate::backend::Backend;
+use crate::comm::CollectiveCall;
 use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
 use crate::fast::FastCpuBackend;
@@ -148,6 +149,28 @@ impl Backend for AnyBackend {
 
     fn sync(&self) -> Result<(), RuntimeError> {
         dispatch!(self, b => b.sync())
+    }
+
+    fn device_collectives(&self) -> bool {
+        dispatch!(self, b => b.device_collectives())
+    }
+
+    fn collective_on_device(
+        &self,
+        call: CollectiveCall<'_>,
+        input: &AnyBuffer,
+    ) -> Option<Result<AnyBuffer, RuntimeError>> {
+        match (self, input) {
+            (AnyBackend::Wgpu(b), AnyBuffer::Wgpu(x)) => {
+                b.collective_on_device(call, x).map(|r| r.map(AnyBuffer::Wgpu))
+            }
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyBuffer::Cuda(x)) => {
+                b.collective_on_device(call, x).map(|r| r.map(AnyBuffer::Cuda))
+            }
+            // CPU devices have no device-native path.
+            _ => None,
+        }
     }
 
     fn free(&self, buf: AnyBuffer) {

@@ -8,14 +8,17 @@
 //! the trait: the executor's workers meet at a
 //! [`crate::comm::Communicator`], which stages them through the host with
 //! the CPU backend's arithmetic, so every backend agrees on their results
-//! bit for bit. A device-native path (NCCL) is another communicator, not a
-//! backend method.
+//! bit for bit. The one exception is opt-in: a device given a device-native
+//! path ([`Backend::collective_on_device`]: NCCL on CUDA, see
+//! [`crate::gpu::device_collectives`]) runs the collectives that path
+//! takes on device memory, with that library's arithmetic.
 //!
 //! The run-time choice among the compiled-in backends is
 //! [`crate::any::AnyBackend`] (kept apart so that this module depends on
 //! no backend); the executor is generic, so tests and benchmarks can also
 //! use one backend type directly.
 
+use crate::comm::CollectiveCall;
 use crate::error::RuntimeError;
 use crate::fusion::{Arg, FusedChain, FusionOptions};
 use weft_ir::tensor::HostTensor;
@@ -106,6 +109,28 @@ pub trait Backend {
     /// Default: one per device, each device being its own processor.
     fn default_lanes(&self, devices: usize) -> usize {
         devices
+    }
+
+    /// Runs collective `call` on device memory when this device was given a
+    /// device-native path for it (NCCL on CUDA,
+    /// [`crate::gpu::device_collectives`]): `Some` with this member's
+    /// result, `None` to go through the host-staged communicator. The
+    /// answer depends only on the collective and the buffer's type, so all
+    /// members of a group take the same path. Default: `None`.
+    fn collective_on_device(
+        &self,
+        call: CollectiveCall<'_>,
+        input: &Self::Buffer,
+    ) -> Option<Result<Self::Buffer, RuntimeError>> {
+        let _ = (call, input);
+        None
+    }
+
+    /// Whether [`Backend::collective_on_device`] may answer `Some`. Such a
+    /// call blocks until its whole group has met, so an executable then
+    /// drives each device from a thread of its own. Default: `false`.
+    fn device_collectives(&self) -> bool {
+        false
     }
 
     /// Waits until all work submitted to the device has finished (for

@@ -175,6 +175,34 @@ pub enum RuntimeError {
         /// Processes of the job.
         processes: usize,
     },
+    /// A setting (an environment variable) has a value weft does not know.
+    #[error("{name}={value:?} is not a valid setting: expected {expected}")]
+    BadSetting {
+        /// The setting.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What it may be.
+        expected: String,
+    },
+    /// NCCL was asked for (`WEFT_COLLECTIVES=nccl`) but cannot be used
+    /// here: the library is not installed, the build has no `cuda`
+    /// feature, or the devices are not CUDA GPUs of their own.
+    #[error("NCCL is not available: {reason}")]
+    NcclUnavailable {
+        /// Why, and what to do about it.
+        reason: String,
+    },
+    /// An NCCL call failed (set `NCCL_DEBUG=WARN` for NCCL's own account).
+    #[error("NCCL `{call}` failed on device {device}: {message}")]
+    Nccl {
+        /// The logical device.
+        device: usize,
+        /// The NCCL call.
+        call: String,
+        /// NCCL's error.
+        message: String,
+    },
     /// An error from the IR layer (host tensor conversion, interpreter).
     #[error(transparent)]
     Ir(#[from] IrError),

@@ -32,6 +32,7 @@ use weft_ir::interp::eval_op;
 use weft_ir::limits::MemoryLimit;
 use weft_ir::tensor::HostTensor;
 use weft_ir::Op;
+use weft_runtime::gpu::device_collectives::{self, CollectivePath};
 use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, ProcessComm, TransferStats};
 
 /// Simulated devices available in one process.
@@ -148,7 +149,15 @@ impl MeshExecutor {
                     p.check_same(&[("program", text.as_bytes())])?;
                 }
                 let clock = Instant::now();
-                let devices = weft_runtime::open_devices(kind, local.len())?;
+                let mut devices = weft_runtime::open_devices(kind, local.len())?;
+                // WEFT_COLLECTIVES=nccl: NCCL on CUDA devices (opt-in; not
+                // bitwise the host path, see weft_runtime::gpu::device_collectives).
+                let path = CollectivePath::from_env()?;
+                let (group, timeout) = match processes {
+                    Some(p) => (Some(p.group().as_ref()), p.timeout()),
+                    None => (None, weft_runtime::comm::DEFAULT_COLLECTIVE_TIMEOUT),
+                };
+                device_collectives::attach(path, &pf.program, &local, &mut devices, group, timeout)?;
                 phases.push(("open devices", clock.elapsed()));
                 let clock = Instant::now();
                 let options = ExecOptions { donate: (0..ns).map(|i| (i, i)).collect(), threads, ..Default::default() };

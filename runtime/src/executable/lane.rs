@@ -7,7 +7,10 @@
 //! device per lane this is the classic one-worker-per-device executor; with
 //! every device in one lane it is the old lockstep executor. Results do not
 //! depend on the split: only collectives couple devices, and the
-//! communicator's results depend only on the contributions.
+//! communicator's results depend only on the contributions. A device with
+//! a device-native path for a collective (NCCL, opt-in) runs it there
+//! instead of contributing to the communicator; such devices each have a
+//! lane of their own.
 
 use super::plan::{Action, Plan};
 use super::TransferStats;
@@ -91,9 +94,21 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             unreachable!("segments end at collectives")
         };
         let members = ctx.plan.members[i].as_ref().expect("planned collective");
-        for dev in devices.iter_mut() {
+        // Per device: the result of a device-native collective
+        // (`Backend::collective_on_device`), which never meets the host.
+        let mut native: Vec<Option<B::Buffer>> = (0..devices.len()).map(|_| None).collect();
+        for (k, dev) in devices.iter_mut().enumerate() {
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
+            if let Some(r) = dev.backend.collective_on_device(call, dev.slots.get(*input)) {
+                let buf = guard(ctx, dev.device, r.map_err(|e| e.at_step(dev.device, i, op.name())))?;
+                if ctx.plan.consumes[i] {
+                    let used = dev.slots.take(*input);
+                    dev.backend.free(used);
+                }
+                native[k] = Some(buf);
+                continue;
+            }
             let t = if ctx.plan.consumes[i] {
                 let buf = dev.slots.take(*input);
                 dev.backend.download_owned(buf)
@@ -104,8 +119,12 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             dev.transfers.count_download(&t, Transfer::Collective);
             guard(ctx, dev.device, ctx.comm.contribute(call, t))?;
         }
-        for dev in devices.iter_mut() {
+        for (k, dev) in devices.iter_mut().enumerate() {
             let Step::Collective { output, .. } = &ctx.program.steps[i] else { unreachable!() };
+            if let Some(buf) = native[k].take() {
+                dev.slots.put(*output, buf);
+                continue;
+            }
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
             let t = guard(ctx, dev.device, ctx.comm.receive(call))?;

@@ -99,7 +99,9 @@ pub struct ExecOptions {
     /// Worker threads. `None`: the backend's choice
     /// ([`Backend::default_lanes`]: one per device, or one per core for
     /// devices in host memory). Devices are dealt to the workers in
-    /// contiguous runs; the results do not depend on the count.
+    /// contiguous runs; the results do not depend on the count. Devices
+    /// with device-native collectives ([`Backend::device_collectives`])
+    /// always get one thread each.
     pub threads: Option<usize>,
     /// How long a device waits at a collective for the rest of its group.
     pub collective_timeout: Duration,
@@ -220,7 +222,12 @@ where
         let (donated, others): (Vec<usize>, Vec<usize>) =
             (0..program.inputs.len()).partition(|&i| donor_output[i].is_some());
         let shared = Arc::new(Shared { program, plan, comm, donor_output, donated_input, donated, others });
-        let threads = options.threads.unwrap_or_else(|| backends[0].default_lanes(m)).clamp(1, m);
+        // A device-native collective blocks its caller until the group has
+        // met, so such devices each get a thread (a lane) of their own.
+        let threads = match backends[0].device_collectives() {
+            true => m,
+            false => options.threads.unwrap_or_else(|| backends[0].default_lanes(m)).clamp(1, m),
+        };
         let lanes: Vec<Vec<usize>> =
             (0..threads).map(|t| local[t * m / threads..(t + 1) * m / threads].to_vec()).collect();
         let mut backends: Vec<Option<B>> = backends.into_iter().map(Some).collect();

@@ -12,10 +12,13 @@
 //! `kernels_convert.rs`, `kernels_reduce.rs`, `kernels_matmul.rs`,
 //! `kernels_fused.rs` (the kernels), and `ops.rs`, `layout.rs`,
 //! `reduce.rs`, `dot.rs`, `fused.rs` (the host side that maps each [`Op`],
-//! or fused chain, onto them).
+//! or fused chain, onto them). `device_collectives.rs` is the opt-in path
+//! that runs collectives on device memory, `nccl.rs` (with the `cuda`
+//! feature) its NCCL implementation.
 
 #[cfg(feature = "cuda")]
 pub mod cuda_devices;
+pub mod device_collectives;
 mod dot;
 mod elementwise;
 mod fused;
@@ -26,6 +29,8 @@ mod kernels_matmul;
 mod kernels_reduce;
 mod layout;
 mod math;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 mod ops;
 mod reduce;
 mod round;
@@ -33,13 +38,16 @@ mod storage;
 pub mod wgpu_devices;
 
 use crate::backend::Backend;
+use crate::comm::CollectiveCall;
 use crate::error::RuntimeError;
 use crate::fusion::{FusedChain, FusionOptions};
 use cubecl::client::ComputeClient;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+use device_collectives::NativeCollectives;
 pub use ops::is_transcendental;
+use std::sync::Arc;
 pub use storage::Storage;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, Op, TensorType};
@@ -54,6 +62,8 @@ pub struct CubeclBackend<R: Runtime> {
     f64_ok: bool,
     f64_math: bool,
     fusion: bool,
+    /// The device-native collectives, when the run asked for them.
+    native: Option<Arc<dyn NativeCollectives<R>>>,
 }
 
 /// A buffer on a CubeCL device: a memory handle and the IR type of what it
@@ -107,7 +117,13 @@ impl<R: Runtime> CubeclBackend<R> {
         // for 16- and 32-bit floats only; wgpu passes f64 ones through and
         // gets garbage back.
         let f64_math = f64_ok && !R::name(&client).starts_with("wgpu");
-        CubeclBackend { client, label: label.into(), f64_ok, f64_math, fusion: true }
+        CubeclBackend { client, label: label.into(), f64_ok, f64_math, fusion: true, native: None }
+    }
+
+    /// Runs the collectives `native` takes on device memory from now on
+    /// ([`device_collectives`]).
+    pub fn set_native_collectives(&mut self, native: Arc<dyn NativeCollectives<R>>) {
+        self.native = Some(native);
     }
 
     /// Turns fusion of elementwise chains on (the default) or off.
@@ -201,6 +217,18 @@ impl<R: Runtime> Backend for CubeclBackend<R> {
 
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&CubeBuffer<R>]) -> Result<CubeBuffer<R>, RuntimeError> {
         fused::compute_fused(self, chain, inputs)
+    }
+
+    fn device_collectives(&self) -> bool {
+        self.native.is_some()
+    }
+
+    fn collective_on_device(
+        &self,
+        call: CollectiveCall<'_>,
+        input: &CubeBuffer<R>,
+    ) -> Option<Result<CubeBuffer<R>, RuntimeError>> {
+        self.native.as_ref()?.run(self, call, input)
     }
 
     fn sync(&self) -> Result<(), RuntimeError> {

@@ -3,8 +3,9 @@
 //! values computed here from the contract of `weft_ir::device`, on the CPU
 //! backend and on as many logical wgpu devices (all on one adapter under
 //! lavapipe); shard slices, compute steps and frees; the verifier's
-//! errors; and the same collectives with the mesh split over several
-//! (simulated) processes.
+//! errors; the same collectives with the mesh split over several
+//! (simulated) processes; and the device-native collective path (NCCL's
+//! hook) with a stand-in implementation.
 
 // Tests pass fresh clones of shared inputs for readability.
 #![allow(clippy::cloned_ref_to_slice_refs)]
@@ -15,6 +16,7 @@ mod common;
 mod collectives;
 mod executable;
 mod fusion;
+mod native;
 mod processes;
 mod programs;
 mod verify_errors;
