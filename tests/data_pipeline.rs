@@ -154,7 +154,8 @@ fn every_mesh_reads_the_same_batches() {
         // The batches are bitwise the same ...
         assert_eq!(got.batch_digests, one.batch_digests, "{strategy} on {mesh}");
         // ... and the numbers equal up to the order of the partitioned
-        // reductions (the sums run in another order on another mesh).
+        // reductions (the sums run in another order on another mesh;
+        // `mesh_invariant = true` makes them bitwise equal, tested below).
         let (x, y) = (bits(&got), bits(&one));
         assert_eq!(x.len(), y.len());
         for ((s, a), (_, b)) in x.iter().zip(&y) {
@@ -166,6 +167,62 @@ fn every_mesh_reads_the_same_batches() {
                 );
             }
         }
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn mesh_invariant_sums_give_the_same_bits_on_every_mesh() {
+    let d = gpt_data();
+    let config = format!("mesh_invariant = true\n{}", gpt_config(&d, 5, 2));
+    let one = run(&config, "data=1", "none", Overrides::default()).unwrap();
+    for (mesh, strategy) in [
+        ("data=2", "dp"),
+        ("data=8", "dp"),
+        ("data=2,model=4", "tp"),
+        ("data=2,model=4", "fsdp_tp"),
+        ("data=4", "fsdp"),
+        ("data=8", "zero3"),
+    ] {
+        let got = run(&config, mesh, strategy, Overrides::default()).unwrap();
+        assert_eq!(got.batch_digests, one.batch_digests, "{strategy} on {mesh}");
+        assert_eq!(bits(&got), bits(&one), "{strategy} on {mesh}");
+    }
+    // Without it the meshes differ in the last bits (the test above
+    // bounds by how much): the option is what makes them equal.
+    let plain = run(&gpt_config(&d, 5, 2), "data=8", "dp", Overrides::default()).unwrap();
+    let plain_one = run(&gpt_config(&d, 5, 2), "data=1", "none", Overrides::default()).unwrap();
+    assert_ne!(bits(&plain), bits(&plain_one));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn mesh_invariant_sums_hold_for_the_mlp_and_refuse_bad_settings() {
+    let d = dir("invariant-mlp");
+    mlp_table(&d.join("train.safetensors"), 64);
+    mlp_table(&d.join("val.safetensors"), 8);
+    let config = format!("mesh_invariant = true\nsum_chunks = 4\n{}", mlp_config(&d, 6));
+    let one = run(&config, "data=1", "none", Overrides::default()).unwrap();
+    for (mesh, strategy) in
+        [("data=4", "dp"), ("data=1,model=2", "tp"), ("data=2,model=2", "tp"), ("data=4", "fsdp"), ("data=2", "zero2")]
+    {
+        let got = run(&config, mesh, strategy, Overrides::default()).unwrap();
+        assert_eq!(bits(&got), bits(&one), "{strategy} on {mesh}");
+    }
+    // The flag is the config key.
+    let flag = Overrides { mesh_invariant: true, ..Overrides::default() };
+    let by_flag = run(&format!("sum_chunks = 4\n{}", mlp_config(&d, 6)), "data=4", "dp", flag).unwrap();
+    assert_eq!(bits(&by_flag), bits(&one));
+    let bad = |head: &str, tail: &str| {
+        run(&format!("{head}\n{}{tail}", mlp_config(&d, 2)), "data=1", "none", Overrides::default())
+    };
+    for (head, tail, key, why) in [
+        ("mesh_invariant = true\nsum_chunks = 6", "", "sum_chunks", "power of two"),
+        ("sum_chunks = 8", "", "sum_chunks", "needs `mesh_invariant = true`"),
+        ("mesh_invariant = true", "[pipeline]\nstages = 1\n", "mesh_invariant", "[pipeline]"),
+    ] {
+        let e = bad(head, tail).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains(why), "{head} {tail}: {e}");
     }
     let _ = std::fs::remove_dir_all(d);
 }

@@ -18,13 +18,16 @@
 //! heads or hidden units of a Megatron contraction; chunking them all would
 //! multiply the partial results):
 //!
-//! - the chunks are summed by one op (a `reduce` keeping the chunk index,
+//! - the chunks are summed by one op (a `reduce` over the chunk's elements,
 //!   or a `dot_general` with the chunks as a new leading batch dimension),
 //!   in the kernel's own fixed order: the same chunk, same length, on
 //!   every mesh;
 //! - the `c` partial sums are added in a perfect binary tree, level by
 //!   level: `reshape [k] -> [k/2, 2]`, then a sum over the pairs. A sum of
 //!   two numbers is one addition, `a + b`, whichever device computes it.
+//!
+//! A `reduce` over several dimensions becomes one such chunked sum per
+//! dimension, the minor one first.
 //!
 //! A mesh that splits the summed dimension over P devices (P a power of
 //! two dividing `c`) gives each device whole subtrees; propagation moves
@@ -103,7 +106,8 @@ pub fn canonical_sums(f: &InlinedFunction, chunks: SumChunks) -> Result<InlinedF
             Some(v) => vec![v],
             None => {
                 let tys: Vec<TensorType> = inst.results.iter().map(|&r| f.ty(r).clone()).collect();
-                let id = g.g.add_inst(inst.op.clone(), operands, tys.into_iter().map(|t| (t, None)).collect(), inst.loc);
+                let id =
+                    g.g.add_inst(inst.op.clone(), operands, tys.into_iter().map(|t| (t, None)).collect(), inst.loc);
                 g.g.insts[id.index()].results.clone()
             }
         };
@@ -142,7 +146,7 @@ impl Rewriter<'_> {
         let mut shape = self.g.ty(x).shape.to_vec();
         let n = shape[d];
         shape.splice(d..=d, [c, n / c]);
-        self.emit(Op::Reshape { shape: shape.into() }, vec![x], loc)
+        self.emit(Op::Reshape { shape }, vec![x], loc)
     }
 
     /// The sum over dimension `d` (a power of two `k`) of `x`, as a tree.
@@ -165,43 +169,28 @@ impl Rewriter<'_> {
     fn rewrite(&mut self, inst: &Inst, operands: &[ValueId]) -> Result<Option<ValueId>> {
         match &inst.op {
             Op::Reduce { op: ReduceOp::Sum, dims } if self.g.ty(operands[0]).dtype.is_float() => {
-                // Every summed dimension is chunked: a weight's `sum(g * g)`
+                // Every summed dimension is chunked (a weight's `sum(g * g)`
                 // is split over `model` on its minor dimension under TP and
-                // over `data` on its major one under FSDP.
+                // over `data` on its major one under FSDP), one dimension at
+                // a time, minor first: each step sums one run of consecutive
+                // dimensions, which kernels do without rearranging.
                 let shape = self.g.ty(operands[0]).shape.clone();
-                let counts: Vec<usize> = dims.iter().map(|&d| self.count(shape[d])).collect();
-                if counts.iter().all(|&c| c < 2) {
+                if dims.iter().all(|&d| self.count(shape[d]) < 2) {
                     return Ok(None);
                 }
-                let (mut split_shape, mut inner, mut chunk_at) = (Vec::new(), Vec::new(), Vec::new());
-                let mut kept = 0;
-                for (d, &n) in shape.iter().enumerate() {
-                    match dims.iter().position(|&e| e == d) {
-                        None => {
-                            split_shape.push(n);
-                            kept += 1;
-                        }
-                        Some(i) if counts[i] >= 2 => {
-                            // The chunk index stays, among the kept dims.
-                            chunk_at.push(kept);
-                            kept += 1;
-                            split_shape.extend([counts[i], n / counts[i]]);
-                            inner.push(split_shape.len() - 1);
-                        }
-                        Some(_) => {
-                            split_shape.push(n);
-                            inner.push(split_shape.len() - 1);
-                        }
-                    }
+                let mut x = operands[0];
+                for &d in dims.iter().rev() {
+                    let c = self.count(shape[d]);
+                    x = if c < 2 {
+                        self.emit(Op::Reduce { op: ReduceOp::Sum, dims: vec![d] }, vec![x], inst.loc)?
+                    } else {
+                        let split = self.split(x, d, c, inst.loc)?;
+                        let partial =
+                            self.emit(Op::Reduce { op: ReduceOp::Sum, dims: vec![d + 1] }, vec![split], inst.loc)?;
+                        self.tree(partial, d, inst.loc)?
+                    };
                 }
-                let x = self.emit(Op::Reshape { shape: split_shape }, vec![operands[0]], inst.loc)?;
-                let mut partial = self.emit(Op::Reduce { op: ReduceOp::Sum, dims: inner }, vec![x], inst.loc)?;
-                // The minor chunk dimension first: removing it leaves the
-                // positions of the others as they are.
-                for &at in chunk_at.iter().rev() {
-                    partial = self.tree(partial, at, inst.loc)?;
-                }
-                Ok(Some(partial))
+                Ok(Some(x))
             }
             Op::DotGeneral(dims) if self.g.ty(operands[0]).dtype.is_float() => {
                 let Some(j) = (0..dims.lhs_contract.len()).min_by_key(|&j| dims.lhs_contract[j]) else {

@@ -105,26 +105,27 @@ func @main(%a: f32[16,3], %b: i32[16], %c: f32[6,5], %d: f32[4,16], %e: f32[16,2
     .unwrap();
     let f = canonical_sums(&inline(&m, "main").unwrap(), SumChunks::DEFAULT).unwrap();
     let text = print_function(f.function());
-    // 16 rows: 8 chunks of 2, summed with the other dimension, then three
-    // levels of pairs.
+    // One dimension at a time, minor first: 3 columns (gcd(3, 8) = 1: no
+    // chunks), then 16 rows as 8 chunks of 2 and three levels of pairs.
     for line in [
-        "%5 = reshape %a : f32[8,2,3]",
-        "%6 = reduce_sum %5 {dims = [1, 2]} : f32[8]",
-        "%7 = reshape %6 : f32[4,2]",
-        "%8 = reduce_sum %7 {dims = [1]} : f32[4]",
-        "%9 = reshape %8 : f32[2,2]",
-        "%10 = reduce_sum %9 {dims = [1]} : f32[2]",
-        "%s = reduce_sum %10 {dims = [0]} : f32[]",
+        "%5 = reduce_sum %a {dims = [1]} : f32[16]",
+        "%6 = reshape %5 : f32[8,2]",
+        "%7 = reduce_sum %6 {dims = [1]} : f32[8]",
+        "%8 = reshape %7 : f32[4,2]",
+        "%9 = reduce_sum %8 {dims = [1]} : f32[4]",
+        "%10 = reshape %9 : f32[2,2]",
+        "%11 = reduce_sum %10 {dims = [1]} : f32[2]",
+        "%s = reduce_sum %11 {dims = [0]} : f32[]",
         // Integers are exact; 6 rows make gcd(6, 8) = 2 chunks; max is exact.
         "%i = reduce_sum %b {dims = [0]}",
         "reshape %c : f32[2,3,5]",
-        "%t = reduce_sum %14 {dims = [0]} : f32[5]",
+        "%t = reduce_sum %15 {dims = [0]} : f32[5]",
         "%x = reduce_max %a {dims = [1]}",
         // The contraction: chunks as a leading batch dimension.
         "reshape %d : f32[4,8,2]",
         "reshape %e : f32[8,2,2]",
         "{lhs_batch = [1], rhs_batch = [0], lhs_contract = [2], rhs_contract = [1]} : f32[8,4,2]",
-        "%p = reduce_sum %22 {dims = [0]} : f32[4,2]",
+        "%p = reduce_sum %23 {dims = [0]} : f32[4,2]",
     ] {
         assert!(text.contains(line), "no `{line}` in\n{text}");
     }

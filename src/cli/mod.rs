@@ -217,6 +217,11 @@ pub struct TrainArgs {
     /// before training starts).
     #[arg(long)]
     pub memory_budget: Option<String>,
+    /// Sum in an order every mesh shares, so the metrics are bitwise the
+    /// same on any mesh whose shard counts divide `sum_chunks` (default 8);
+    /// slower (config key `mesh_invariant`).
+    #[arg(long)]
+    pub mesh_invariant: bool,
     /// Continue from the newest valid checkpoint. A checkpoint directory
     /// that does not exist or holds no valid checkpoint is an error.
     #[arg(long)]
@@ -248,6 +253,7 @@ impl TrainArgs {
             data: self.data,
             memory_limit: self.memory_limit,
             memory_budget: self.memory_budget,
+            mesh_invariant: self.mesh_invariant,
             resume: self.resume,
             resume_or_start: self.resume_or_start,
             quiet: self.quiet,

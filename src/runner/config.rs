@@ -8,6 +8,7 @@
 //! backend = "cpu"             # cpu (simulated devices) | interp (unsharded oracle)
 //! reduction = "deterministic" # or "fast": MPI's own sums across processes (not bitwise reproducible)
 //! metrics = "runs/mlp/metrics.jsonl"
+//! mesh_invariant = false      # true: bitwise the same metrics on every mesh (slower)
 //!
 //! [model]
 //! kind = "mlp"                # or "gpt"
@@ -79,6 +80,15 @@ pub struct RunConfig {
     /// auto-sharder's plan must fit it.
     #[serde(default)]
     pub memory_budget: Option<String>,
+    /// Sum in an order that does not depend on the mesh
+    /// ([`weft_compiler::canonical_sums`]): the same metrics, bit for bit,
+    /// on one device and on every mesh whose shard counts divide
+    /// `sum_chunks`. It costs time on every mesh; off by default.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mesh_invariant: bool,
+    /// The chunk count of `mesh_invariant` sums (a power of two; default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sum_chunks: Option<usize>,
     /// The model.
     pub model: ModelConfig,
     /// The optimizer and schedule.
@@ -119,6 +129,10 @@ pub struct PipelineSection {
     /// Bytes per device a stage may use (`2GiB`): the split must fit it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_budget: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn d_schedule() -> String {

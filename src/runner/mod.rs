@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::models::{gpt, mlp};
 use crate::strategy::{self, Strategy};
 use std::path::PathBuf;
+use weft_compiler::canonical_sums::{canonical_sums_in, SumChunks};
 use weft_compiler::sharding::Mesh;
 use weft_compiler::train::{build_train_step, Metrics, TrainStep, Tree};
 use weft_ir::tensor::read_safetensors;
@@ -64,6 +65,8 @@ pub struct Overrides {
     pub memory_limit: Option<String>,
     /// `--memory-budget` (`2GiB`): per device, for `--strategy auto`.
     pub memory_budget: Option<String>,
+    /// `--mesh-invariant`: sets `mesh_invariant = true`.
+    pub mesh_invariant: bool,
     /// `--resume`: continue from the newest valid checkpoint; no
     /// checkpoint directory, or no valid checkpoint in it, is an error.
     pub resume: bool,
@@ -108,6 +111,7 @@ impl Overrides {
         if let Some(m) = &self.memory_budget {
             c.memory_budget = Some(m.clone());
         }
+        c.mesh_invariant |= self.mesh_invariant;
         if let Some(d) = &self.checkpoint_dir {
             let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(10);
             let keep_last = c.checkpoint.as_ref().map(|k| k.keep_last).unwrap_or(3);
@@ -168,7 +172,13 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
     } else {
         unreachable!("ModelConfig has two kinds")
     };
-    let step = build_train_step(&module, module.function("loss").expect("models define @loss"), &tc)?;
+    let mut step = build_train_step(&module, module.function("loss").expect("models define @loss"), &tc)?;
+    if c.mesh_invariant {
+        // Here rather than as a pass of the mesh pipeline: the unsharded
+        // interpreter (`--backend interp`) must sum in the same order.
+        let chunks = SumChunks::new(c.sum_chunks.unwrap_or(SumChunks::DEFAULT.get()))?;
+        step.module = canonical_sums_in(&step.module, "train_step", chunks)?;
+    }
     let params = match &ov.init {
         Some(p) => read_safetensors(p)?,
         None => params,

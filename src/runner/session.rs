@@ -1,5 +1,6 @@
 //! One `weft train` session: executor, checkpoints, resume, manifest.
 
+use weft_compiler::canonical_sums::SumChunks;
 use super::mesh::{MeshBackend, MeshExecutor};
 use super::processes::Processes;
 use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
@@ -187,8 +188,12 @@ pub fn run_session_on(
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
     let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref(), processes)?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
+    let sums = match (c.mesh_invariant, c.sum_chunks) {
+        (false, _) => String::new(),
+        (true, k) => format!(", mesh-invariant sums ({} chunks)", k.unwrap_or(SumChunks::DEFAULT.get())),
+    };
     log(Line::Info(format!(
-        "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
+        "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}{sums}",
         mesh.num_devices(),
         prepared.strategy,
         c.steps,

@@ -103,6 +103,8 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "metrics", flag: Some("--metrics"), range: Range::Text("a file path"), default: "none", note: "" },
     KeySpec { key: "memory_budget", flag: Some("--memory-budget"), range: Range::Text("a size ≥ 1 byte: `2GiB`, `512MiB`, `1e9`"), default: "none", note: "per device; `strategy = \"auto\"` only" },
     KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
+    KeySpec { key: "mesh_invariant", flag: Some("--mesh-invariant"), range: Range::OneOf(&["true", "false"]), default: "false", note: "sums in an order every mesh shares: bitwise-equal metrics across meshes, slower" },
+    KeySpec { key: "sum_chunks", flag: None, range: Range::Text("a power of two ≥ 2"), default: "8", note: "`mesh_invariant` only; every shard count of a summed dimension must divide it" },
     KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt"]), default: "(required)", note: "" },
     KeySpec { key: "model.layers", flag: None, range: int(1, MAX_LAYERS), default: "2", note: "" },
     KeySpec { key: "model.d", flag: None, range: int(1, MAX_DIM), default: "16", note: "mlp" },
@@ -239,6 +241,19 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
                 "is the auto-sharder's budget: it needs `strategy = \"auto\"` (--strategy auto)".to_string(),
             ));
         }
+    }
+    if let Some(k) = c.sum_chunks {
+        weft_compiler::canonical_sums::SumChunks::new(k).map_err(|e| invalid("sum_chunks", k, e.to_string()))?;
+        if !c.mesh_invariant {
+            return Err(invalid("sum_chunks", k, "is the chunk count of mesh-invariant sums: it needs `mesh_invariant = true`".to_string()));
+        }
+    }
+    if c.mesh_invariant && c.pipeline.is_some() {
+        return Err(invalid(
+            "mesh_invariant",
+            true,
+            "is not supported with `[pipeline]` yet (the stages are cut from the model, not from the step)".to_string(),
+        ));
     }
     let batch = match &c.model {
         ModelConfig::Mlp { layers, d, h, batch, compute } => {

@@ -2,11 +2,12 @@
 //!
 //! The interpreter transposes both operands into `[B, M, K]` and `[B, K, N]`
 //! copies before multiplying. Here each operand's permuted view is tested
-//! for whether its batch, free and contracting groups each collapse into a
-//! single stride (they do for every transposed matrix product a training
-//! step makes: `x @ w`, `x^T @ dy`, `dy @ w^T`); if so the GEMM reads the
-//! operand in place through its row and column strides. Only operands that
-//! do not collapse are copied to standard layout first.
+//! for whether its free and contracting groups each collapse into a single
+//! stride (they do for every transposed matrix product a training step
+//! makes: `x @ w`, `x^T @ dy`, `dy @ w^T`); if so the GEMM reads the
+//! operand in place through its row and column strides, each batch element
+//! from its own offset. Only operands that do not collapse are copied to
+//! standard layout first.
 //!
 //! The GEMM is `matrixmultiply` (chosen by measurement, BENCHMARKS.md), one
 //! thread per call: a device worker is one thread, and the devices of a
@@ -19,9 +20,22 @@ use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DotDims, MatmulLayout};
 
-/// An operand as `[groups]` of (extent, stride) pairs: (batch, rows, cols).
+/// An operand as a GEMM reads it: where each batch element starts (in the
+/// row-major order of the batch dimensions, which need not collapse: the
+/// chunk index of a mesh-invariant contraction leads the batch dimensions
+/// but is the operand's minor one), then the row and column strides.
 struct Strided3 {
-    strides: [isize; 3],
+    batch: Vec<isize>,
+    strides: [isize; 2],
+}
+
+/// The offset of every batch element, row-major over the batch dims.
+fn batch_offsets(shape: &[usize], strides: &[isize]) -> Vec<isize> {
+    let mut offsets = vec![0isize];
+    for (&n, &s) in shape.iter().zip(strides) {
+        offsets = offsets.iter().flat_map(|&o| (0..n).map(move |i| o + i as isize * s)).collect();
+    }
+    offsets
 }
 
 /// Collapses consecutive dims `dims` of a view (shape, strides) into one
@@ -45,10 +59,9 @@ fn collapse(shape: &[usize], strides: &[isize], dims: std::ops::Range<usize>) ->
 
 fn strided(view: &ArrayViewD<'_, impl Sized>, groups: [usize; 3]) -> Option<Strided3> {
     let (shape, strides) = (view.shape(), view.strides());
-    let a = collapse(shape, strides, 0..groups[0])?;
     let b = collapse(shape, strides, groups[0]..groups[0] + groups[1])?;
     let c = collapse(shape, strides, groups[0] + groups[1]..shape.len())?;
-    Some(Strided3 { strides: [a, b, c] })
+    Some(Strided3 { batch: batch_offsets(&shape[..groups[0]], &strides[..groups[0]]), strides: [b, c] })
 }
 
 /// Runs the batched GEMM `out[b] = lhs[b] @ rhs[b]` for one float type.
@@ -142,21 +155,21 @@ fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<
     if p.m * p.n > 0 && p.k > 0 {
         for bi in 0..p.b {
             // SAFETY: the views' strides address their own elements; batch
-            // `bi` of each operand starts `bi * batch stride` past its origin.
+            // `bi` of each operand starts at its offset in `batch`.
             unsafe {
-                let a = lv.as_ptr().offset(bi as isize * ls.strides[0]);
-                let b = rv.as_ptr().offset(bi as isize * rs.strides[0]);
+                let a = lv.as_ptr().offset(ls.batch[bi]);
+                let b = rv.as_ptr().offset(rs.batch[bi]);
                 let c = out.as_mut_ptr().add(bi * p.m * p.n);
                 T::gemm(
                     p.m,
                     p.k,
                     p.n,
                     a,
+                    ls.strides[0],
                     ls.strides[1],
-                    ls.strides[2],
                     b,
+                    rs.strides[0],
                     rs.strides[1],
-                    rs.strides[2],
                     c,
                     p.n as isize,
                 );

@@ -83,6 +83,12 @@ impl Backend for FastCpuBackend {
                 HostTensor::F32(a) if a.ndim() == 0 => a.first().map(|&v| splat(v, shape, &mut self.pool.borrow_mut())),
                 _ => None,
             },
+            Op::Reshape { shape } if inputs.len() == 1 => match inputs[0] {
+                HostTensor::F32(a) if a.len() == shape.iter().product::<usize>() => {
+                    a.as_slice().map(|xs| reshaped(xs, shape, &mut self.pool.borrow_mut()))
+                }
+                _ => None,
+            },
             Op::Constant(weft_ir::Literal { ty, data: weft_ir::LiteralData::Splat(v) }) if ty.dtype == DType::F32 => {
                 Some(splat(*v as f32, &ty.shape, &mut self.pool.borrow_mut()))
             }
@@ -129,6 +135,14 @@ impl Backend for FastCpuBackend {
 /// optimizer update spreads the learning rate over every parameter each
 /// step) as one fill of pooled storage, instead of the interpreter's fresh
 /// strided copy.
+/// A row-major reshape: one copy into pooled storage (the interpreter
+/// clones the array, allocating fresh pages every step).
+fn reshaped(xs: &[f32], shape: &[usize], pool: &mut Pool) -> HostTensor {
+    let mut out = pool.take(xs.len());
+    out.copy_from_slice(xs);
+    HostTensor::F32(ArrayD::from_shape_vec(IxDyn(shape), out).expect("sized from the shape"))
+}
+
 fn splat(v: f32, shape: &[usize], pool: &mut Pool) -> HostTensor {
     let mut out = pool.take(shape.iter().product());
     out.fill(v);

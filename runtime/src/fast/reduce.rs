@@ -1,10 +1,11 @@
 //! `reduce` over `f32` (and `bf16`/`f16`, widened to `f32` and rounded once
-//! at the end, as the interpreter accumulates them) for the two shapes training steps use: the leading
-//! dimensions (a column sum, e.g. a bias gradient over the batch) and the
-//! trailing dimensions (a row sum, or a whole-tensor sum such as a squared
-//! norm).
+//! at the end, as the interpreter accumulates them) over one run of
+//! consecutive dimensions: the leading dimensions (a column sum, e.g. a
+//! bias gradient over the batch), middle ones (the pairs of a
+//! mesh-invariant sum's tree level, `[k/2, 2, rest]`) and the trailing
+//! dimensions (a row sum, or a whole-tensor sum such as a squared norm).
 //!
-//! Leading reductions fold rows in order, exactly as the interpreter does,
+//! Leading and middle reductions fold rows in order, exactly as the interpreter does,
 //! with the loop over the kept elements innermost (vectorised). Trailing
 //! reductions are latency-bound as one left fold, so they use 16
 //! interleaved partial sums (lane `i` takes elements `i, i+16, ...`)
@@ -45,8 +46,9 @@ fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) ->
     }
     let (bin, init) = op_and_init(op);
     let f = |acc: f32, v: f32| binary_f32(bin, acc, v).expect("float op");
-    let prefix = dims.iter().enumerate().all(|(i, &d)| i == d);
-    let suffix = dims.iter().enumerate().all(|(i, &d)| d == rank - dims.len() + i);
+    // One run of consecutive dims: `[outer, reduced, inner]`.
+    let contiguous = dims.iter().enumerate().all(|(i, &d)| d == dims[0] + i);
+    let suffix = contiguous && dims[dims.len() - 1] == rank - 1;
     let reduced: usize = dims.iter().map(|&d| shape[d]).product();
     let kept_shape: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).map(|d| shape[d]).collect();
     let kept: usize = kept_shape.iter().product();
@@ -60,11 +62,17 @@ fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) ->
             fold.feed(row);
             *o = fold.finish();
         }
-    } else if prefix {
+    } else if contiguous {
+        // Leading (a column sum: one outer block) or middle dims (a sum
+        // over the pairs of a tree level, `[k/2, 2, rest]`): rows folded
+        // in order into each outer block's kept elements.
+        let inner: usize = shape[dims[dims.len() - 1] + 1..].iter().product();
         out.fill(init);
-        for row in data.chunks_exact(kept) {
-            for (o, &v) in out.iter_mut().zip(row) {
-                *o = f(*o, v);
+        for (block, rows) in out.chunks_exact_mut(inner).zip(data.chunks_exact(inner * reduced)) {
+            for row in rows.chunks_exact(inner) {
+                for (o, &v) in block.iter_mut().zip(row) {
+                    *o = f(*o, v);
+                }
             }
         }
     } else {
@@ -128,5 +136,45 @@ impl RowFold {
     /// The row's result: the lanes combined in lane order.
     pub fn finish(&self) -> f32 {
         self.lanes.iter().fold(self.init, |acc, &l| binary_f32(self.op, acc, l).expect("float op"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_ir::Op;
+
+    fn ramp(shape: &[usize]) -> HostTensor {
+        let n: usize = shape.iter().product();
+        HostTensor::from_f32(shape, (0..n).map(|i| ((i * 7919 % 1000) as f32 * 0.37).sin()).collect()).unwrap()
+    }
+
+    #[test]
+    fn one_run_of_consecutive_dims_takes_the_fast_path_with_the_interpreters_bits() {
+        let mut pool = Pool::default();
+        // Leading, middle (a tree level's pairs), trailing; the middle and
+        // leading ones fold rows in order as the interpreter does.
+        for (shape, dims, interp_bits) in [
+            (&[6, 5][..], &[0][..], true),
+            (&[4, 2, 3, 5], &[1], true),
+            (&[4, 2, 3, 5], &[1, 2], true),
+            (&[3, 8, 17], &[1], true),
+            (&[4, 2, 3, 5], &[2, 3], false),
+        ] {
+            let x = ramp(shape);
+            let got = reduce(ReduceOp::Sum, &x, dims, &mut pool).expect("the fast path");
+            let want = weft_ir::interp::eval_op(&Op::Reduce { op: ReduceOp::Sum, dims: dims.to_vec() }, &[&x]).unwrap();
+            let (g, w) = (got.to_f64_vec(), want[0].to_f64_vec());
+            assert_eq!(got.shape(), want[0].shape(), "{shape:?} over {dims:?}");
+            for (a, b) in g.iter().zip(&w) {
+                if interp_bits {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{shape:?} over {dims:?}");
+                } else {
+                    assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0));
+                }
+            }
+        }
+        // Dims that are not one run are left to the interpreter.
+        assert!(reduce(ReduceOp::Sum, &ramp(&[4, 2, 3]), &[0, 2], &mut pool).is_none());
     }
 }

@@ -46,6 +46,15 @@ fn elementwise_ops_are_bit_exact() {
 }
 
 #[test]
+fn reshapes_are_bit_exact() {
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(16);
+    for (from, to) in [(&[8, 6][..], &[4, 2, 6][..]), (&[4096 + 8], &[2, 2052]), (&[3, 1, 5], &[15])] {
+        check_op(&be, &Op::Reshape { shape: to.to_vec() }, &[with_specials(&mut rng, from)], true, 0.0, 0.0);
+    }
+}
+
+#[test]
 fn half_precision_elementwise_ops_are_bit_exact() {
     // Computed in f32 and rounded once per op, as the interpreter does.
     let be = FastCpuBackend::new();
@@ -92,6 +101,10 @@ fn dot_general_matches_in_every_layout() {
         (vec![5, 6, 7, 8], vec![7, 8, 9], dims(&[], &[], &[2, 3], &[0, 1])),
         (vec![6, 5, 8, 7], vec![8, 7, 9], dims(&[], &[], &[3, 2], &[1, 0])),
         (vec![4, 0], vec![0, 5], dims(&[], &[], &[1], &[0])),
+        // Batch dims that do not collapse: a mesh-invariant contraction's
+        // chunk index (the operand's minor-most batch dim) leads the batch.
+        (vec![2, 5, 4, 3, 6], vec![4, 3, 2, 7], dims(&[2, 0], &[0, 2], &[3], &[1])),
+        (vec![3, 16, 8, 2], vec![8, 2, 3, 5], dims(&[2, 0], &[0, 2], &[3], &[1])),
     ];
     for (ls, rs, d) in cases {
         let (l, r) = (f32s(&mut rng, &ls, -1.0, 1.0), f32s(&mut rng, &rs, -1.0, 1.0));
