@@ -143,6 +143,28 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
 }
 
 #[test]
+fn mesh_invariant_runs_on_several_processes_equal_one_device() {
+    let Some(_) = mpirun_or_skip("mesh_invariant_runs_on_several_processes_equal_one_device") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |n: usize, mesh: &str, strategy: &str| {
+        let m = tmp.path().join(format!("{n}-{mesh}-{strategy}.jsonl"));
+        let k = tmp.path().join(format!("{n}-{mesh}-{strategy}-ckpt"));
+        let args = ["--steps", "4", "--mesh", mesh, "--strategy", strategy, "--mesh-invariant"];
+        let files = ["--metrics", m.to_str().unwrap(), "--checkpoint-dir", k.to_str().unwrap()];
+        let o = train(n, "examples/configs/gpt.toml", &[&args[..], &files[..]].concat(), &[]);
+        ok(&o, &format!("{strategy} on {mesh}, {n} processes"));
+        read(&m)
+    };
+    // One device in one process is the reference for every mesh and
+    // process count (the GPT has dropout: its masks are mesh-invariant too).
+    let one = run(0, "data=1", "none");
+    assert!(one.len() > 100);
+    for (n, mesh, strategy) in [(2, "data=2,model=4", "tp"), (4, "data=8", "dp"), (2, "data=2,model=2", "fsdp_tp")] {
+        assert!(run(n, mesh, strategy) == one, "{strategy} on {mesh} over {n} processes differs from one device");
+    }
+}
+
+#[test]
 fn checkpoints_move_between_process_counts() {
     let Some(_) = mpirun_or_skip("checkpoints_move_between_process_counts") else { return };
     let tmp = tempfile::tempdir().unwrap();
