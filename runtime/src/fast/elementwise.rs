@@ -362,7 +362,6 @@ impl FusedReduce {
         }
     }
 
-
     /// Folds the block of values starting at element `start`.
     fn fold_block(&self, fold: &mut RowFold, values: &[f32], start: usize, out: &mut [f32]) {
         if self.row <= values.len() {
