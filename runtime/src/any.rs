@@ -185,6 +185,17 @@ impl Backend for AnyBackend {
         dispatch!(self, b => b.fusion())
     }
 
+    fn reshape_owned(&self, op: &Op, input: AnyBuffer) -> Result<AnyBuffer, RuntimeError> {
+        match (self, input) {
+            (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => Ok(AnyBuffer::Cpu(b.reshape_owned(op, t)?)),
+            (_, input) => {
+                let out = self.compute(op, &[&input])?.remove(0);
+                self.free(input);
+                Ok(out)
+            }
+        }
+    }
+
     fn compute_fused_into(
         &self,
         chain: &FusedChain,

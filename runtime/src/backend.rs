@@ -104,6 +104,19 @@ pub trait Backend {
         drop(b);
     }
 
+    /// `reshape` of a buffer this step reads for the last time, handed
+    /// over ([`crate::executable`] plans which): a backend whose buffers
+    /// carry their own shape reuses the storage. Default: compute, then
+    /// free the input.
+    fn reshape_owned(&self, op: &Op, input: Self::Buffer) -> Result<Self::Buffer, RuntimeError>
+    where
+        Self: Sized,
+    {
+        let out = self.compute(op, &[&input])?.remove(0);
+        self.free(input);
+        Ok(out)
+    }
+
     /// How many worker threads an executable drives `devices` of these
     /// devices with when the caller does not say ([`crate::ExecOptions`]).
     /// Default: one per device, each device being its own processor.

@@ -20,6 +20,7 @@ use crate::error::RuntimeError;
 use crate::exec::DeviceStats;
 use weft_ir::device::{BufferId, DeviceProgram, Step};
 use weft_ir::tensor::HostTensor;
+use weft_ir::Op;
 
 /// The live buffers of one device, with their byte count.
 pub(crate) struct Slots<B: Backend> {
@@ -207,6 +208,12 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
             Ok(())
         }
         Action::Run => match &p.steps[i] {
+            Step::Compute { op: op @ Op::Reshape { .. }, inputs, outputs } if plan.consumes[i] => {
+                let input = dev.slots.take(inputs[0]);
+                let out = dev.backend.reshape_owned(op, input).map_err(|e| e.at_step(d, i, op.name()))?;
+                dev.slots.put(outputs[0], out);
+                Ok(())
+            }
             Step::Compute { op, inputs, outputs } => {
                 let ins: Vec<&B::Buffer> = inputs.iter().map(|&b| dev.slots.get(b)).collect();
                 let outs = dev.backend.compute(op, &ins).map_err(|e| e.at_step(d, i, op.name()))?;

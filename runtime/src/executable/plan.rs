@@ -47,8 +47,8 @@ pub(crate) struct Plan {
     pub slices: Vec<Option<Vec<Op>>>,
     /// Per step: for a collective, each device's group and rank.
     pub members: Vec<Option<Vec<Membership>>>,
-    /// Per step: a collective that is the last reader of its input, which
-    /// may therefore be handed over rather than copied.
+    /// Per step: a collective or a `reshape` that is the last reader of
+    /// its input, which may therefore be handed over rather than copied.
     pub consumes: Vec<bool>,
     /// Per step: for a `free`, the buffers it releases — those neither
     /// fused away (they live only inside a chain and are never allocated)
@@ -105,11 +105,14 @@ impl Plan {
         let mut consumes = vec![false; p.steps.len()];
         let mut consumed = HashSet::new();
         for (i, step) in p.steps.iter().enumerate() {
-            if let Step::Collective { input, .. } = step {
-                if last_read[input.index()] == i && !p.outputs.contains(input) && !p.inputs.contains(input) {
-                    consumes[i] = true;
-                    consumed.insert(*input);
-                }
+            let input = match step {
+                Step::Collective { input, .. } => input,
+                Step::Compute { op: Op::Reshape { .. }, inputs, .. } if actions[i] == Action::Run => &inputs[0],
+                _ => continue,
+            };
+            if last_read[input.index()] == i && !p.outputs.contains(input) && !p.inputs.contains(input) {
+                consumes[i] = true;
+                consumed.insert(*input);
             }
         }
         let mut frees: Vec<Vec<BufferId>> = p
@@ -225,5 +228,40 @@ mod tests {
         let plain = Plan::new(&p, FusionOptions::NONE);
         assert!(plain.donors.is_empty());
         assert_eq!(plain.frees[3].len(), 4);
+    }
+
+    /// `y = reshape(exp(x))`, `z = reshape(y)` with `y` read again: the
+    /// first reshape takes over its input (freed after it), the second
+    /// reads `y`, which a later step still needs, and an input of the
+    /// program is never taken.
+    #[test]
+    fn a_reshape_takes_over_an_input_it_reads_last() {
+        let t = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
+        let c = |op, ins: &[u32], out: u32| Step::Compute {
+            op,
+            inputs: ins.iter().map(|&b| BufferId(b)).collect(),
+            outputs: vec![BufferId(out)],
+        };
+        let reshape = |s: &[usize]| Op::Reshape { shape: s.to_vec() };
+        let p = DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)].into(),
+            buffers: vec![t(&[4, 8]), t(&[4, 8]), t(&[32]), t(&[2, 16]), t(&[32]), t(&[8, 4])],
+            inputs: vec![BufferId(0)],
+            outputs: vec![BufferId(3), BufferId(4), BufferId(5)],
+            steps: vec![
+                c(Op::Unary(weft_ir::UnaryOp::Exp), &[0], 1),
+                c(reshape(&[32]), &[1], 2),
+                Step::Free(vec![BufferId(1)]),
+                c(reshape(&[2, 16]), &[2], 3),
+                c(Op::Unary(weft_ir::UnaryOp::Neg), &[2], 4),
+                Step::Free(vec![BufferId(2)]),
+                c(reshape(&[8, 4]), &[0], 5),
+            ],
+        };
+        let plan = Plan::new(&p, FusionOptions::NONE);
+        assert_eq!(plan.consumes, vec![false, true, false, false, false, false, false]);
+        assert!(plan.frees[2].is_empty(), "the reshape frees its input");
+        assert_eq!(plan.frees[5], vec![BufferId(2)]);
     }
 }

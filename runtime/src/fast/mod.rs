@@ -108,6 +108,26 @@ impl Backend for FastCpuBackend {
         self.pool.borrow_mut().give(b);
     }
 
+    fn reshape_owned(&self, op: &Op, input: HostTensor) -> Result<HostTensor, RuntimeError> {
+        match (op, input) {
+            (Op::Reshape { shape }, HostTensor::F32(a)) if a.is_standard_layout() => {
+                let n = a.len();
+                match a.into_shape_with_order(IxDyn(shape)) {
+                    Ok(b) => Ok(HostTensor::F32(b)),
+                    Err(_) => Err(RuntimeError::Op {
+                        op: "reshape".into(),
+                        message: format!("{n} elements do not fill {shape:?}"),
+                    }),
+                }
+            }
+            (op, input) => {
+                let out = self.compute(op, &[&input])?.remove(0);
+                self.free(input);
+                Ok(out)
+            }
+        }
+    }
+
     fn compute_fused_into(
         &self,
         chain: &FusedChain,

@@ -52,6 +52,18 @@ fn reshapes_are_bit_exact() {
     for (from, to) in [(&[8, 6][..], &[4, 2, 6][..]), (&[4096 + 8], &[2, 2052]), (&[3, 1, 5], &[15])] {
         check_op(&be, &Op::Reshape { shape: to.to_vec() }, &[with_specials(&mut rng, from)], true, 0.0, 0.0);
     }
+    // A buffer handed over (its last reader) keeps its storage.
+    let x = with_specials(&mut rng, &[8, 6]);
+    let want = x.to_f64_vec();
+    let HostTensor::F32(a) = &x else { unreachable!() };
+    let at = a.as_ptr();
+    let y = be.reshape_owned(&Op::Reshape { shape: vec![4, 12] }, x).unwrap();
+    let HostTensor::F32(b) = &y else { panic!("f32 in, f32 out") };
+    assert_eq!((b.as_ptr(), b.shape()), (at, &[4, 12][..]));
+    assert_eq!(
+        y.to_f64_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
 }
 
 #[test]
