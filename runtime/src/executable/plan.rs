@@ -192,17 +192,21 @@ mod tests {
     use weft_ir::device::Buffer;
     use weft_ir::{BinaryOp, DType, TensorType};
 
+    /// An f32 buffer of shape `s`.
+    fn t(s: &[usize]) -> Buffer {
+        Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None }
+    }
+
+    /// `out = op(ins)`.
+    fn c(op: Op, ins: &[u32], out: u32) -> Step {
+        Step::Compute { op, inputs: ins.iter().map(|&b| BufferId(b)).collect(), outputs: vec![BufferId(out)] }
+    }
+
     /// `w' = w - broadcast(lr) * g` with `w` freed right after: the chain
     /// takes `w` as its donor and the free is the chain's; `g`, still read
     /// afterwards, is not donated.
     #[test]
     fn a_chain_takes_over_an_input_it_reads_last() {
-        let t = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
-        let c = |op, ins: &[u32], out: u32| Step::Compute {
-            op,
-            inputs: ins.iter().map(|&b| BufferId(b)).collect(),
-            outputs: vec![BufferId(out)],
-        };
         let p = DeviceProgram {
             name: "p".into(),
             mesh: vec![("x".into(), 1)].into(),
@@ -236,12 +240,6 @@ mod tests {
     /// program is never taken.
     #[test]
     fn a_reshape_takes_over_an_input_it_reads_last() {
-        let t = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
-        let c = |op, ins: &[u32], out: u32| Step::Compute {
-            op,
-            inputs: ins.iter().map(|&b| BufferId(b)).collect(),
-            outputs: vec![BufferId(out)],
-        };
         let reshape = |s: &[usize]| Op::Reshape { shape: s.to_vec() };
         let p = DeviceProgram {
             name: "p".into(),
