@@ -188,11 +188,7 @@ impl Backend for AnyBackend {
     fn reshape_owned(&self, op: &Op, input: AnyBuffer) -> Result<AnyBuffer, RuntimeError> {
         match (self, input) {
             (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => Ok(AnyBuffer::Cpu(b.reshape_owned(op, t)?)),
-            (_, input) => {
-                let out = self.compute(op, &[&input])?.remove(0);
-                self.free(input);
-                Ok(out)
-            }
+            (_, input) => crate::backend::compute_then_free(self, op, input),
         }
     }
 

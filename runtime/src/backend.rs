@@ -112,9 +112,7 @@ pub trait Backend {
     where
         Self: Sized,
     {
-        let out = self.compute(op, &[&input])?.remove(0);
-        self.free(input);
-        Ok(out)
+        compute_then_free(self, op, input)
     }
 
     /// How many worker threads an executable drives `devices` of these
@@ -167,6 +165,15 @@ pub fn compute_fused_then_free<B: Backend>(
     drop(refs);
     be.free(donor);
     out
+}
+
+/// `op` of one input handed over, computed with [`Backend::compute`], then
+/// the input freed: what a backend that cannot reuse the input's storage
+/// does with it ([`Backend::reshape_owned`]).
+pub fn compute_then_free<B: Backend>(be: &B, op: &Op, input: B::Buffer) -> Result<B::Buffer, RuntimeError> {
+    let out = be.compute(op, &[&input])?.remove(0);
+    be.free(input);
+    Ok(out)
 }
 
 /// Computes a chain node by node with [`Backend::compute`] (the default

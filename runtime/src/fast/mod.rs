@@ -120,11 +120,7 @@ impl Backend for FastCpuBackend {
                     }),
                 }
             }
-            (op, input) => {
-                let out = self.compute(op, &[&input])?.remove(0);
-                self.free(input);
-                Ok(out)
-            }
+            (op, input) => crate::backend::compute_then_free(self, op, input),
         }
     }
 
