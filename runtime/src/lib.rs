@@ -40,7 +40,7 @@ pub mod verify;
 
 pub use crate::gpu::{CubeBuffer, CubeclBackend};
 pub use any::{AnyBackend, AnyBuffer};
-pub use backend::{compute_fused_then_free, compute_unfused, Backend};
+pub use backend::{compute_fused_then_free, compute_then_free, compute_unfused, Backend};
 pub use comm::{Communicator, InProcessComm};
 pub use cpu::CpuBackend;
 pub use devices::{available_backends, open_devices, select_backend, BackendKind, DeviceMap, Devices};
