@@ -46,7 +46,7 @@
 use crate::error::{CompilerError, Result};
 use crate::inline::InlinedFunction;
 use std::collections::HashMap;
-use weft_ir::{infer, DotDims, Function, Inst, Module, Op, ReduceOp, TensorType, ValueId};
+use weft_ir::{infer, DotDims, Function, Inst, Module, NoFunctions, Op, ReduceOp, TensorType, ValueId};
 
 /// The chunk count `C` of [`canonical_sums`]: a power of two, at least 2.
 /// Every shard count of a summed dimension that should give the same bits
@@ -91,8 +91,7 @@ fn gcd(a: usize, b: usize) -> usize {
 /// its sharding annotation.
 pub fn canonical_sums(f: &InlinedFunction, chunks: SumChunks) -> Result<InlinedFunction> {
     let f = f.function();
-    let m = Module::new();
-    let mut g = Rewriter { g: Function::new(f.name.clone()), m: &m, chunks: chunks.get() };
+    let mut g = Rewriter { g: Function::new(f.name.clone()), chunks: chunks.get() };
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();
     for &p in &f.params {
         let v = f.value(p);
@@ -123,18 +122,17 @@ pub fn canonical_sums(f: &InlinedFunction, chunks: SumChunks) -> Result<InlinedF
     InlinedFunction::new(g.g)
 }
 
-struct Rewriter<'m> {
+struct Rewriter {
     g: Function,
-    m: &'m Module,
     chunks: usize,
 }
 
-impl Rewriter<'_> {
+impl Rewriter {
     /// Appends `op` on `operands`; its one result.
     fn emit(&mut self, op: Op, operands: Vec<ValueId>, loc: Option<weft_ir::Loc>) -> Result<ValueId> {
         let tys: Vec<TensorType> = operands.iter().map(|&o| self.g.ty(o).clone()).collect();
         let refs: Vec<&TensorType> = tys.iter().collect();
-        let ty = infer(&op, &refs, self.m)
+        let ty = infer(&op, &refs, &NoFunctions)
             .map_err(|message| CompilerError::Internal { stage: "canonical_sums".into(), message })?
             .remove(0);
         let id = self.g.add_inst(op, operands, vec![(ty, None)], loc);
@@ -149,15 +147,19 @@ impl Rewriter<'_> {
         self.emit(Op::Reshape { shape }, vec![x], loc)
     }
 
+    /// The plain sum of `x` over dimension `d`.
+    fn sum(&mut self, x: ValueId, d: usize, loc: Option<weft_ir::Loc>) -> Result<ValueId> {
+        self.emit(Op::Reduce { op: ReduceOp::Sum, dims: vec![d] }, vec![x], loc)
+    }
+
     /// The sum over dimension `d` (a power of two `k`) of `x`, as a tree.
     fn tree(&mut self, mut x: ValueId, d: usize, loc: Option<weft_ir::Loc>) -> Result<ValueId> {
-        let sum = |dims: Vec<usize>| Op::Reduce { op: ReduceOp::Sum, dims };
         while self.g.ty(x).shape[d] > 2 {
             let k = self.g.ty(x).shape[d];
             let pairs = self.split(x, d, k / 2, loc)?;
-            x = self.emit(sum(vec![d + 1]), vec![pairs], loc)?;
+            x = self.sum(pairs, d + 1, loc)?;
         }
-        self.emit(sum(vec![d]), vec![x], loc)
+        self.sum(x, d, loc)
     }
 
     /// The chunk count for a summed dimension of size `n` (1: leave it).
@@ -182,11 +184,10 @@ impl Rewriter<'_> {
                 for &d in dims.iter().rev() {
                     let c = self.count(shape[d]);
                     x = if c < 2 {
-                        self.emit(Op::Reduce { op: ReduceOp::Sum, dims: vec![d] }, vec![x], inst.loc)?
+                        self.sum(x, d, inst.loc)?
                     } else {
                         let split = self.split(x, d, c, inst.loc)?;
-                        let partial =
-                            self.emit(Op::Reduce { op: ReduceOp::Sum, dims: vec![d + 1] }, vec![split], inst.loc)?;
+                        let partial = self.sum(split, d + 1, inst.loc)?;
                         self.tree(partial, d, inst.loc)?
                     };
                 }
