@@ -40,6 +40,7 @@
 use crate::models::{gpt::GptConfig, mlp::MlpConfig};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use weft_compiler::canonical_sums::SumChunks;
 use weft_compiler::train::{Optimizer, Schedule, TrainConfig};
 use weft_ir::DType;
 
@@ -377,6 +378,12 @@ impl OptimizerConfig {
 }
 
 impl RunConfig {
+    /// The chunk count of mesh-invariant sums (`sum_chunks`, default 8), or
+    /// `None` when `mesh_invariant` is off.
+    pub fn mesh_invariant_chunks(&self) -> Option<usize> {
+        self.mesh_invariant.then(|| self.sum_chunks.unwrap_or(SumChunks::DEFAULT.get()))
+    }
+
     /// Parses a TOML config.
     pub fn from_toml(text: &str) -> Result<RunConfig, String> {
         toml::from_str(text).map_err(|e| e.to_string())

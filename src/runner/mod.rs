@@ -14,8 +14,8 @@ mod mesh;
 mod metrics;
 pub mod processes;
 pub mod report;
-pub mod stages;
 mod session;
+pub mod stages;
 pub mod validate;
 
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
@@ -173,11 +173,10 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
         unreachable!("ModelConfig has two kinds")
     };
     let mut step = build_train_step(&module, module.function("loss").expect("models define @loss"), &tc)?;
-    if c.mesh_invariant {
+    if let Some(k) = c.mesh_invariant_chunks() {
         // Here rather than as a pass of the mesh pipeline: the unsharded
         // interpreter (`--backend interp`) must sum in the same order.
-        let chunks = SumChunks::new(c.sum_chunks.unwrap_or(SumChunks::DEFAULT.get()))?;
-        step.module = canonical_sums_in(&step.module, "train_step", chunks)?;
+        step.module = canonical_sums_in(&step.module, "train_step", SumChunks::new(k)?)?;
     }
     let params = match &ov.init {
         Some(p) => read_safetensors(p)?,

@@ -1,6 +1,5 @@
 //! One `weft train` session: executor, checkpoints, resume, manifest.
 
-use weft_compiler::canonical_sums::SumChunks;
 use super::mesh::{MeshBackend, MeshExecutor};
 use super::processes::Processes;
 use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
@@ -114,14 +113,9 @@ fn executor_with_limit(
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        "sim" => Ok(Box::new(MeshExecutor::with_limit(
-            &prepared.step,
-            mesh,
-            MeshBackend::Simulator,
-            None,
-            limit,
-            auto,
-        )?)),
+        "sim" => {
+            Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, MeshBackend::Simulator, None, limit, auto)?))
+        }
         other => {
             let kind = weft_runtime::select_backend(Some(other))?;
             let backend = MeshBackend::Devices(kind);
@@ -188,10 +182,7 @@ pub fn run_session_on(
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
     let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref(), processes)?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
-    let sums = match (c.mesh_invariant, c.sum_chunks) {
-        (false, _) => String::new(),
-        (true, k) => format!(", mesh-invariant sums ({} chunks)", k.unwrap_or(SumChunks::DEFAULT.get())),
-    };
+    let sums = c.mesh_invariant_chunks().map(|k| format!(", mesh-invariant sums ({k} chunks)")).unwrap_or_default();
     log(Line::Info(format!(
         "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}{sums}",
         mesh.num_devices(),

@@ -245,7 +245,11 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
     if let Some(k) = c.sum_chunks {
         weft_compiler::canonical_sums::SumChunks::new(k).map_err(|e| invalid("sum_chunks", k, e.to_string()))?;
         if !c.mesh_invariant {
-            return Err(invalid("sum_chunks", k, "is the chunk count of mesh-invariant sums: it needs `mesh_invariant = true`".to_string()));
+            return Err(invalid(
+                "sum_chunks",
+                k,
+                "is the chunk count of mesh-invariant sums: it needs `mesh_invariant = true`".to_string(),
+            ));
         }
     }
     if c.mesh_invariant && c.pipeline.is_some() {
@@ -365,7 +369,12 @@ fn validate_pipeline(p: &super::config::PipelineSection, c: &RunConfig, mesh: &M
     }
     let size = mesh.axis(&p.axis).map(|a| a.size);
     if size != Some(p.stages) {
-        return Err(CompilerError::PipelineStageAxis { axis: p.axis.clone(), size: size.unwrap_or(0), stages: p.stages }.into());
+        return Err(CompilerError::PipelineStageAxis {
+            axis: p.axis.clone(),
+            size: size.unwrap_or(0),
+            stages: p.stages,
+        }
+        .into());
     }
     if batch % p.microbatches != 0 {
         return Err(CompilerError::PipelineMicrobatches { microbatches: p.microbatches, batch }.into());
