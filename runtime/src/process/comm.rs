@@ -300,6 +300,16 @@ pub(super) fn groups_of(mine: &BTreeMap<usize, Contribution>) -> BTreeMap<usize,
     groups
 }
 
+/// Gives each of `members` (this process's devices of one group: never
+/// none) the group's result: copies for all but the first, which takes
+/// `whole`.
+pub(super) fn hand_out(results: &mut HashMap<usize, HostTensor>, members: &[usize], whole: HostTensor) {
+    for &m in &members[1..] {
+        results.insert(m, whole.clone());
+    }
+    results.insert(members[0], whole);
+}
+
 /// Device `d`'s rank in group `g`.
 pub(super) fn rank_in(g: &[usize], d: usize) -> usize {
     g.iter().position(|&x| x == d).expect("a member")
@@ -467,10 +477,7 @@ impl ProcessComm {
             for (r, d) in g.iter().enumerate() {
                 out[chunk_bytes(r)].copy_from_slice(&chunks[d]);
             }
-            let whole = whole.finish()?;
-            for m in owned_by(g, me) {
-                results.insert(m, whole.clone());
-            }
+            hand_out(&mut results, &owned_by(g, me), whole.finish()?);
         }
         Ok(results)
     }

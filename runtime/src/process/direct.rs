@@ -12,7 +12,7 @@
 //! element about three times. The wire order and the rank-order fold are
 //! those of the byte paths, so the results are the same bits.
 
-use super::comm::{chunk, groups_of, rank_in, tag, Contribution, ProcessComm};
+use super::comm::{chunk, groups_of, hand_out, rank_in, tag, Contribution, ProcessComm};
 use crate::collective::combiner;
 use crate::error::RuntimeError;
 use ndarray::ArrayD;
@@ -310,12 +310,7 @@ impl ProcessComm {
         drop(bytes);
         let mut results = HashMap::with_capacity(mine.len());
         for (g0, out) in outs {
-            let whole = out.finish()?;
-            let ours = self.owned_by(&groups[&g0], me);
-            for &m in ours.iter().skip(1) {
-                results.insert(m, whole.clone());
-            }
-            results.insert(ours[0], whole);
+            hand_out(&mut results, &self.owned_by(&groups[&g0], me), out.finish()?);
         }
         Ok(results)
     }

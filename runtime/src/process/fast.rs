@@ -23,7 +23,7 @@
 //! [`ProcessGroup::sum_all_into`]: super::ProcessGroup::sum_all_into
 //! [`ProcessGroup::sum_scatter_into`]: super::ProcessGroup::sum_scatter_into
 
-use super::comm::{groups_of, rank_in, tag, tensor_from, Contribution, ProcessComm};
+use super::comm::{groups_of, hand_out, rank_in, tag, tensor_from, Contribution, ProcessComm};
 use crate::collective::block;
 use crate::error::RuntimeError;
 use std::collections::{BTreeMap, HashMap};
@@ -261,11 +261,7 @@ impl ProcessComm {
                         return Err(e);
                     }
                     drop(send);
-                    let whole = out.finish()?;
-                    for &m in &ours[1..] {
-                        results.insert(m, whole.clone());
-                    }
-                    results.insert(ours[0], whole);
+                    hand_out(&mut results, &ours, out.finish()?);
                 }
                 Some(dim) => {
                     let n = g.len();
