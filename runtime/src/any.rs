@@ -155,6 +155,10 @@ impl Backend for AnyBackend {
         dispatch!(self, b => b.device_collectives())
     }
 
+    fn caller_drives_a_lane(&self) -> bool {
+        dispatch!(self, b => b.caller_drives_a_lane())
+    }
+
     fn collective_on_device(
         &self,
         call: CollectiveCall<'_>,

@@ -137,6 +137,17 @@ pub trait Backend {
         None
     }
 
+    /// Whether the thread that calls [`crate::Executable::run`] may drive
+    /// one of the executable's lanes itself instead of handing it to a
+    /// worker thread and waiting. True for devices in host memory, whose
+    /// buffers any thread may touch: the caller would only sleep, so it
+    /// does the work of one lane (a one-device executable then runs with
+    /// no thread hand-off at all). Default: `false` (a GPU context stays
+    /// with the worker thread that made it).
+    fn caller_drives_a_lane(&self) -> bool {
+        false
+    }
+
     /// Whether [`Backend::collective_on_device`] may answer `Some`. Such a
     /// call blocks until its whole group has met, so an executable then
     /// drives each device from a thread of its own. Default: `false`.

@@ -26,6 +26,11 @@ macro_rules! host_memory {
             devices.min(std::thread::available_parallelism().map_or(1, |n| n.get()))
         }
 
+        /// Host memory is every thread's: the caller drives a lane.
+        fn caller_drives_a_lane(&self) -> bool {
+            true
+        }
+
         fn alloc(&self, ty: &TensorType) -> Result<HostTensor, RuntimeError> {
             Ok(HostTensor::zeros(ty))
         }

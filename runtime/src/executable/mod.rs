@@ -5,10 +5,15 @@
 //! [`Executable::new`] verifies the program, plans fusion, splits it into
 //! segments at collectives and works out each device's shard-slice ops and
 //! collective groups — once. It then starts the workers: threads that each
-//! own one or more devices (by default one per device) for the executable's
-//! life, so a device's buffers are only ever touched by the thread that
-//! made them. Workers meet only at collectives, through a
-//! [`Communicator`] ([`InProcessComm`] by default).
+//! own one or more devices (a *lane*; by default one per device, one per
+//! core for devices in host memory) for the executable's life, so a GPU
+//! device's buffers are only ever touched by the thread that made them.
+//! For devices in host memory ([`Backend::caller_drives_a_lane`]) the
+//! thread that calls [`Executable::run`] drives the last lane itself
+//! instead of waiting for a worker: one thread fewer, and no hand-off at
+//! all for a one-device executable (a pipeline stage's program). Lanes
+//! meet only at collectives, through a [`Communicator`] ([`InProcessComm`]
+//! by default).
 //!
 //! **Donation.** Inputs named in [`ExecOptions::donate`] are *donated*: the
 //! output paired with each replaces it on the device at the end of a run,
@@ -146,10 +151,14 @@ enum Reply {
     Read(Result<Vec<(Vec<HostTensor>, TransferStats)>, RuntimeError>),
 }
 
-struct Worker {
-    jobs: Option<Sender<Job>>,
-    replies: Receiver<Reply>,
-    thread: Option<JoinHandle<()>>,
+/// What drives a lane.
+enum Worker<B: Backend> {
+    /// A thread of its own, fed jobs through a channel.
+    Thread { jobs: Option<Sender<Job>>, replies: Receiver<Reply>, thread: Option<JoinHandle<()>> },
+    /// The caller of the executable's methods: a job runs when it is
+    /// given (after every thread's, as this is the last lane), its reply
+    /// waits to be collected.
+    Caller { lane: Box<Lane<B>>, reply: Option<Reply> },
 }
 
 /// Whether the donated state is on the devices.
@@ -167,7 +176,7 @@ pub struct Executable<B: Backend> {
     local: Vec<usize>,
     /// Per worker, its devices (a contiguous run of `local`).
     lanes: Vec<Vec<usize>>,
-    workers: Vec<Worker>,
+    workers: Vec<Worker<B>>,
     state: StateStatus,
     stats: ExecStats,
     backend_name: String,
@@ -230,6 +239,7 @@ where
         };
         let lanes: Vec<Vec<usize>> =
             (0..threads).map(|t| local[t * m / threads..(t + 1) * m / threads].to_vec()).collect();
+        let caller_drives = backends[0].caller_drives_a_lane();
         let mut backends: Vec<Option<B>> = backends.into_iter().map(Some).collect();
         let mut workers = Vec::with_capacity(threads);
         let mut next = 0;
@@ -241,6 +251,10 @@ where
                     (d, backends[next - 1].take().expect("one lane per device"))
                 })
                 .collect();
+            if caller_drives && t + 1 == threads {
+                workers.push(Worker::Caller { lane: Box::new(Lane::new(&shared, owned)), reply: None });
+                break;
+            }
             let (jobs, job_rx) = channel();
             let (reply_tx, replies) = channel();
             let sh = Arc::clone(&shared);
@@ -251,7 +265,7 @@ where
                     backend: backend_name.clone(),
                     message: format!("spawning a worker: {e}"),
                 })?;
-            workers.push(Worker { jobs: Some(jobs), replies, thread: Some(thread) });
+            workers.push(Worker::Thread { jobs: Some(jobs), replies, thread: Some(thread) });
         }
         let state = if !shared.donated.is_empty() {
             StateStatus::Missing("no state was loaded".into())
@@ -280,7 +294,8 @@ where
         self.shared.plan.chains.len()
     }
 
-    /// Worker threads.
+    /// Lanes: worker threads, plus the caller's where it drives one
+    /// ([`Backend::caller_drives_a_lane`]).
     pub fn threads(&self) -> usize {
         self.workers.len()
     }
@@ -306,11 +321,11 @@ where
     pub fn load_state(&mut self, state: Vec<Vec<HostTensor>>) -> Result<(), RuntimeError> {
         check_values(&self.shared.program, &self.local, &self.shared.donated, &state, "state")?;
         let mut per_lane = self.split_by_lane(state);
-        for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
-            w.send(Job::Load(vals));
+        for (w, vals) in self.workers.iter_mut().zip(per_lane.drain(..)) {
+            w.send(&self.shared, Job::Load(vals));
         }
         let mut first_err = None;
-        for w in &self.workers {
+        for w in &mut self.workers {
             match w.recv() {
                 Ok(Reply::Loaded(Ok(ts))) => ts.iter().for_each(|t| self.stats.transfers.add(t)),
                 Ok(Reply::Loaded(Err(e))) | Err(e) => {
@@ -337,12 +352,12 @@ where
     /// [`Executable::donated_inputs`] in that order.
     pub fn read_state(&mut self) -> Result<Vec<Vec<HostTensor>>, RuntimeError> {
         self.check_state()?;
-        for w in &self.workers {
-            w.send(Job::Read);
+        for w in &mut self.workers {
+            w.send(&self.shared, Job::Read);
         }
         let mut out = Vec::with_capacity(self.local.len());
         let mut first_err = None;
-        for w in &self.workers {
+        for w in &mut self.workers {
             match w.recv() {
                 Ok(Reply::Read(Ok(devs))) => {
                     for (vals, t) in devs {
@@ -375,12 +390,12 @@ where
         self.check_state()?;
         check_values(&self.shared.program, &self.local, &self.shared.others, &inputs, "input")?;
         let mut per_lane = self.split_by_lane(inputs);
-        for (w, vals) in self.workers.iter().zip(per_lane.drain(..)) {
-            w.send(Job::Run(vals));
+        for (w, vals) in self.workers.iter_mut().zip(per_lane.drain(..)) {
+            w.send(&self.shared, Job::Run(vals));
         }
         let mut outputs = Vec::with_capacity(self.local.len());
         let mut errors = Vec::new();
-        for (w, lane) in self.workers.iter().zip(&self.lanes) {
+        for (w, lane) in self.workers.iter_mut().zip(&self.lanes) {
             match w.recv() {
                 Ok(Reply::Ran(Ok(devs))) => {
                     for ((outs, ds, t), &d) in devs.into_iter().zip(lane) {
@@ -434,27 +449,41 @@ where
 impl<B: Backend> Drop for Executable<B> {
     fn drop(&mut self) {
         for w in &mut self.workers {
-            w.jobs.take();
+            if let Worker::Thread { jobs, .. } = w {
+                jobs.take();
+            }
         }
         for w in &mut self.workers {
-            if let Some(t) = w.thread.take() {
-                let _ = t.join();
+            if let Worker::Thread { thread, .. } = w {
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
             }
         }
     }
 }
 
-impl Worker {
-    fn send(&self, job: Job) {
-        // A worker whose thread is gone is reported by `recv`.
-        let _ = self.jobs.as_ref().expect("workers live as long as the executable").send(job);
+impl<B: Backend> Worker<B> {
+    /// Gives the lane its job: a thread's starts it, the caller's runs it
+    /// now (so the caller's lane must be given its job last).
+    fn send(&mut self, shared: &Shared, job: Job) {
+        match self {
+            // A worker whose thread is gone is reported by `recv`.
+            Worker::Thread { jobs, .. } => {
+                let _ = jobs.as_ref().expect("workers live as long as the executable").send(job);
+            }
+            Worker::Caller { lane, reply } => *reply = Some(serve(shared, lane, job)),
+        }
     }
 
-    fn recv(&self) -> Result<Reply, RuntimeError> {
-        self.replies.recv().map_err(|_| RuntimeError::Device {
-            backend: "worker".into(),
-            message: "a worker thread stopped unexpectedly".into(),
-        })
+    fn recv(&mut self) -> Result<Reply, RuntimeError> {
+        match self {
+            Worker::Thread { replies, .. } => replies.recv().map_err(|_| RuntimeError::Device {
+                backend: "worker".into(),
+                message: "a worker thread stopped unexpectedly".into(),
+            }),
+            Worker::Caller { reply, .. } => Ok(reply.take().expect("the caller's lane was given a job")),
+        }
     }
 }
 
@@ -546,49 +575,59 @@ struct Lane<B: Backend> {
     resident: Vec<Vec<Option<B::Buffer>>>,
 }
 
+impl<B: Backend> Lane<B> {
+    fn new(shared: &Shared, owned: Vec<(usize, B)>) -> Lane<B> {
+        let n_inputs = shared.program.inputs.len();
+        Lane {
+            devices: owned.iter().map(|(d, _)| *d).collect(),
+            resident: owned.iter().map(|_| (0..n_inputs).map(|_| None).collect()).collect(),
+            backends: owned.into_iter().map(|(_, b)| b).collect(),
+        }
+    }
+}
+
 fn worker_loop<B: Backend>(shared: Arc<Shared>, owned: Vec<(usize, B)>, jobs: Receiver<Job>, replies: Sender<Reply>) {
-    let n_inputs = shared.program.inputs.len();
-    let mut lane = Lane {
-        devices: owned.iter().map(|(d, _)| *d).collect(),
-        resident: owned.iter().map(|_| (0..n_inputs).map(|_| None).collect()).collect(),
-        backends: owned.into_iter().map(|(_, b)| b).collect(),
-    };
+    let mut lane = Lane::new(&shared, owned);
     while let Ok(job) = jobs.recv() {
-        let first = lane.devices[0];
-        let kind = match &job {
-            Job::Load(_) => 0,
-            Job::Run(_) => 1,
-            Job::Read => 2,
-        };
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
-            Job::Load(vals) => Reply::Loaded(load(&shared, &mut lane, vals)),
-            Job::Run(vals) => Reply::Ran(run(&shared, &mut lane, vals)),
-            Job::Read => Reply::Read(read(&shared, &mut lane)),
-        }));
-        let reply = caught.unwrap_or_else(|p| {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            shared.comm.abort(first, format!("worker panicked: {msg}"));
-            for r in lane.resident.iter_mut().flatten() {
-                *r = None;
-            }
-            let e =
-                RuntimeError::Device { backend: lane.backends[0].name(), message: format!("worker panicked: {msg}") };
-            // Answer the job that was asked, so the caller reads every
-            // worker's reply to it and none is left for the next job.
-            match kind {
-                0 => Reply::Loaded(Err(e)),
-                1 => Reply::Ran(Err(e)),
-                _ => Reply::Read(Err(e)),
-            }
-        });
-        if replies.send(reply).is_err() {
+        if replies.send(serve(&shared, &mut lane, job)).is_err() {
             break;
         }
     }
+}
+
+/// Does one job on a lane, whichever thread drives it. A panic stops the
+/// other lanes through the communicator, drops the lane's state and is
+/// answered as an error of the job that was asked, so every lane's reply
+/// to it is read and none is left for the next job.
+fn serve<B: Backend>(shared: &Shared, lane: &mut Lane<B>, job: Job) -> Reply {
+    let first = lane.devices[0];
+    let kind = match &job {
+        Job::Load(_) => 0,
+        Job::Run(_) => 1,
+        Job::Read => 2,
+    };
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+        Job::Load(vals) => Reply::Loaded(load(shared, lane, vals)),
+        Job::Run(vals) => Reply::Ran(run(shared, lane, vals)),
+        Job::Read => Reply::Read(read(shared, lane)),
+    }));
+    caught.unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        shared.comm.abort(first, format!("worker panicked: {msg}"));
+        for r in lane.resident.iter_mut().flatten() {
+            *r = None;
+        }
+        let e = RuntimeError::Device { backend: lane.backends[0].name(), message: format!("worker panicked: {msg}") };
+        match kind {
+            0 => Reply::Loaded(Err(e)),
+            1 => Reply::Ran(Err(e)),
+            _ => Reply::Read(Err(e)),
+        }
+    })
 }
 
 fn load<B: Backend>(

@@ -163,6 +163,8 @@ struct Flaky {
     fail_at: Option<usize>,
     calls: Cell<usize>,
     panic_on_upload: bool,
+    /// Whether the caller drives the last lane (as for host-memory devices).
+    caller_drives: bool,
 }
 
 // One worker owns each backend; the cell is never shared between threads.
@@ -172,6 +174,9 @@ impl Backend for Flaky {
     type Buffer = HostTensor;
     fn name(&self) -> String {
         "flaky".into()
+    }
+    fn caller_drives_a_lane(&self) -> bool {
+        self.caller_drives
     }
     fn alloc(&self, ty: &TensorType) -> Result<HostTensor, RuntimeError> {
         self.inner.alloc(ty)
@@ -198,15 +203,18 @@ impl Backend for Flaky {
 
 #[test]
 fn a_device_failing_mid_step_stops_every_worker_with_its_error() {
-    for threads in [None, Some(2), Some(1)] {
-        // Device 6 fails in its second compute (after the first collective),
-        // while the others wait for it in the second collective.
+    // Device 6 or 7 (in the last lane, the caller's where it drives one)
+    // fails in its second compute (after the first collective), while the
+    // others wait for it in the second collective.
+    let cases = [None, Some(2), Some(1)].into_iter().flat_map(|t| [(t, false, 6), (t, true, 6), (t, true, 7)]);
+    for (threads, caller_drives, failing) in cases {
         let backends: Vec<Flaky> = (0..8)
             .map(|d| Flaky {
                 inner: CpuBackend::new(),
-                fail_at: (d == 6).then_some(1),
+                fail_at: (d == failing).then_some(1),
                 calls: Cell::new(0),
                 panic_on_upload: false,
+                caller_drives,
             })
             .collect();
         let mut exe = Executable::new(step_program(), backends, donating(threads)).unwrap();
@@ -236,14 +244,25 @@ fn donation_must_pair_buffers_of_one_type() {
 
 #[test]
 fn a_backend_panicking_while_loading_is_an_error_and_the_executable_stays_usable() {
-    let backends: Vec<Flaky> = (0..8)
-        .map(|d| Flaky { inner: CpuBackend::new(), fail_at: None, calls: Cell::new(0), panic_on_upload: d == 3 })
-        .collect();
-    let mut exe = Executable::new(step_program(), backends, donating(Some(4))).unwrap();
-    let e = exe.load_state(state()).unwrap_err();
-    assert!(e.to_string().contains("simulated allocator panic"), "{e}");
-    // Every worker answered the load; nothing is left queued for the run,
-    // which is refused for want of state rather than misreading replies.
-    let again = exe.run(batch(0)).unwrap_err();
-    assert!(matches!(again, RuntimeError::NoState { .. }), "{again}");
+    // Device 3 is in a worker thread's lane; device 7 in the last lane,
+    // which the caller drives when `caller_drives`.
+    for (caller_drives, panicking) in [(false, 3), (true, 3), (true, 7)] {
+        let backends: Vec<Flaky> = (0..8)
+            .map(|d| Flaky {
+                inner: CpuBackend::new(),
+                fail_at: None,
+                calls: Cell::new(0),
+                panic_on_upload: d == panicking,
+                caller_drives,
+            })
+            .collect();
+        let mut exe = Executable::new(step_program(), backends, donating(Some(4))).unwrap();
+        assert_eq!(exe.threads(), 4);
+        let e = exe.load_state(state()).unwrap_err();
+        assert!(e.to_string().contains("simulated allocator panic"), "{caller_drives} {panicking}: {e}");
+        // Every lane answered the load; nothing is left queued for the run,
+        // which is refused for want of state rather than misreading replies.
+        let again = exe.run(batch(0)).unwrap_err();
+        assert!(matches!(again, RuntimeError::NoState { .. }), "{again}");
+    }
 }
