@@ -13,9 +13,12 @@
 //! non-blocking reductions (`MPI_Iallreduce`, `MPI_Ireduce_scatter_block`
 //! or `MPI_Ireduce_scatter` with `MPI_SUM`), polled against the same
 //! deadline, on a communicator per set of processes: `MPI_COMM_WORLD` for
-//! all of them, else one made by `MPI_Comm_create_group` on first use
-//! (collective over the set only, and blocking: it has no deadline) and
-//! kept until MPI is finalised. The non-blocking calls may use other
+//! all of them, else one made by `MPI_Comm_create_group` on first use and
+//! kept until MPI is finalised. That call is collective over the set and
+//! blocking, with no deadline of its own, so the members first meet in a
+//! rendezvous of non-blocking messages polled against the collective
+//! deadline: a member that is dead or hung is named there, and the
+//! blocking call is only made once every member has arrived at it. The non-blocking calls may use other
 //! algorithms than the blocking ones; both are MPI's choice of order.
 
 use super::{NativeType, ProcessGroup};
@@ -49,6 +52,9 @@ pub struct MpiGroup {
 /// The tag of `MPI_Comm_create_group` (above the exchanges' and the
 /// control messages' tags).
 const CREATE_GROUP_TAG: c_int = 31_000;
+
+/// The tag of the rendezvous before `MPI_Comm_create_group`.
+const RENDEZVOUS_TAG: c_int = 31_001;
 
 // SAFETY: `comm` is MPI_COMM_WORLD's handle, valid until MPI is finalised
 // (the `MpiSession` outlives every use); MPI was initialised with
@@ -172,7 +178,7 @@ impl ProcessGroup for MpiGroup {
         // outlive the request (it completes before this returns `Ok`, and
         // on an error the caller leaks them).
         let request = unsafe {
-            let comm = self.comm_of(&mut comms, processes).map_err(&err)?;
+            let comm = self.comm_of(&mut comms, processes, timeout, what)?;
             let mut request = std::mem::zeroed();
             let rc = ffi::MPI_Iallreduce(
                 send.as_ptr() as *const c_void,
@@ -211,7 +217,7 @@ impl ProcessGroup for MpiGroup {
         let mut comms = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: as `sum_all_into`; `counts` is leaked on an error too.
         let request = unsafe {
-            let comm = self.comm_of(&mut comms, processes).map_err(&err)?;
+            let comm = self.comm_of(&mut comms, processes, timeout, what)?;
             let mut request = std::mem::zeroed();
             let (send, recv) = (send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void);
             let rc = if counts.iter().all(|&c| c == counts[0]) {
@@ -256,7 +262,8 @@ impl MpiGroup {
     /// The communicator of `processes` (ascending world ranks, this one
     /// among them): the world's when they are all of them, else one made
     /// on first use and kept in `comms`. Creating one is collective over
-    /// `processes` and blocks until all of them call it.
+    /// `processes`: the members meet first in [`MpiGroup::rendezvous`]
+    /// (so a missing one is named within `timeout`), then make it.
     ///
     /// # Safety
     ///
@@ -266,13 +273,18 @@ impl MpiGroup {
         &self,
         comms: &mut BTreeMap<Vec<usize>, ffi::MPI_Comm>,
         processes: &[usize],
-    ) -> Result<ffi::MPI_Comm, String> {
+        timeout: Duration,
+        what: &str,
+    ) -> Result<ffi::MPI_Comm, RuntimeError> {
         if processes.len() == self.size {
             return Ok(self.comm);
         }
         if let Some(&c) = comms.get(processes) {
             return Ok(c);
         }
+        let what = format!("{what} (making the communicator of processes {processes:?})");
+        let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
+        self.rendezvous(processes, timeout, &what)?;
         let ranks: Vec<c_int> = processes.iter().map(|&p| p as c_int).collect();
         // SAFETY: the caller's contract; the handles are freed once used.
         unsafe {
@@ -280,17 +292,50 @@ impl MpiGroup {
             if ffi::MPI_Comm_group(self.comm, &mut world) != 0
                 || ffi::MPI_Group_incl(world, ranks.len() as c_int, ranks.as_ptr(), &mut sub) != 0
             {
-                return Err(format!("cannot make the MPI group of processes {processes:?}"));
+                return Err(err("cannot make the MPI group".into()));
             }
             let rc = ffi::MPI_Comm_create_group(self.comm, sub, CREATE_GROUP_TAG, &mut comm);
             ffi::MPI_Group_free(&mut sub);
             ffi::MPI_Group_free(&mut world);
             if rc != 0 {
-                return Err(format!("MPI_Comm_create_group over processes {processes:?} failed ({rc})"));
+                return Err(err(format!("MPI_Comm_create_group failed ({rc})")));
             }
             comms.insert(processes.to_vec(), comm);
             Ok(comm)
         }
+    }
+
+    /// Returns once every other member of `processes` has called this too
+    /// (each sends every other an empty message and waits for theirs),
+    /// or names those that have not within `timeout`. Members call it in
+    /// the same order (their collectives' order), and MPI delivers the
+    /// messages of one sender and tag in order, so rendezvous for
+    /// different sets do not mix. The caller holds `calls`.
+    fn rendezvous(&self, processes: &[usize], timeout: Duration, what: &str) -> Result<(), RuntimeError> {
+        let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
+        let others: Vec<usize> = processes.iter().copied().filter(|&p| p != self.rank).collect();
+        let mut pending = Vec::with_capacity(2 * others.len());
+        // Zero-byte messages: the buffers are never read or written.
+        let mut byte = [0u8; 1];
+        for &peer in &others {
+            // SAFETY: MPI is initialised and the caller holds `calls`; a
+            // zero-count request touches no buffer.
+            unsafe {
+                let (mut recv, mut send) = (std::mem::zeroed(), std::mem::zeroed());
+                let buf = byte.as_mut_ptr() as *mut c_void;
+                if ffi::MPI_Irecv(buf, 0, ffi::RSMPI_UINT8_T, peer as c_int, RENDEZVOUS_TAG, self.comm, &mut recv) != 0
+                    || ffi::MPI_Isend(buf, 0, ffi::RSMPI_UINT8_T, peer as c_int, RENDEZVOUS_TAG, self.comm, &mut send)
+                        != 0
+                {
+                    return Err(err(format!("posting the rendezvous with rank {peer} failed")));
+                }
+                pending.push(Pending { request: recv, peer, receive: true });
+                pending.push(Pending { request: send, peer, receive: false });
+            }
+        }
+        self.wait_all(pending, timeout, what, &|pending: &[Pending]| {
+            pending.iter().filter(|p| p.receive).map(|p| p.peer).collect()
+        })
     }
 
     /// Waits for a collective request over `processes` (naming all the
