@@ -1,6 +1,8 @@
 //! A GPT-style decoder: token and position embeddings, `layers` pre-norm
 //! blocks of causal multi-head self-attention and a GELU MLP, a final layer
 //! norm, an unembedding and softmax cross-entropy on next-token targets.
+//! With `tie_embeddings` (GPT-2's choice) the unembedding is the token
+//! embedding transposed instead of a parameter `lm_head` of its own.
 //!
 //! Each block is its own function `@block`, called once per layer; with
 //! `remat` the calls are marked for rematerialisation (activation
@@ -35,6 +37,8 @@ pub struct GptConfig {
     pub remat: bool,
     /// Dtype of the computation (parameters stay f32).
     pub compute: DType,
+    /// Unembed with `wteᵀ` (no `lm_head` parameter).
+    pub tie_embeddings: bool,
 }
 
 impl Default for GptConfig {
@@ -49,6 +53,7 @@ impl Default for GptConfig {
             dropout: 0.0,
             remat: false,
             compute: DType::F32,
+            tie_embeddings: false,
         }
     }
 }
@@ -81,7 +86,9 @@ pub fn param_shapes(cfg: &GptConfig) -> Vec<(String, Vec<usize>)> {
     }
     out.push(("params.ln_f.g".into(), vec![c]));
     out.push(("params.ln_f.b".into(), vec![c]));
-    out.push(("params.lm_head".into(), vec![c, v]));
+    if !cfg.tie_embeddings {
+        out.push(("params.lm_head".into(), vec![c, v]));
+    }
     out
 }
 
@@ -147,7 +154,11 @@ pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> 
         x = if cfg.remat { f.call_remat_n::<1>("block", &args)[0] } else { f.call_n::<1>("block", &args)[0] };
     }
     let x = f.layer_norm(x, Some(w("params.ln_f.g")), Some(w("params.ln_f.b")), -1, 1e-5);
-    let logits = f.convert(f.linear(x, w("params.lm_head"), None), DType::F32);
+    let unembed = match cfg.tie_embeddings {
+        true => f.transpose(w("params.wte"), &[1, 0]),
+        false => w("params.lm_head"),
+    };
+    let logits = f.convert(f.linear(x, unembed, None), DType::F32);
     let loss = f.softmax_cross_entropy(logits, targets);
     let acc = f.name(f.accuracy(logits, targets), "accuracy");
     f.set_results(&[loss, acc]);

@@ -194,6 +194,9 @@ pub enum ModelConfig {
         /// Compute dtype.
         #[serde(default)]
         compute: Option<String>,
+        /// Unembed with the token embedding transposed (GPT-2).
+        #[serde(default)]
+        tie_embeddings: bool,
     },
 }
 
@@ -330,7 +333,7 @@ impl ModelConfig {
     /// The GPT sizes, if this is the GPT.
     pub fn gpt(&self) -> Result<Option<GptConfig>, String> {
         Ok(match self {
-            ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, remat, compute } => {
+            ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, remat, compute, tie_embeddings } => {
                 Some(GptConfig {
                     vocab: *vocab,
                     seq: *seq,
@@ -341,6 +344,7 @@ impl ModelConfig {
                     dropout: *dropout,
                     remat: *remat,
                     compute: dtype(compute)?,
+                    tie_embeddings: *tie_embeddings,
                 })
             }
             _ => None,

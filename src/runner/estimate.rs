@@ -57,13 +57,13 @@ pub fn estimate(c: &RunConfig) -> Estimate {
             let acts = mul(&[layers, batch]).saturating_mul((d as u64).saturating_add(mul(&[2, h])));
             (params, batch_elems, acts)
         }
-        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, .. } => {
+        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, tie_embeddings, .. } => {
             let c2 = mul(&[d_model, d_model]);
             // Per block: 12 C^2 weights and 9 C gains and biases.
             let block = c2.saturating_mul(12).saturating_add(mul(&[9, d_model]));
             let params = mul(&[layers])
                 .saturating_mul(block)
-                .saturating_add(mul(&[2, vocab, d_model]))
+                .saturating_add(mul(&[if tie_embeddings { 1 } else { 2 }, vocab, d_model]))
                 .saturating_add(mul(&[seq, d_model]))
                 .saturating_add(mul(&[2, d_model]));
             let tokens = mul(&[batch, seq]);

@@ -117,6 +117,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "model.heads", flag: None, range: int(1, MAX_SEQ), default: "2", note: "gpt; divides `model.d_model`" },
     KeySpec { key: "model.dropout", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1.0, max_inclusive: false }, default: "0", note: "gpt; with dropout, batch × heads × seq² and batch × seq × 4 d_model below 2^32" },
     KeySpec { key: "model.remat", flag: None, range: Range::OneOf(&["true", "false"]), default: "false", note: "gpt" },
+    KeySpec { key: "model.tie_embeddings", flag: None, range: Range::OneOf(&["true", "false"]), default: "false", note: "gpt; the unembedding is `wte` transposed (no `lm_head`)" },
     KeySpec { key: "optimizer.kind", flag: None, range: Range::OneOf(&["sgd", "adamw"]), default: "`sgd`", note: "" },
     KeySpec { key: "optimizer.lr", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: f64::INFINITY, max_inclusive: false }, default: "0.01", note: "" },
     KeySpec { key: "optimizer.momentum", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1.0, max_inclusive: false }, default: "0", note: "sgd" },
@@ -270,7 +271,7 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             }
             *batch
         }
-        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, remat: _, compute } => {
+        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, compute, .. } => {
             check_int("model.vocab", *vocab as u64)?;
             check_int("model.seq", *seq as u64)?;
             check_int("model.d_model", *d_model as u64)?;

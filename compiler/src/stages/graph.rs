@@ -33,9 +33,18 @@
 //! A PRNG input (`rng`) is an input like the batch: each stage gets the
 //! microbatch's key (the driver folds the step and the microbatch index
 //! into the state's key as the unpipelined step does) and recomputes the
-//! per-layer keys it needs. A parameter used by instructions of two stages
-//! (tied weights) cannot be placed and is an error, as is dynamic loss
-//! scaling.
+//! per-layer keys it needs.
+//!
+//! **Tied weights.** A parameter used by instructions of a later stage than
+//! its own (a GPT's token embedding reused as the unembedding) crosses the
+//! boundaries like any other value: its stage returns it with its
+//! activations, the stages between pass it on, and the stage that uses it
+//! takes it as an `act.<id>` input. Its cotangent comes back the same way,
+//! and the owning stage's backward adds it to the parameter's gradient (the
+//! surrogate `Σ sum(out · cot)` has the parameter itself among `out`), so
+//! the parameter has one home, one gradient and one update, and no extra
+//! collective is needed (Megatron all-reduces the two copies of a tied
+//! embedding instead). Dynamic loss scaling is an error.
 
 use super::split::{SplitProblem, StageSplit, UnitProfile};
 use super::PipelineConfig;
@@ -143,8 +152,10 @@ impl Units {
         };
         for (i, inst) in self.loss.insts.iter().enumerate() {
             let Some(t) = self.inst_unit[i] else { continue };
+            // Values of a unit, instructions' results and parameters alike
+            // (a tied parameter is sent to the later stages that use it).
             for &o in &inst.operands {
-                if let (Some(d), ValueDef::Inst { .. }) = (self.value_unit(o), &self.loss.value(o).def) {
+                if let Some(d) = self.value_unit(o) {
                     add(o, d, t);
                 }
             }
@@ -295,24 +306,6 @@ pub fn build_stages(
     }
     let f = &units.loss;
     let stage_of_inst: Vec<Option<usize>> = units.inst_unit.iter().map(|u| u.map(|u| stage_of_unit[u])).collect();
-    // Parameters must be used by their own stage only.
-    for (i, inst) in f.insts.iter().enumerate() {
-        let Some(s) = stage_of_inst[i] else { continue };
-        for &o in &inst.operands {
-            if let ValueDef::Param(p) = f.value(o).def {
-                if let Some(u) = units.param_unit[p as usize] {
-                    if stage_of_unit[u] != s {
-                        return Err(cfg_err(format!(
-                            "parameter `{}` (unit {}, stage {}) is also used on stage {s} (tied weights cannot be split)",
-                            f.param_name(p as usize),
-                            units.names[u],
-                            stage_of_unit[u]
-                        )));
-                    }
-                }
-            }
-        }
-    }
     let cross = units.crossing();
     let starts: Vec<usize> = split.ranges().iter().map(|r| r.start).collect();
     let boundary = |s: usize| -> Vec<ValueId> {
