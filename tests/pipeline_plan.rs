@@ -256,6 +256,34 @@ fn bench_pipeline_split() {
     }
 }
 
+/// Per stage, the (forward, backward) task time `pick` chooses from the
+/// trace's durations of that stage and phase, and the 1F1B schedule of
+/// 2 stages and 8 microbatches replayed with those times.
+fn replay(t: &weft_compiler::stages::Trace, pick: fn(Vec<f64>) -> f64) -> (Vec<(f64, f64)>, f64) {
+    let time = |s: usize, phase: Phase| {
+        pick(t.events.iter().filter(|e| e.stage == s && e.task.phase == phase).map(|e| e.end - e.start).collect())
+    };
+    let times: Vec<(f64, f64)> = (0..2).map(|s| (time(s, Phase::Forward), time(s, Phase::Backward))).collect();
+    let makespan =
+        simulate(Schedule::OneFOneB, 2, 8, &|s, ph| if ph == Phase::Forward { times[s].0 } else { times[s].1 })
+            .unwrap()
+            .makespan();
+    (times, makespan)
+}
+
+/// The best measurements of one split over the rounds.
+struct Best {
+    /// The fastest round's median wall step.
+    wall: f64,
+    /// That round's median time outside the schedule.
+    outside: f64,
+    /// That round's schedule replayed with its own median task times.
+    own_replay: f64,
+    /// The fastest serial replay, and its per-stage (F, B) times.
+    serial_replay: f64,
+    serial_times: Vec<(f64, f64)>,
+}
+
 fn bench_split_on(vocab: usize) {
     let heavy = format!("steps = 2\nseed = 3\n[model]\nkind = \"gpt\"\nvocab = {vocab}\nseq = 32\nd_model = 64\nheads = 2\nlayers = 6\nbatch = 16\n[optimizer]\nkind = \"sgd\"\nlr = 0.01\n");
     // Three rounds, the two splits interleaved; the fastest round of each
@@ -265,7 +293,22 @@ fn bench_split_on(vocab: usize) {
         .iter()
         .map(|split| build(&config(&heavy, "stage=2", &format!("stages = 2\nmicrobatches = 8{split}")), "cpu").unwrap())
         .collect();
-    let mut best = vec![(f64::INFINITY, f64::INFINITY, Vec::new(), f64::INFINITY, f64::INFINITY); splits.len()];
+    let mut best: Vec<Best> = splits
+        .iter()
+        .map(|_| Best {
+            wall: f64::INFINITY,
+            outside: f64::INFINITY,
+            own_replay: f64::INFINITY,
+            serial_replay: f64::INFINITY,
+            serial_times: Vec::new(),
+        })
+        .collect();
+    let median = |mut d: Vec<f64>| {
+        d.sort_by(f64::total_cmp);
+        d[d.len() / 2]
+    };
+    // The fastest task (the least disturbed).
+    let fastest = |d: Vec<f64>| d.into_iter().fold(f64::INFINITY, f64::min);
     for _ in 0..3 {
         for (k, (exec, p)) in execs.iter_mut().enumerate() {
             exec.set_serial(false);
@@ -274,63 +317,31 @@ fn bench_split_on(vocab: usize) {
             // task times: what is left between it and the wall step is
             // waiting (hand-offs, wake-ups), the rest is tasks slowed down by
             // sharing the cores.
-            let concurrent = {
-                let t = exec.last_trace().unwrap();
-                let median = |s: usize, phase: Phase| {
-                    let mut d: Vec<f64> = t
-                        .events
-                        .iter()
-                        .filter(|e| e.stage == s && e.task.phase == phase)
-                        .map(|e| e.end - e.start)
-                        .collect();
-                    d.sort_by(f64::total_cmp);
-                    d[d.len() / 2]
-                };
-                let times: Vec<(f64, f64)> =
-                    (0..2).map(|s| (median(s, Phase::Forward), median(s, Phase::Backward))).collect();
-                simulate(Schedule::OneFOneB, 2, 8, &|s, ph| if ph == Phase::Forward { times[s].0 } else { times[s].1 })
-                    .unwrap()
-                    .makespan()
-            };
+            let (_, own_replay) = replay(exec.last_trace().unwrap(), median);
             exec.set_serial(true);
             median_step(exec, p, 2);
-            let t = exec.last_trace().unwrap().clone();
-            // Per stage and phase, the fastest task (the least disturbed).
-            let fastest = |s: usize, phase: Phase| {
-                t.events
-                    .iter()
-                    .filter(|e| e.stage == s && e.task.phase == phase)
-                    .map(|e| e.end - e.start)
-                    .fold(f64::INFINITY, f64::min)
-            };
-            let times: Vec<(f64, f64)> =
-                (0..2).map(|s| (fastest(s, Phase::Forward), fastest(s, Phase::Backward))).collect();
-            let replay =
-                simulate(Schedule::OneFOneB, 2, 8, &|s, ph| if ph == Phase::Forward { times[s].0 } else { times[s].1 })
-                    .unwrap()
-                    .makespan();
+            let (times, serial_replay) = replay(exec.last_trace().unwrap(), fastest);
             let b = &mut best[k];
-            if wall < b.0 {
-                (b.0, b.3, b.4) = (wall, outside, concurrent);
+            if wall < b.wall {
+                (b.wall, b.outside, b.own_replay) = (wall, outside, own_replay);
             }
-            if replay < b.1 {
-                b.1 = replay;
-                b.2 = times;
+            if serial_replay < b.serial_replay {
+                (b.serial_replay, b.serial_times) = (serial_replay, times);
             }
         }
     }
-    for (k, (exec, _)) in execs.iter().enumerate() {
+    for (b, (exec, _)) in best.iter().zip(&execs) {
         let r = report(exec).unwrap();
-        let times: Vec<String> = best[k].2.iter().map(|(f, b)| format!("{:.2}+{:.2}", f * 1e3, b * 1e3)).collect();
+        let times: Vec<String> = b.serial_times.iter().map(|(f, b)| format!("{:.2}+{:.2}", f * 1e3, b * 1e3)).collect();
         println!(
             "heavy head, vocab {vocab}, split {:?}: predicted step {:.2} ms (bubble {:.3}); measured wall step {:.1} ms ({:.1} ms outside the schedule; its own task times replayed {:.1} ms); serial stage F+B ms {times:?}, replayed step {:.1} ms",
             exec.staged().split.counts,
             r.predicted_step * 1e3,
             r.predicted_bubble,
-            best[k].0 * 1e3,
-            best[k].3 * 1e3,
-            best[k].4 * 1e3,
-            best[k].1 * 1e3
+            b.wall * 1e3,
+            b.outside * 1e3,
+            b.own_replay * 1e3,
+            b.serial_replay * 1e3
         );
     }
 }

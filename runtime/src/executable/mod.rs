@@ -101,9 +101,10 @@ pub struct ExecOptions {
     /// `(input, output)` pairs: input `i` is donated and output `o`
     /// replaces it after each run (same local type on every device).
     pub donate: Vec<(usize, usize)>,
-    /// Worker threads. `None`: the backend's choice
+    /// Lanes: threads driving devices, the caller's among them where
+    /// [`Backend::caller_drives_a_lane`]. `None`: the backend's choice
     /// ([`Backend::default_lanes`]: one per device, or one per core for
-    /// devices in host memory). Devices are dealt to the workers in
+    /// devices in host memory). Devices are dealt to the lanes in
     /// contiguous runs; the results do not depend on the count. Devices
     /// with device-native collectives ([`Backend::device_collectives`])
     /// always get one thread each.
@@ -174,13 +175,12 @@ pub struct Executable<B: Backend> {
     /// The devices this executable runs (all of the mesh's, or this
     /// process's in a multi-process run), ascending.
     local: Vec<usize>,
-    /// Per worker, its devices (a contiguous run of `local`).
+    /// Per lane, its devices (a contiguous run of `local`).
     lanes: Vec<Vec<usize>>,
     workers: Vec<Worker<B>>,
     state: StateStatus,
     stats: ExecStats,
     backend_name: String,
-    _backend: std::marker::PhantomData<fn() -> B>,
 }
 
 impl<B> Executable<B>
@@ -280,7 +280,6 @@ where
             state,
             stats: ExecStats { devices: vec![DeviceStats::default(); n], ..Default::default() },
             backend_name,
-            _backend: std::marker::PhantomData,
         })
     }
 

@@ -18,8 +18,9 @@
 //! blocking, with no deadline of its own, so the members first meet in a
 //! rendezvous of non-blocking messages polled against the collective
 //! deadline: a member that is dead or hung is named there, and the
-//! blocking call is only made once every member has arrived at it. The non-blocking calls may use other
-//! algorithms than the blocking ones; both are MPI's choice of order.
+//! blocking call is only made once every member has arrived at it. The
+//! non-blocking calls may use other algorithms than the blocking ones;
+//! both are MPI's choice of order.
 
 use super::{NativeType, ProcessGroup};
 use crate::error::RuntimeError;
