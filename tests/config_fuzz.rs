@@ -129,6 +129,9 @@ fn config(r: &mut Rng) -> String {
         if r.chance(20) {
             s += &format!("remat = {}\n", r.pick(&["true", "false", "1"]));
         }
+        if r.chance(20) {
+            s += &format!("tie_embeddings = {}\n", r.pick(&["true", "false", "1"]));
+        }
     }
     if r.chance(20) {
         s += &format!("compute = \"{}\"\n", r.pick(&["f32", "bf16", "f16", "i32"]));
