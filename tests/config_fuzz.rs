@@ -159,6 +159,17 @@ fn config(r: &mut Rng) -> String {
             }
         }
     }
+    if r.chance(15) {
+        s += "[loss_scaling]\n";
+        for (k, good) in [("initial_scale", &["32768.0", "1024.0"][..]), ("min_scale", &["1.0", "0.5"])] {
+            if r.chance(50) {
+                s += &format!("{k} = {}\n", float(r, good));
+            }
+        }
+        if r.chance(50) {
+            s += &format!("period = {}\n", int(r, &["1", "2", "2000"]));
+        }
+    }
     s
 }
 

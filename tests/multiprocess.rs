@@ -102,6 +102,8 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
         ("examples/configs/gpt.toml", "fsdp", &[8]),
         ("examples/configs/gpt.toml", "fsdp_tp", &[4]),
         ("examples/configs/gpt.toml", "zero1", &[2]),
+        // f16 with dynamic loss scaling: skipped steps and the scale too.
+        ("examples/configs/gpt_f16.toml", "fsdp_tp", &[2, 4]),
     ];
     let mut compared = 0;
     for (config, strategy, counts) in cases {
@@ -139,7 +141,7 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
             compared += 1;
         }
     }
-    assert_eq!(compared, 16);
+    assert_eq!(compared, 18);
 }
 
 #[test]

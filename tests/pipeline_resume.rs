@@ -75,20 +75,43 @@ fn files(step: &Path) -> BTreeMap<String, Vec<u8>> {
 
 #[test]
 fn a_pipelined_run_stopped_and_resumed_equals_the_uninterrupted_run_bitwise() {
-    let model = format!("{GPT}{PIPELINE}");
+    stopped_and_resumed(&format!("{GPT}{PIPELINE}"), &["params.wte", "opt.m.wte", "opt.v.wte", "step", "rng"]);
+}
+
+#[test]
+fn loss_scaled_runs_stopped_and_resumed_equal_the_uninterrupted_runs_bitwise() {
+    // f16 with dynamic loss scaling from 2^19, doubling after 2 good
+    // steps: the scale changes during the run, so a resume that lost it
+    // (or its counter) would diverge.
+    let f16 = GPT.replace("batch = 8\n", "batch = 8\ncompute = \"f16\"\n");
+    let scaling = "[loss_scaling]\ninitial_scale = 524288\nperiod = 2\n";
+    let leaves = ["params.wte", "step", "loss_scale.scale", "loss_scale.good_steps"];
+    let unpipelined = f16.replace("data=2,stage=2", "data=2");
+    for model in [format!("{f16}{PIPELINE}{scaling}"), format!("{unpipelined}{scaling}")] {
+        let metrics = stopped_and_resumed(&model, &leaves);
+        let scales: Vec<&str> = metrics.lines().filter_map(|l| l.split("\"loss_scale\":").nth(1)).collect();
+        assert!(metrics.contains("\"skipped\":1") && metrics.contains("\"skipped\":0"), "{metrics}");
+        assert!(scales.windows(2).any(|w| w[0] != w[1]), "the scale never changed: {metrics}");
+    }
+}
+
+/// Runs `model` for 6 steps; and for 5, drops the step-5 checkpoint and
+/// resumes to 6: the metrics files and the final checkpoints are equal
+/// byte for byte, and the checkpoint has `leaves`. Returns the metrics.
+fn stopped_and_resumed(model: &str, leaves: &[&str]) -> String {
     let full = dir("full");
-    run(&config(&model, &full, 6), false).unwrap();
+    run(&config(model, &full, 6), false).unwrap();
 
     // Stopped after step 5, whose checkpoint never committed (as when the
     // process is killed before it does): the resume starts at step 4 and
     // drops the metrics line of step 4 written after that checkpoint.
     let cut = dir("cut");
-    run(&config(&model, &cut, 5), false).unwrap();
+    run(&config(model, &cut, 5), false).unwrap();
     std::fs::remove_dir_all(step_dir(&cut, 5)).unwrap();
     assert_eq!(std::fs::read_to_string(cut.join("metrics.jsonl")).unwrap().lines().count(), 5);
     let mut lines = Vec::new();
     let ov = Overrides { quiet: true, resume: true, ..Default::default() };
-    let resumed = run_session(&config(&model, &cut, 6), &ov, &mut |l| lines.push(l)).unwrap();
+    let resumed = run_session(&config(model, &cut, 6), &ov, &mut |l| lines.push(l)).unwrap();
     assert_eq!(resumed.metrics.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![4, 5]);
     assert!(lines.contains(&Line::Info("resuming from step 4".into())), "{lines:?}");
     // Its own checkpoint: same mesh, same layouts, nothing to warn about.
@@ -105,10 +128,15 @@ fn a_pipelined_run_stopped_and_resumed_equals_the_uninterrupted_run_bitwise() {
     // The state's leaves are the unpipelined step's, on the whole mesh.
     let manifest = weft::checkpoint::validate_step(&full.join("ckpt"), 6).unwrap();
     let names: Vec<&str> = manifest.leaves.iter().map(|l| l.name.as_str()).collect();
-    for leaf in ["params.wte", "opt.m.wte", "opt.v.wte", "step", "rng"] {
-        assert!(names.contains(&leaf), "no leaf {leaf} in {names:?}");
+    for leaf in leaves {
+        assert!(names.contains(leaf), "no leaf {leaf} in {names:?}");
     }
-    assert_eq!(manifest.mesh, vec![("data".to_string(), 2), ("stage".to_string(), 2)]);
+    let mesh_of = RunConfig::from_toml(&format!("steps = 1\n{model}")).unwrap().mesh.unwrap();
+    let axes: Vec<(String, usize)> = (mesh_of.split(','))
+        .map(|a| a.split_once('=').map(|(n, k)| (n.to_string(), k.parse().unwrap())).unwrap())
+        .collect();
+    assert_eq!(manifest.mesh, axes);
+    String::from_utf8(want).unwrap()
 }
 
 /// Relative difference.

@@ -140,7 +140,7 @@ fn the_state_stays_on_the_devices_between_checkpoints() {
         let p = prepare(&c, &axes, &Overrides::default()).unwrap();
         let kind = weft_runtime::BackendKind::Cpu;
         let mut exec = MeshExecutor::new(&p.step, &mesh, MeshBackend::Devices(kind), None).unwrap();
-        let state = p.step.init_state(&p.params, c.seed, 1.0).unwrap();
+        let state = p.step.init_state(&p.params, c.seed, c.initial_loss_scale()).unwrap();
         exec.load(&p.step, &state).unwrap();
         let leaves = (p.step.state.len() * mesh.num_devices()) as u64;
         let loaded = exec.transfers().unwrap();

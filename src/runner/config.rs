@@ -21,6 +21,11 @@
 //! kind = "sgd"                # or "adamw"
 //! lr = 0.01
 //!
+//! [loss_scaling]              # optional: dynamic loss scaling (f16 training);
+//! initial_scale = 32768       # an empty table takes these defaults
+//! period = 2000
+//! min_scale = 1
+//!
 //! [checkpoint]
 //! dir = "runs/mlp/ckpt"
 //! every = 10
@@ -41,7 +46,7 @@ use crate::models::{gpt::GptConfig, mlp::MlpConfig};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use weft_compiler::canonical_sums::SumChunks;
-use weft_compiler::train::{Optimizer, Schedule, TrainConfig};
+use weft_compiler::train::{LossScaling, Optimizer, Schedule, TrainConfig};
 use weft_ir::DType;
 
 /// A whole run.
@@ -95,6 +100,10 @@ pub struct RunConfig {
     /// The optimizer and schedule.
     #[serde(default)]
     pub optimizer: OptimizerConfig,
+    /// Dynamic loss scaling (`[loss_scaling]`; an empty table takes the
+    /// defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scaling: Option<LossScalingSection>,
     /// Checkpointing.
     #[serde(default)]
     pub checkpoint: Option<CheckpointConfig>,
@@ -284,6 +293,45 @@ impl Default for OptimizerConfig {
     }
 }
 
+/// `[loss_scaling]`: dynamic loss scaling as optax/jmp's
+/// `DynamicLossScale` and PyTorch's `GradScaler` do it (the loss times the
+/// scale is differentiated; a step whose gradients are not all finite is
+/// skipped and halves the scale; `period` good steps in a row double it).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LossScalingSection {
+    /// The scale of a fresh run.
+    #[serde(default = "d_initial_scale")]
+    pub initial_scale: f64,
+    /// Good steps in a row before the scale doubles.
+    #[serde(default = "d_scale_period")]
+    pub period: u64,
+    /// The smallest scale.
+    #[serde(default = "d_min_scale")]
+    pub min_scale: f64,
+}
+
+fn d_initial_scale() -> f64 {
+    LossScaling::default().initial_scale
+}
+fn d_scale_period() -> u64 {
+    LossScaling::default().period as u64
+}
+fn d_min_scale() -> f64 {
+    LossScaling::default().min_scale
+}
+
+impl LossScalingSection {
+    /// The training step's loss scaling (a validated section).
+    pub fn loss_scaling(&self) -> LossScaling {
+        LossScaling {
+            initial_scale: self.initial_scale,
+            period: self.period.min(u32::MAX as u64) as u32,
+            min_scale: self.min_scale,
+        }
+    }
+}
+
 /// Checkpointing.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -382,6 +430,19 @@ impl OptimizerConfig {
 }
 
 impl RunConfig {
+    /// The training-step configuration: the optimizer's, with the loss
+    /// scaling (without sharding overrides).
+    pub fn train_config(&self) -> Result<TrainConfig, String> {
+        let mut tc = self.optimizer.train_config()?;
+        tc.loss_scaling = self.loss_scaling.as_ref().map(LossScalingSection::loss_scaling);
+        Ok(tc)
+    }
+
+    /// The loss scale a fresh state starts from (1 without loss scaling).
+    pub fn initial_loss_scale(&self) -> f64 {
+        self.loss_scaling.as_ref().map_or(1.0, |l| l.initial_scale)
+    }
+
     /// The chunk count of mesh-invariant sums (`sum_chunks`, default 8), or
     /// `None` when `mesh_invariant` is off.
     pub fn mesh_invariant_chunks(&self) -> Option<usize> {

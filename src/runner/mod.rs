@@ -156,7 +156,7 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
         }),
         _ => None,
     };
-    let mut tc = c.optimizer.train_config().map_err(usage)?;
+    let mut tc = c.train_config().map_err(usage)?;
     let k = c.optimizer.micro_batches.max(1);
     let slots = tc.optimizer.slots();
     let (module, params, batch) = if let Some(cfg) = c.model.mlp().map_err(usage)? {

@@ -365,7 +365,8 @@ pub(crate) fn train_built(
         }
     }
     if !resumed {
-        let state = prepared.step.init_state(&prepared.params, c.seed, 1.0).map_err(|e| match &ov.init {
+        let initial = prepared.step.init_state(&prepared.params, c.seed, c.initial_loss_scale());
+        let state = initial.map_err(|e| match &ov.init {
             Some(p) => Error::Usage(format!("--init {}: {e}", p.display())),
             None => Error::from(e),
         })?;

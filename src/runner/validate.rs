@@ -44,7 +44,11 @@ impl Range {
             Range::Float { min, min_inclusive, max, max_inclusive } => {
                 let lo = if min_inclusive { "[" } else { "(" };
                 let hi = if max_inclusive { "]" } else { ")" };
-                let max = if max.is_infinite() { "∞".to_string() } else { max.to_string() };
+                let max = match max {
+                    m if m.is_infinite() => "∞".to_string(),
+                    m if m >= 1e6 => format!("{m:e}"),
+                    m => m.to_string(),
+                };
                 format!("a finite number in {lo}{min}, {max}{hi}")
             }
             Range::OneOf(names) => names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
@@ -127,6 +131,9 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "optimizer.end_lr", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: f64::INFINITY, max_inclusive: false }, default: "0", note: "" },
     KeySpec { key: "optimizer.clip", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: f64::INFINITY, max_inclusive: false }, default: "none", note: "global-norm threshold" },
     KeySpec { key: "optimizer.micro_batches", flag: None, range: int(1, MAX_DIM), default: "1", note: "divides `model.batch`" },
+    KeySpec { key: "loss_scaling.initial_scale", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: 1e38, max_inclusive: true }, default: "32768", note: "at least `loss_scaling.min_scale`; a power of two keeps the unscaled loss exact" },
+    KeySpec { key: "loss_scaling.period", flag: None, range: int(1, i32::MAX as u64), default: "2000", note: "good steps in a row before the scale doubles" },
+    KeySpec { key: "loss_scaling.min_scale", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: 1e38, max_inclusive: true }, default: "1", note: "a skipped step halves the scale, not below this" },
     KeySpec { key: "checkpoint.dir", flag: Some("--checkpoint-dir"), range: Range::Text("a directory path, not empty"), default: "(required with `[checkpoint]`)", note: "" },
     KeySpec { key: "checkpoint.every", flag: Some("--checkpoint-every"), range: int(1, MAX_STEPS), default: "10", note: "" },
     KeySpec { key: "checkpoint.keep_last", flag: None, range: int(1, 1_000_000), default: "3", note: "" },
@@ -320,6 +327,18 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
         check_float("optimizer.clip", clip)?;
     }
     check_int("optimizer.micro_batches", o.micro_batches as u64)?;
+    if let Some(ls) = &c.loss_scaling {
+        check_float("loss_scaling.initial_scale", ls.initial_scale)?;
+        check_int("loss_scaling.period", ls.period)?;
+        check_float("loss_scaling.min_scale", ls.min_scale)?;
+        if ls.min_scale > ls.initial_scale {
+            return Err(invalid(
+                "loss_scaling.min_scale",
+                ls.min_scale,
+                format!("must be at most loss_scaling.initial_scale = {}", ls.initial_scale),
+            ));
+        }
+    }
     if batch % o.micro_batches != 0 {
         return Err(invalid(
             "optimizer.micro_batches",

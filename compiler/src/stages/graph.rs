@@ -44,7 +44,18 @@
 //! surrogate `Σ sum(out · cot)` has the parameter itself among `out`), so
 //! the parameter has one home, one gradient and one update, and no extra
 //! collective is needed (Megatron all-reduces the two copies of a tied
-//! embedding instead). Dynamic loss scaling is an error.
+//! embedding instead).
+//!
+//! **Dynamic loss scaling.** The last stage's backward differentiates the
+//! loss times the scale (a `loss_scale` input after its others), so every
+//! cotangent crossing a boundary and every stage's gradients are scaled,
+//! as in the unpipelined step. `square` and `update` also take the scale
+//! and divide the accumulated gradients by it before anything else;
+//! `square` returns one more result, 1 when all its stage's unscaled
+//! gradients are finite (else 0), and `update` takes the minimum of those
+//! flags over the stages (`finite`) and keeps the old parameters and slots
+//! when it is 0. The driver updates the scale itself
+//! ([`LossScaling::next`](crate::train::LossScaling::next)).
 
 use super::split::{SplitProblem, StageSplit, UnitProfile};
 use super::PipelineConfig;
@@ -53,7 +64,7 @@ use crate::autoshard::{AutoShardOptions, CostModel};
 use crate::emit::Emitter;
 use crate::sharding::rules::rule_for;
 use crate::train::broadcast_scalar;
-use crate::train::TrainConfig;
+use crate::train::{all_finite_f32, is_one, LossScaling, TrainConfig};
 use crate::CompilerError;
 use std::collections::{BTreeMap, BTreeSet};
 use weft_ir::{CompareOp, DType, Function, Module, Op, TensorType, ValueDef, ValueId};
@@ -69,10 +80,6 @@ pub struct Units {
     pub param_unit: Vec<Option<usize>>,
     /// Per instruction of `loss`: its unit (`None`: free).
     pub inst_unit: Vec<Option<usize>>,
-}
-
-fn cfg_err(message: String) -> CompilerError {
-    CompilerError::PipelineConfig { message }
 }
 
 /// The unit a parameter name belongs to (`None`: not numbered).
@@ -238,11 +245,15 @@ pub fn profile_units(
 pub struct StageFns {
     /// `forward(params, batch, act_in) -> act_out` (last stage: loss, aux).
     pub forward: Function,
-    /// `backward(params, batch, act_in, cot_out) -> ([value, aux...,] grads, cot_in)`.
+    /// `backward(params, batch, act_in, cot_out) -> ([value, aux...,] grads, cot_in)`;
+    /// with loss scaling the last stage's also takes `loss_scale` (last)
+    /// and its value is the scaled loss.
     pub backward: Function,
-    /// `square(gsum) -> Σ g² per parameter`.
+    /// `square(gsum) -> Σ g² per parameter`; with loss scaling
+    /// `square(gsum, loss_scale) -> (Σ g² per parameter, finite)`.
     pub square: Function,
-    /// `update(params, slots (slot-major), step, gsum, norm) -> (params', slots', lr)`.
+    /// `update(params, slots (slot-major), step, gsum, norm) -> (params', slots', lr)`;
+    /// with loss scaling it also takes `loss_scale` and `finite` (last).
     pub update: Function,
     /// The stage's parameters, in `@loss` order.
     pub params: Vec<String>,
@@ -273,6 +284,8 @@ pub struct StagedStep {
     pub aux: Vec<String>,
     /// The optimizer's slot names (`opt.m`, ...).
     pub slots: Vec<String>,
+    /// Dynamic loss scaling, when on.
+    pub loss_scaling: Option<LossScaling>,
 }
 
 /// Cuts the training step of `@loss` in `m` into `pc.stages` stages. The
@@ -285,10 +298,8 @@ pub fn build_stages(
     split_over: usize,
     opts: &AutoShardOptions,
 ) -> Result<StagedStep, CompilerError> {
-    if tc.loss_scaling.is_some() {
-        return Err(cfg_err("dynamic loss scaling is not supported with pipeline stages".into()));
-    }
     let units = Units::of(m)?;
+    let scaling = tc.loss_scaling.is_some();
     let problem = SplitProblem {
         units: units.profile(tc.optimizer.slots().len(), split_over, opts),
         stages: pc.stages,
@@ -340,13 +351,15 @@ pub fn build_stages(
         let wrt_refs: Vec<&str> = wrt.iter().map(String::as_str).collect();
         let gopts = GradOptions { name: Some(format!("stage{s}.backward")), grad_prefix: None };
         let empty = Module { functions: vec![] };
-        let backward = if s + 1 == s_n {
+        let backward = if s + 1 == s_n && scaling {
+            value_and_grad(&empty, &scaled_loss(&forward), &wrt_refs, &gopts)?
+        } else if s + 1 == s_n {
             value_and_grad(&empty, &forward, &wrt_refs, &gopts)?
         } else {
             let sur = surrogate(&forward, &b_out, &act_out_float);
             value_and_grad(&empty, &sur, &wrt_refs, &gopts)?
         };
-        let square = square_fn(s, &forward, n_params, pc.microbatches);
+        let square = square_fn(s, &forward, n_params, pc.microbatches, scaling);
         let update = update_fn(s, &forward, n_params, tc, pc.microbatches);
         stages.push(StageFns {
             forward,
@@ -368,6 +381,7 @@ pub fn build_stages(
         config: pc.clone(),
         aux,
         slots: tc.optimizer.slots().iter().map(|s| s.to_string()).collect(),
+        loss_scaling: tc.loss_scaling.clone(),
     })
 }
 
@@ -497,31 +511,68 @@ fn surrogate(fwd: &Function, b_out: &[ValueId], float: &[bool]) -> Function {
     e.f
 }
 
-/// The mean of an accumulated gradient in its parameter's dtype, as the
-/// unpipelined step computes it.
-fn mean_grad(e: &mut Emitter<'_>, g: ValueId, dtype: DType, k: usize) -> ValueId {
-    let m = if k > 1 { e.mul_const(g, 1.0 / k as f64) } else { g };
-    e.convert(m, dtype)
+/// The last stage's forward with its loss (first result) multiplied by
+/// a `loss_scale` input (f32, after the others), as the unpipelined step
+/// scales the loss it differentiates.
+fn scaled_loss(fwd: &Function) -> Function {
+    let mut e = Emitter::new(format!("{}.scaled", fwd.name));
+    let args: Vec<ValueId> = (0..fwd.params.len())
+        .map(|i| {
+            let v = e.f.add_param(Some(fwd.param_name(i)), fwd.ty(fwd.params[i]).clone());
+            e.f.values[v.index()].sharding = fwd.value(fwd.params[i]).sharding.clone();
+            v
+        })
+        .collect();
+    let scale = e.f.add_param(Some("loss_scale".into()), TensorType::scalar(DType::F32));
+    let mut outs = e.inline(fwd, &args);
+    let lt = e.ty(outs[0]).dtype;
+    let s = e.convert(scale, lt);
+    outs[0] = e.mul(outs[0], s);
+    e.f.results = outs;
+    e.f
 }
 
-/// `square(gsum...) -> (Σ g² per parameter)` (f32 scalars).
-fn square_fn(s: usize, fwd: &Function, n_params: usize, k: usize) -> Function {
+/// The mean of an accumulated gradient in its parameter's dtype, as the
+/// unpipelined step computes it; divided by the loss scale `scale` when
+/// there is one.
+fn mean_grad(e: &mut Emitter<'_>, g: ValueId, dtype: DType, k: usize, scale: Option<ValueId>) -> ValueId {
+    let m = if k > 1 { e.mul_const(g, 1.0 / k as f64) } else { g };
+    let g = e.convert(m, dtype);
+    match scale {
+        Some(s) => {
+            let t = e.ty(g);
+            let sb = broadcast_scalar(e, s, &t.shape, t.dtype);
+            e.div(g, sb)
+        }
+        None => g,
+    }
+}
+
+/// `square(gsum...) -> (Σ g² per parameter)` (f32 scalars); with loss
+/// scaling `square(gsum..., loss_scale) -> (Σ g² per parameter..., finite)`.
+fn square_fn(s: usize, fwd: &Function, n_params: usize, k: usize, scaling: bool) -> Function {
     let mut e = Emitter::new(format!("stage{s}.square"));
     let gs: Vec<ValueId> = (0..n_params)
         .map(|i| e.f.add_param(Some(format!("grad.{}", fwd.param_name(i))), fwd.ty(fwd.params[i]).clone()))
         .collect();
+    let scale = scaling.then(|| e.f.add_param(Some("loss_scale".into()), TensorType::scalar(DType::F32)));
     let mut out = Vec::new();
+    let mut grads = Vec::new();
     for (i, &g) in gs.iter().enumerate() {
-        let g = mean_grad(&mut e, g, fwd.ty(fwd.params[i]).dtype, k);
+        let g = mean_grad(&mut e, g, fwd.ty(fwd.params[i]).dtype, k, scale);
+        grads.push(g);
         let g32 = e.convert(g, DType::F32);
         let sq = e.mul(g32, g32);
         out.push(e.sum_all(sq));
+    }
+    if scaling {
+        out.push(all_finite_f32(&mut e, &grads));
     }
     e.f.results = out;
     e.f
 }
 
-/// `update(params, slots, step, gsum, norm) -> (params', slots', lr)`.
+/// `update(params, slots, step, gsum, norm[, loss_scale, finite]) -> (params', slots', lr)`.
 fn update_fn(s: usize, fwd: &Function, n_params: usize, tc: &TrainConfig, k: usize) -> Function {
     let mut e = Emitter::new(format!("stage{s}.update"));
     let slots = tc.optimizer.slots();
@@ -548,12 +599,15 @@ fn update_fn(s: usize, fwd: &Function, n_params: usize, tc: &TrainConfig, k: usi
         .map(|i| e.f.add_param(Some(format!("grad.{}", fwd.param_name(i))), fwd.ty(fwd.params[i]).clone()))
         .collect();
     let norm = e.f.add_param(Some("norm".into()), TensorType::scalar(DType::F32));
+    let scaling = tc.loss_scaling.is_some();
+    let scale = scaling.then(|| e.f.add_param(Some("loss_scale".into()), TensorType::scalar(DType::F32)));
+    let finite = scaling.then(|| e.f.add_param(Some("finite".into()), TensorType::scalar(DType::F32)));
     let mut grads: Vec<ValueId> = gs
         .iter()
         .enumerate()
         .map(|(i, &g)| {
             let dt = fwd.ty(fwd.params[i]).dtype;
-            let g = mean_grad(&mut e, g, dt, k);
+            let g = mean_grad(&mut e, g, dt, k, scale);
             match tc.grad_shardings.get(&fwd.param_name(i)) {
                 Some(sh) => e.op(Op::ShardingConstraint { sharding: sh.clone() }, &[g]),
                 None => g,
@@ -579,11 +633,19 @@ fn update_fn(s: usize, fwd: &Function, n_params: usize, tc: &TrainConfig, k: usi
     let one_i = e.scalar(DType::I32, 1.0);
     let next_step = e.add(step, one_i);
     let count = e.convert(next_step, DType::F32);
+    let keep = finite.map(|f| is_one(&mut e, f));
     let mut new_p = Vec::new();
     let mut new_s = vec![Vec::new(); slots.len()];
     for j in 0..n_params {
         let slot_vals: Vec<ValueId> = (0..slots.len()).map(|q| sv[q * n_params + j]).collect();
-        let (p, ns) = tc.optimizer.update(&mut e, ps[j], grads[j], &slot_vals, lr, count);
+        let (mut p, mut ns) = tc.optimizer.update(&mut e, ps[j], grads[j], &slot_vals, lr, count);
+        if let Some(keep) = keep {
+            // Non-finite gradients somewhere: keep the old values.
+            p = e.select(keep, p, ps[j]);
+            for (q, v) in ns.iter_mut().enumerate() {
+                *v = e.select(keep, *v, slot_vals[q]);
+            }
+        }
         new_p.push(p);
         for (q, v) in ns.into_iter().enumerate() {
             new_s[q].push(v);

@@ -25,6 +25,25 @@ pub struct LossScaling {
     pub min_scale: f64,
 }
 
+impl LossScaling {
+    /// The scale and good-step counter after a step that used `scale`,
+    /// with `good_steps` good steps before it, whose gradients were
+    /// `finite` or not: the f32/i32 arithmetic the training step emits
+    /// (a pipelined step, which updates the scale on the host, uses this).
+    pub fn next(&self, scale: f32, good_steps: i32, finite: bool) -> (f32, i32) {
+        if finite {
+            let good = good_steps.wrapping_add(1);
+            if good >= self.period as i32 {
+                (scale * 2.0, 0)
+            } else {
+                (scale, good)
+            }
+        } else {
+            ((scale * 0.5).max(self.min_scale as f32), 0)
+        }
+    }
+}
+
 impl Default for LossScaling {
     fn default() -> Self {
         LossScaling { initial_scale: 32768.0, period: 2000, min_scale: 1.0 }
@@ -422,6 +441,14 @@ fn micro_slice(e: &mut Emitter<'_>, b: ValueId, i: usize, k: usize) -> ValueId {
 
 /// A bool scalar: every element of every tensor is finite.
 fn all_finite(e: &mut Emitter<'_>, xs: &[ValueId]) -> ValueId {
+    let acc = all_finite_f32(e, xs);
+    is_one(e, acc)
+}
+
+/// An f32 scalar: 1 when every element of every tensor is finite, else 0
+/// (the minimum of the elements' `is_finite`, so the flags of several
+/// groups of tensors combine exactly by `min`).
+pub(crate) fn all_finite_f32(e: &mut Emitter<'_>, xs: &[ValueId]) -> ValueId {
     let mut acc = e.scalar(DType::F32, 1.0);
     for &x in xs {
         let f = e.unary(UnaryOp::IsFinite, x);
@@ -430,8 +457,13 @@ fn all_finite(e: &mut Emitter<'_>, xs: &[ValueId]) -> ValueId {
         let m = e.op(Op::Reduce { op: ReduceOp::Min, dims: (0..r).collect() }, &[ff]);
         acc = e.binary(BinaryOp::Min, acc, m);
     }
+    acc
+}
+
+/// `flag == 1` for an f32 flag of [`all_finite_f32`].
+pub(crate) fn is_one(e: &mut Emitter<'_>, flag: ValueId) -> ValueId {
     let one = e.scalar(DType::F32, 1.0);
-    e.compare(CompareOp::Eq, acc, one)
+    e.compare(CompareOp::Eq, flag, one)
 }
 
 /// `fold_in(key, data)` for a `u32[2]` key and an i32 or u32 scalar.

@@ -84,27 +84,48 @@ impl FunctionBuilder {
     /// Layer normalization over one `axis`: `(x - mean) / sqrt(var + eps)`,
     /// then `* gamma + beta` when given. `gamma` and `beta` have shape
     /// `[x.shape[axis]]` and are broadcast along that axis.
+    ///
+    /// A bf16 or f16 `x` is normalized in f32 and the result converted back
+    /// before `gamma` and `beta` (as PyTorch's autocast and flax's
+    /// `LayerNorm` compute the statistics): in f16 the backward's
+    /// `(var + eps)^-3/2` overflows for the small variances of freshly
+    /// initialised activations (4e-4 gives 1.25e5 > 65504), and the
+    /// gradients turn to NaN.
     #[track_caller]
     pub fn layer_norm(&self, x: Value, gamma: Option<Value>, beta: Option<Value>, axis: isize, eps: f64) -> Value {
         self.scope("layer_norm", || {
             let Some(t) = self.float_input("layer_norm", x) else { return self.poison() };
             let Some(a) = self.axis("layer_norm", &t, axis) else { return self.poison() };
-            let centered = self.sub(x, self.broadcast_back(self.mean(x, &[axis], false), &t, &[a]));
+            let (x, tw) = self.widened(x, &t);
+            let centered = self.sub(x, self.broadcast_back(self.mean(x, &[axis], false), &tw, &[a]));
             let var = self.mean(self.square(centered), &[axis], false);
             let inv = self.rsqrt(self.add_scalar(var, eps));
-            let y = self.mul(centered, self.broadcast_back(inv, &t, &[a]));
+            let y = self.mul(centered, self.broadcast_back(inv, &tw, &[a]));
+            let y = if tw.dtype != t.dtype { self.convert(y, t.dtype) } else { y };
             self.scale_shift("layer_norm", y, &t, a, gamma, beta)
         })
     }
 
-    /// RMS normalization over one `axis`: `x / sqrt(mean(x^2) + eps) * gamma`.
+    /// `x` in f32 when it is bf16 or f16 (normalization statistics), with
+    /// its type; otherwise `x` itself.
+    fn widened(&self, x: Value, t: &TensorType) -> (Value, TensorType) {
+        match t.dtype {
+            DType::BF16 | DType::F16 => (self.convert(x, DType::F32), t.with_dtype(DType::F32)),
+            _ => (x, t.clone()),
+        }
+    }
+
+    /// RMS normalization over one `axis`: `x / sqrt(mean(x^2) + eps) * gamma`;
+    /// a bf16 or f16 `x` is normalized in f32, as in [`Self::layer_norm`].
     #[track_caller]
     pub fn rms_norm(&self, x: Value, gamma: Option<Value>, axis: isize, eps: f64) -> Value {
         self.scope("rms_norm", || {
             let Some(t) = self.float_input("rms_norm", x) else { return self.poison() };
             let Some(a) = self.axis("rms_norm", &t, axis) else { return self.poison() };
+            let (x, tw) = self.widened(x, &t);
             let ms = self.mean(self.square(x), &[axis], false);
-            let y = self.mul(x, self.broadcast_back(self.rsqrt(self.add_scalar(ms, eps)), &t, &[a]));
+            let y = self.mul(x, self.broadcast_back(self.rsqrt(self.add_scalar(ms, eps)), &tw, &[a]));
+            let y = if tw.dtype != t.dtype { self.convert(y, t.dtype) } else { y };
             self.scale_shift("rms_norm", y, &t, a, gamma, None)
         })
     }

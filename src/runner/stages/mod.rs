@@ -28,6 +28,14 @@
 //! state, gradients and the norm: the result does not depend on the order
 //! in which the threads run.
 //!
+//! With dynamic loss scaling the last stage's backward takes the scale,
+//! each stage's squares also say whether its gradients are finite, every
+//! stage's update receives the norm and the combined flag (and keeps its
+//! old state when a gradient anywhere is not finite), the loss metric is
+//! taken from the scaled backward's value and divided by the scale, and
+//! the driver updates the scale as the unpipelined step does
+//! ([`weft_compiler::train::LossScaling::next`]).
+//!
 //! On a one-device sub-mesh the forward and backward executables hold the
 //! stage's parameters on their device between runs (reloaded after each
 //! update), so a task copies no parameter, and every stage function's
@@ -199,14 +207,27 @@ struct Stage {
     params: Vec<HostTensor>,
     slots: Vec<HostTensor>,
     /// Whether `update` reads its `norm` input (clipping by the global
-    /// norm): the stage's update then waits for every stage's squares.
-    update_reads_norm: bool,
+    /// norm) or its `finite` input (loss scaling): the stage's update then
+    /// waits for every stage's squares.
+    update_waits: bool,
 }
 
-/// Whether `f` reads its parameter `i` (an instruction's operand or a
-/// result).
-fn reads_param(f: &Function, i: usize) -> bool {
-    f.params.get(i).is_some_and(|&v| f.results.contains(&v) || f.insts.iter().any(|inst| inst.operands.contains(&v)))
+/// Whether `f` reads its parameter named `name` (an instruction's operand
+/// or a result).
+fn reads_param(f: &Function, name: &str) -> bool {
+    let Some(i) = (0..f.params.len()).find(|&i| f.param_name(i) == name) else { return false };
+    let v = f.params[i];
+    f.results.contains(&v) || f.insts.iter().any(|inst| inst.operands.contains(&v))
+}
+
+/// A stage's squares and finiteness flag (to the driver), or the global
+/// norm and the combined flag (from it).
+#[derive(Clone, Debug)]
+struct Squares {
+    /// Σ g² per parameter (to the driver); the norm alone (from it).
+    values: Vec<f32>,
+    /// 1 when the gradients are finite (always 1 without loss scaling).
+    finite: f32,
 }
 
 /// What a stage thread sends to a neighbour: a microbatch and its tensors.
@@ -220,7 +241,8 @@ struct StageRun {
     grads: Vec<HostTensor>,
     /// The learning rate its update used (once it has run).
     lr: f32,
-    /// Per microbatch (last stage only): loss and auxiliary metrics.
+    /// Per microbatch in order (last stage only): loss (scaled with loss
+    /// scaling) and auxiliary metrics.
     outputs: Vec<Vec<HostTensor>>,
     events: Vec<TraceEvent>,
     /// The most bytes of activations the stage held between tasks
@@ -240,6 +262,9 @@ pub struct PipelineExecutor {
     step: HostTensor,
     /// The state's PRNG key (`rng`), when the model takes one.
     rng: Option<HostTensor>,
+    /// With loss scaling: the scale and the good-step counter
+    /// (`loss_scale.scale`, `loss_scale.good_steps`).
+    loss_scale: Option<(f32, i32)>,
     mesh: Mesh,
     /// The mesh its checkpoints record: the whole mesh, stage axis included
     /// ([`PipelineExecutor::set_checkpoint_mesh`]; one device by default).
@@ -306,10 +331,9 @@ impl PipelineExecutor {
         let clock = Instant::now();
         let mut stages = Vec::with_capacity(staged.stages.len());
         for fns in &staged.stages {
-            let norm = fns.update.params.len().saturating_sub(1);
             let np = fns.params.len();
             stages.push(Stage {
-                update_reads_norm: reads_param(&fns.update, norm),
+                update_waits: reads_param(&fns.update, "norm") || reads_param(&fns.update, "finite"),
                 forward: Compiled::new(&fns.forward, sub_mesh, backend, auto, np)?,
                 backward: Compiled::new(&fns.backward, sub_mesh, backend, auto, np)?,
                 square: Compiled::new(&fns.square, sub_mesh, backend, auto, 0)?,
@@ -324,6 +348,7 @@ impl PipelineExecutor {
             stages,
             step: HostTensor::scalar(DType::I32, 0.0),
             rng: None,
+            loss_scale: None,
             mesh: sub_mesh.clone(),
             checkpoint_mesh: crate::checkpoint::MeshSpec::single(),
             backend: backend.into(),
@@ -424,6 +449,13 @@ impl PipelineExecutor {
         }
         self.step = get("step")?;
         self.rng = state.get("rng").cloned();
+        self.loss_scale = match self.staged.loss_scaling {
+            Some(_) => {
+                let scale = get("loss_scale.scale")?.to_f64_vec()[0] as f32;
+                Some((scale, get("loss_scale.good_steps")?.to_f64_vec()[0] as i32))
+            }
+            None => None,
+        };
         Ok(())
     }
 
@@ -444,6 +476,10 @@ impl PipelineExecutor {
         t.insert("step".into(), self.step.clone());
         if let Some(r) = &self.rng {
             t.insert("rng".into(), r.clone());
+        }
+        if let Some((scale, good)) = self.loss_scale {
+            t.insert("loss_scale.scale".into(), HostTensor::from_f32(&[], vec![scale]).expect("a scalar"));
+            t.insert("loss_scale.good_steps".into(), HostTensor::from_i32(&[], vec![good]).expect("a scalar"));
         }
         t
     }
@@ -486,35 +522,44 @@ impl PipelineExecutor {
         let lock = std::sync::Mutex::new(());
         let serial = self.serial.then_some(&lock);
         let step = &self.step;
-        // Each stage sends its squares; the stages whose update reads the
-        // global norm receive it.
-        let (sq_tx, sq_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Vec<f32>>()).unzip();
-        let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<f32>()).unzip();
-        let (runs, norm): (Vec<StageResult>, Option<f32>) = std::thread::scope(|sc| {
+        if self.staged.loss_scaling.is_some() && self.loss_scale.is_none() {
+            return Err(Error::Usage("the pipeline's loss scale was not loaded".into()));
+        }
+        let scale = self.loss_scale.map(|(s, _)| HostTensor::from_f32(&[], vec![s])).transpose()?;
+        let scale = scale.as_ref();
+        // Each stage sends its squares (and finiteness flag); the stages
+        // whose update reads the global norm (or the flag) receive them.
+        let (sq_tx, sq_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Squares>()).unzip();
+        let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Squares>()).unzip();
+        let (runs, norm): (Vec<StageResult>, Option<Squares>) = std::thread::scope(|sc| {
             let handles: Vec<_> = (self.stages.iter_mut().zip(fwd.into_iter().zip(bwd)))
                 .zip(sq_tx.into_iter().zip(norm_rx))
                 .enumerate()
                 .map(|(s, ((st, (f, b)), (sq, nr)))| {
                     let prog = stage_program(pc.schedule, s_n, k, s);
                     sc.spawn(move || {
-                        let run = run_stage(s, st, &prog.ops, micro, f, b, start, serial)?;
-                        finish_stage(s, st, run, step, &sq, &nr, serial)
+                        let run = run_stage(s, st, &prog.ops, micro, f, b, start, serial, scale)?;
+                        finish_stage(s, st, run, step, scale, &sq, &nr, serial)
                     })
                 })
                 .collect();
-            // The global norm from every stage's squares, in parameter order.
-            let mut total = Some(0.0f32);
+            // The global norm from every stage's squares, in parameter
+            // order; finite when every stage's gradients are.
+            let mut total = Some(Squares { values: vec![0.0], finite: 1.0 });
             for rx in &sq_rx {
                 match (rx.recv(), total.as_mut()) {
-                    (Ok(sq), Some(t)) => sq.iter().for_each(|x| *t += x),
+                    (Ok(sq), Some(t)) => {
+                        sq.values.iter().for_each(|x| t.values[0] += x);
+                        t.finite = t.finite.min(sq.finite);
+                    }
                     _ => total = None,
                 }
             }
-            let norm = total.map(f32::sqrt);
-            if let Some(n) = norm {
+            let norm = total.map(|t| Squares { values: vec![t.values[0].sqrt()], finite: t.finite });
+            if let Some(n) = &norm {
                 for tx in &norm_tx {
                     // A stage that does not wait for the norm has hung up.
-                    let _ = tx.send(n);
+                    let _ = tx.send(n.clone());
                 }
             }
             drop(norm_tx);
@@ -529,6 +574,7 @@ impl PipelineExecutor {
         let runs = first_error(runs)?;
         // Every stage that ran sent its squares.
         let norm = norm.ok_or_else(|| Error::Usage("pipeline: a stage sent no squares".into()))?;
+        let (finite, norm) = (norm.finite == 1.0, norm.values[0]);
         let lr = runs.last().map_or(f32::NAN, |r| r.lr);
         self.step = HostTensor::from_i32(&[], vec![self.step.to_f64_vec()[0] as i32 + 1])?;
         // Loss and auxiliary metrics: summed in microbatch order, then the mean.
@@ -541,11 +587,19 @@ impl PipelineExecutor {
                 add_into(&mut acc, &o[i])?;
             }
             let v = scalar_f32(&acc);
-            let v = if k > 1 { v * (1.0 / k as f64) as f32 } else { v };
+            let mut v = if k > 1 { v * (1.0 / k as f64) as f32 } else { v };
+            if let (0, Some((scale, _))) = (i, self.loss_scale) {
+                v /= scale;
+            }
             metrics.insert(name.clone(), v as f64);
         }
         metrics.insert("grad_norm".into(), norm as f64);
         metrics.insert("lr".into(), lr as f64);
+        if let (Some(ls), Some((scale, good))) = (&self.staged.loss_scaling, self.loss_scale) {
+            metrics.insert("skipped".into(), if finite { 0.0 } else { 1.0 });
+            metrics.insert("loss_scale".into(), scale as f64);
+            self.loss_scale = Some(ls.next(scale, good, finite));
+        }
         self.held_peaks = runs.iter().map(|r| r.held_peak).collect();
         let events = runs.into_iter().flat_map(|r| r.events).collect();
         self.last_trace = Some(Trace { stages: s_n, clock: "seconds".into(), events });
@@ -578,7 +632,7 @@ fn stage_bytes(st: &Stage, k: usize) -> StageBytes {
 }
 
 /// Runs stage `s`'s program for one step.
-#[allow(clippy::too_many_arguments)] // the stage, its neighbours' channels and the step's clocks
+#[allow(clippy::too_many_arguments)] // the stage, its neighbours' channels, the step's clocks and loss scale
 fn run_stage(
     s: usize,
     st: &mut Stage,
@@ -588,6 +642,7 @@ fn run_stage(
     bwd: Link,
     start: Instant,
     serial: Option<&std::sync::Mutex<()>>,
+    scale: Option<&HostTensor>,
 ) -> std::result::Result<StageRun, StageError> {
     let lost = |what: &str| {
         StageError::Stopped(Error::Usage(format!("pipeline stage {s}: the neighbouring stage stopped before {what}")))
@@ -630,7 +685,11 @@ fn run_stage(
                     end: now(),
                 });
                 if last {
-                    outputs.push(outs);
+                    // With loss scaling the metrics come from the scaled
+                    // backward, as the unpipelined step computes them.
+                    if scale.is_none() {
+                        outputs.push(outs);
+                    }
                 } else {
                     held += bytes_of(&outs);
                     held_peak = held_peak.max(held);
@@ -658,6 +717,9 @@ fn run_stage(
                 held -= bytes_of(&stashed) + bytes_of(&cot);
                 args.extend(stashed);
                 args.extend(cot);
+                if let (true, Some(sc)) = (last, scale) {
+                    args.push(sc.clone());
+                }
                 let mut outs = st.backward.run(args)?;
                 events.push(TraceEvent {
                     stage: s,
@@ -666,6 +728,9 @@ fn run_stage(
                     end: now(),
                 });
                 let rest = outs.split_off(n_lead);
+                if last && scale.is_some() {
+                    outputs.push(outs);
+                }
                 let (g, c) = {
                     let mut rest = rest;
                     let c = rest.split_off(np);
@@ -734,29 +799,42 @@ fn first_error(runs: Vec<StageResult>) -> Result<Vec<StageRun>> {
 /// the global norm), then its optimizer update, with the norm from the
 /// driver when the update reads it. Updates the stage's parameters and
 /// slots; the run's gradients are consumed.
+#[allow(clippy::too_many_arguments)] // the stage, its run, the step's inputs and the driver's channels
 fn finish_stage(
     s: usize,
     st: &mut Stage,
     mut run: StageRun,
     step: &HostTensor,
-    squares: &Sender<Vec<f32>>,
-    norm: &Receiver<f32>,
+    scale: Option<&HostTensor>,
+    squares: &Sender<Squares>,
+    norm: &Receiver<Squares>,
     serial: Option<&std::sync::Mutex<()>>,
 ) -> StageResult {
     let stopped = || StageError::Stopped(Error::Usage(format!("pipeline stage {s}: another stage stopped")));
-    let sq = {
+    let mut sq = {
         let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
-        st.square.run(run.grads.clone())?
+        let mut args = run.grads.clone();
+        args.extend(scale.cloned());
+        st.square.run(args)?
     };
-    squares.send(sq.iter().map(scalar_f32).collect()).map_err(|_| stopped())?;
+    let finite = if scale.is_some() { scalar_f32(&sq.pop().expect("the finiteness flag")) } else { 1.0 };
+    squares.send(Squares { values: sq.iter().map(scalar_f32).collect(), finite }).map_err(|_| stopped())?;
     // Not read by the update when it does not wait for it.
-    let n = if st.update_reads_norm { norm.recv().map_err(|_| stopped())? } else { f32::NAN };
+    let n = if st.update_waits {
+        norm.recv().map_err(|_| stopped())?
+    } else {
+        Squares { values: vec![f32::NAN], finite: f32::NAN }
+    };
     let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
     let mut args = st.params.clone();
     args.extend(st.slots.iter().cloned());
     args.push(step.clone());
     args.append(&mut run.grads);
-    args.push(HostTensor::from_f32(&[], vec![n]).map_err(Error::from)?);
+    args.push(HostTensor::from_f32(&[], vec![n.values[0]]).map_err(Error::from)?);
+    if let Some(sc) = scale {
+        args.push(sc.clone());
+        args.push(HostTensor::from_f32(&[], vec![n.finite]).map_err(Error::from)?);
+    }
     let mut out = st.update.run(args)?;
     run.lr = scalar_f32(&out.pop().expect("lr"));
     let np = st.params.len();

@@ -148,7 +148,7 @@ pub fn split_mesh(mesh: &Mesh, axis: &str, stages: usize) -> Result<Mesh> {
 /// gradient annotations for the axes `axes` (as [`prepare`] builds it).
 fn train_config(c: &RunConfig, axes: &[&str]) -> Result<TrainConfig> {
     let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(usage)?;
-    let mut tc = c.optimizer.train_config().map_err(usage)?;
+    let mut tc = c.train_config().map_err(usage)?;
     let slots = tc.optimizer.slots();
     let sh = if let Some(cfg) = c.model.mlp().map_err(usage)? {
         strategy::shardings(strategy, &strategy::mlp_params(&cfg), &strategy::MLP_BATCH, slots, axes)

@@ -18,7 +18,7 @@ fn executor_on(optimizer_extra: &str, backend: &str, mesh: &str, strategy: &str)
     let mesh = crate::runner::validate::validate(&c).unwrap();
     let (p, staged, sub) = session::prepare_pipeline(&c, &mesh, &Overrides::default()).unwrap();
     let mut exec = PipelineExecutor::new(staged, &sub, backend).unwrap();
-    let state = p.step.init_state(&p.params, c.seed, 1.0).unwrap();
+    let state = p.step.init_state(&p.params, c.seed, c.initial_loss_scale()).unwrap();
     exec.load_tree(&state).unwrap();
     (exec, state, p.batch.clone())
 }
@@ -57,11 +57,14 @@ fn a_stage_that_failed_is_reported_before_the_stages_it_stopped() {
 }
 
 #[test]
-fn only_updates_that_clip_by_the_global_norm_wait_for_it() {
+fn only_updates_that_clip_or_scale_the_loss_wait_for_the_norm() {
     let (exec, _) = executor("", "interp");
-    assert!(exec.stages.iter().all(|st| !st.update_reads_norm));
+    assert!(exec.stages.iter().all(|st| !st.update_waits));
     let (exec, _) = executor("clip = 0.5\n", "interp");
-    assert!(exec.stages.iter().all(|st| st.update_reads_norm));
+    assert!(exec.stages.iter().all(|st| st.update_waits));
+    // Loss scaling: every update needs the combined finiteness flag.
+    let (exec, _) = executor("[loss_scaling]\n", "interp");
+    assert!(exec.stages.iter().all(|st| st.update_waits));
 }
 
 /// Runs stage 0's squares and update with a driver that never sends the
@@ -71,10 +74,12 @@ fn finish_without_norm(exec: &mut PipelineExecutor) -> (StageResult, Vec<f32>) {
     let grads = st.params.clone();
     let run = StageRun { grads, lr: f32::NAN, outputs: Vec::new(), events: Vec::new(), held_peak: 0 };
     let (sq_tx, sq_rx) = channel();
-    let (norm_tx, norm_rx) = channel::<f32>();
+    let (norm_tx, norm_rx) = channel::<Squares>();
     drop(norm_tx);
-    let r = finish_stage(0, st, run, &exec.step, &sq_tx, &norm_rx, None);
-    (r, sq_rx.recv().unwrap())
+    let r = finish_stage(0, st, run, &exec.step, None, &sq_tx, &norm_rx, None);
+    let sq: Squares = sq_rx.recv().unwrap();
+    assert_eq!(sq.finite, 1.0);
+    (r, sq.values)
 }
 
 #[test]
