@@ -153,8 +153,13 @@ fn d_stage_axis() -> String {
 }
 
 /// The model and its sizes.
+///
+/// Read through [`ModelTable`] (one flat table, then the kind's keys), not
+/// as a serde internally tagged enum: serde buffers a tagged enum's table
+/// before it reads it, and a wrong value type would then be reported at
+/// `[model]` without its key and line.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields, try_from = "ModelTable")]
 pub enum ModelConfig {
     /// The residual MLP.
     Mlp {
@@ -207,6 +212,76 @@ pub enum ModelConfig {
         #[serde(default)]
         tie_embeddings: bool,
     },
+}
+
+/// The `[model]` table as written: every key of every kind, each checked
+/// for its type where it stands; [`ModelConfig::try_from`] then takes the
+/// keys of `kind` and refuses the others.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    kind: String,
+    layers: Option<usize>,
+    batch: Option<usize>,
+    compute: Option<String>,
+    d: Option<usize>,
+    h: Option<usize>,
+    vocab: Option<usize>,
+    seq: Option<usize>,
+    d_model: Option<usize>,
+    heads: Option<usize>,
+    dropout: Option<f64>,
+    remat: Option<bool>,
+    tie_embeddings: Option<bool>,
+}
+
+impl TryFrom<ModelTable> for ModelConfig {
+    type Error = String;
+
+    fn try_from(t: ModelTable) -> Result<ModelConfig, String> {
+        let (layers, batch, compute) = (t.layers.unwrap_or_else(d_layers), t.batch.unwrap_or_else(d_batch), t.compute);
+        let foreign = |keys: &[(&str, bool)], kind: &str, other: &str| match keys.iter().find(|(_, set)| *set) {
+            Some((k, _)) => Err(format!("unknown field `{k}`: it is a key of model.kind = \"{other}\", not \"{kind}\"")),
+            None => Ok(()),
+        };
+        match t.kind.as_str() {
+            "mlp" => {
+                let gpt_keys = [
+                    ("vocab", t.vocab.is_some()),
+                    ("seq", t.seq.is_some()),
+                    ("d_model", t.d_model.is_some()),
+                    ("heads", t.heads.is_some()),
+                    ("dropout", t.dropout.is_some()),
+                    ("remat", t.remat.is_some()),
+                    ("tie_embeddings", t.tie_embeddings.is_some()),
+                ];
+                foreign(&gpt_keys, "mlp", "gpt")?;
+                Ok(ModelConfig::Mlp {
+                    layers,
+                    d: t.d.unwrap_or_else(d_width),
+                    h: t.h.unwrap_or_else(d_hidden),
+                    batch,
+                    compute,
+                })
+            }
+            "gpt" => {
+                foreign(&[("d", t.d.is_some()), ("h", t.h.is_some())], "gpt", "mlp")?;
+                Ok(ModelConfig::Gpt {
+                    vocab: t.vocab.unwrap_or_else(d_vocab),
+                    seq: t.seq.unwrap_or_else(d_seq),
+                    d_model: t.d_model.unwrap_or_else(d_width),
+                    heads: t.heads.unwrap_or_else(d_heads),
+                    layers,
+                    batch,
+                    dropout: t.dropout.unwrap_or(0.0),
+                    remat: t.remat.unwrap_or(false),
+                    compute,
+                    tie_embeddings: t.tie_embeddings.unwrap_or(false),
+                })
+            }
+            other => Err(format!("unknown variant `{other}`, expected `mlp` or `gpt` (model.kind)")),
+        }
+    }
 }
 
 fn d_layers() -> usize {
