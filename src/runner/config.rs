@@ -241,7 +241,9 @@ impl TryFrom<ModelTable> for ModelConfig {
     fn try_from(t: ModelTable) -> Result<ModelConfig, String> {
         let (layers, batch, compute) = (t.layers.unwrap_or_else(d_layers), t.batch.unwrap_or_else(d_batch), t.compute);
         let foreign = |keys: &[(&str, bool)], kind: &str, other: &str| match keys.iter().find(|(_, set)| *set) {
-            Some((k, _)) => Err(format!("unknown field `{k}`: it is a key of model.kind = \"{other}\", not \"{kind}\"")),
+            Some((k, _)) => {
+                Err(format!("unknown field `{k}`: it is a key of model.kind = \"{other}\", not \"{kind}\""))
+            }
             None => Ok(()),
         };
         match t.kind.as_str() {
