@@ -137,3 +137,32 @@ fn plot_marks_a_diverged_run_instead_of_hanging() {
     assert_ne!(code, 0);
     assert!(err.contains("no finite `loss` values"), "{err}");
 }
+
+#[test]
+fn train_ends_with_the_loss_scale_and_the_skipped_steps() {
+    // The example's first two steps overflow at 2^20 and 2^19 (f16).
+    let d = temp_dir("f16");
+    let m = d.join("metrics.jsonl");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/configs/gpt_f16.toml");
+    let args = ["train", config, "--steps", "3", "-q", "--metrics", m.to_str().unwrap(), "--checkpoint-dir"];
+    let (code, out, err) = weft(&[&args[..], &[d.join("ckpt").to_str().unwrap()]].concat());
+    assert_eq!(code, 0, "{err}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.starts_with("step 3 loss ") && last.ends_with("; loss scale 262144, 2 of 3 steps skipped"), "{out}");
+    // Without loss scaling the line has no such tail.
+    let plain = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/configs/mlp.toml");
+    let (code, out, err) = weft(&[
+        "train",
+        plain,
+        "--steps",
+        "1",
+        "-q",
+        "--metrics",
+        d.join("m2.jsonl").to_str().unwrap(),
+        "--checkpoint-dir",
+        d.join("ck2").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().last().is_some_and(|l| l.starts_with("step 1 loss ") && !l.contains("loss scale")), "{out}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -42,8 +42,8 @@ fn train_on(config: &Path, ov: &Overrides, processes: Option<&Processes>) -> Res
     if processes.is_some_and(|p| !p.is_first()) {
         return Ok(0);
     }
-    match summary.metrics.last() {
-        Some((s, m)) => println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], summary.steps_per_sec),
+    match summary.last_line() {
+        Some(line) => println!("{line}"),
         None => println!("nothing to do: the run is already at step {}", c.steps),
     }
     Ok(0)

@@ -229,6 +229,19 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
+    /// The line `weft train` ends with: the last step's loss and the rate,
+    /// and with loss scaling the last scale and how many steps were
+    /// skipped (`None` when no step ran).
+    pub fn last_line(&self) -> Option<String> {
+        let (s, m) = self.metrics.last()?;
+        let mut line = format!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], self.steps_per_sec);
+        if let Some(scale) = m.get("loss_scale") {
+            let skipped = self.metrics.iter().filter(|(_, m)| m.get("skipped") == Some(&1.0)).count();
+            line += &format!("; loss scale {scale}, {skipped} of {} steps skipped", self.metrics.len());
+        }
+        Some(line)
+    }
+
     /// The steady-state step time in seconds: the median over the steps
     /// after the first (the first pays one-time costs), or the only step.
     pub fn steady_step_secs(&self) -> Option<f64> {

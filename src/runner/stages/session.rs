@@ -308,8 +308,8 @@ pub fn train_cli(c: &RunConfig, ov: &Overrides) -> Result<i32> {
         Line::Warn(l) => eprintln!("warning: {l}"),
     })?;
     println!("{}", run.report.text());
-    match run.summary.metrics.last() {
-        Some((s, m)) => println!("step {} loss {:.6} ({:.1} steps/s)", s + 1, m["loss"], run.summary.steps_per_sec),
+    match run.summary.last_line() {
+        Some(line) => println!("{line}"),
         None => println!("nothing to do: the run is already at step {}", ov.steps.unwrap_or(c.steps)),
     }
     Ok(0)
