@@ -479,17 +479,24 @@ fn extract(
     Ok(g)
 }
 
-/// `Σ_k sum(out_k · cot_k)` over the float outputs of `fwd`, with the
-/// cotangents as parameters `cot.<id>` after `fwd`'s.
-fn surrogate(fwd: &Function, b_out: &[ValueId], float: &[bool]) -> Function {
-    let mut e = Emitter::new(format!("{}.surrogate", fwd.name));
-    let args: Vec<ValueId> = (0..fwd.params.len())
+/// An emitter for `<fwd>.<what>`, a function that starts with `fwd`'s
+/// parameters (names, types and shardings), and those parameters.
+fn wrapping(fwd: &Function, what: &str) -> (Emitter<'static>, Vec<ValueId>) {
+    let mut e = Emitter::new(format!("{}.{what}", fwd.name));
+    let args = (0..fwd.params.len())
         .map(|i| {
             let v = e.f.add_param(Some(fwd.param_name(i)), fwd.ty(fwd.params[i]).clone());
             e.f.values[v.index()].sharding = fwd.value(fwd.params[i]).sharding.clone();
             v
         })
         .collect();
+    (e, args)
+}
+
+/// `Σ_k sum(out_k · cot_k)` over the float outputs of `fwd`, with the
+/// cotangents as parameters `cot.<id>` after `fwd`'s.
+fn surrogate(fwd: &Function, b_out: &[ValueId], float: &[bool]) -> Function {
+    let (mut e, args) = wrapping(fwd, "surrogate");
     let cots: Vec<Option<ValueId>> = b_out
         .iter()
         .zip(float)
@@ -515,14 +522,7 @@ fn surrogate(fwd: &Function, b_out: &[ValueId], float: &[bool]) -> Function {
 /// a `loss_scale` input (f32, after the others), as the unpipelined step
 /// scales the loss it differentiates.
 fn scaled_loss(fwd: &Function) -> Function {
-    let mut e = Emitter::new(format!("{}.scaled", fwd.name));
-    let args: Vec<ValueId> = (0..fwd.params.len())
-        .map(|i| {
-            let v = e.f.add_param(Some(fwd.param_name(i)), fwd.ty(fwd.params[i]).clone());
-            e.f.values[v.index()].sharding = fwd.value(fwd.params[i]).sharding.clone();
-            v
-        })
-        .collect();
+    let (mut e, args) = wrapping(fwd, "scaled");
     let scale = e.f.add_param(Some("loss_scale".into()), TensorType::scalar(DType::F32));
     let mut outs = e.inline(fwd, &args);
     let lt = e.ty(outs[0]).dtype;
