@@ -152,64 +152,49 @@ fn d_stage_axis() -> String {
     "stage".into()
 }
 
-/// The model and its sizes.
+/// The model and its sizes (the defaults: [`ModelTable`]).
 ///
 /// Read through [`ModelTable`] (one flat table, then the kind's keys), not
 /// as a serde internally tagged enum: serde buffers a tagged enum's table
 /// before it reads it, and a wrong value type would then be reported at
 /// `[model]` without its key and line.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields, try_from = "ModelTable")]
+#[serde(tag = "kind", rename_all = "lowercase", try_from = "ModelTable")]
 pub enum ModelConfig {
     /// The residual MLP.
     Mlp {
         /// Residual layers.
-        #[serde(default = "d_layers")]
         layers: usize,
         /// Width D.
-        #[serde(default = "d_width")]
         d: usize,
         /// Hidden width H.
-        #[serde(default = "d_hidden")]
         h: usize,
         /// Batch size.
-        #[serde(default = "d_batch")]
         batch: usize,
         /// Compute dtype (`f32`, `bf16`, `f16`).
-        #[serde(default)]
         compute: Option<String>,
     },
     /// The GPT-style decoder.
     Gpt {
         /// Vocabulary size.
-        #[serde(default = "d_vocab")]
         vocab: usize,
         /// Sequence length.
-        #[serde(default = "d_seq")]
         seq: usize,
         /// Model width.
-        #[serde(default = "d_width")]
         d_model: usize,
         /// Attention heads.
-        #[serde(default = "d_heads")]
         heads: usize,
         /// Blocks.
-        #[serde(default = "d_layers")]
         layers: usize,
         /// Batch size.
-        #[serde(default = "d_batch")]
         batch: usize,
         /// Dropout rate.
-        #[serde(default)]
         dropout: f64,
         /// Rematerialise blocks.
-        #[serde(default)]
         remat: bool,
         /// Compute dtype.
-        #[serde(default)]
         compute: Option<String>,
         /// Unembed with the token embedding transposed (GPT-2).
-        #[serde(default)]
         tie_embeddings: bool,
     },
 }
