@@ -32,7 +32,9 @@
 //! each stage's squares also say whether its gradients are finite, every
 //! stage's update receives the norm and the combined flag (and keeps its
 //! old state when a gradient anywhere is not finite), the loss metric is
-//! taken from the scaled backward's value and divided by the scale, and
+//! taken from the scaled backward's value and divided by the scale (so
+//! the last stage's forward tasks compute nothing: its backward recomputes
+//! the forward anyway), and
 //! the driver updates the scale as the unpipelined step does
 //! ([`weft_compiler::train::LossScaling::next`]).
 //!
@@ -220,13 +222,22 @@ fn reads_param(f: &Function, name: &str) -> bool {
     f.results.contains(&v) || f.insts.iter().any(|inst| inst.operands.contains(&v))
 }
 
-/// A stage's squares and finiteness flag (to the driver), or the global
-/// norm and the combined flag (from it).
-#[derive(Clone, Debug)]
+/// What a stage sends the driver after its backwards.
+#[derive(Debug)]
 struct Squares {
-    /// Σ g² per parameter (to the driver); the norm alone (from it).
+    /// Σ g² per parameter.
     values: Vec<f32>,
-    /// 1 when the gradients are finite (always 1 without loss scaling).
+    /// 1 when the stage's gradients are finite (always 1 without loss
+    /// scaling).
+    finite: f32,
+}
+
+/// What the driver sends the stages that wait for it.
+#[derive(Clone, Copy, Debug)]
+struct Norm {
+    /// The global norm.
+    norm: f32,
+    /// 1 when every stage's gradients are finite.
     finite: f32,
 }
 
@@ -530,8 +541,8 @@ impl PipelineExecutor {
         // Each stage sends its squares (and finiteness flag); the stages
         // whose update reads the global norm (or the flag) receive them.
         let (sq_tx, sq_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Squares>()).unzip();
-        let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Squares>()).unzip();
-        let (runs, norm): (Vec<StageResult>, Option<Squares>) = std::thread::scope(|sc| {
+        let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Norm>()).unzip();
+        let (runs, norm): (Vec<StageResult>, Option<Norm>) = std::thread::scope(|sc| {
             let handles: Vec<_> = (self.stages.iter_mut().zip(fwd.into_iter().zip(bwd)))
                 .zip(sq_tx.into_iter().zip(norm_rx))
                 .enumerate()
@@ -545,21 +556,21 @@ impl PipelineExecutor {
                 .collect();
             // The global norm from every stage's squares, in parameter
             // order; finite when every stage's gradients are.
-            let mut total = Some(Squares { values: vec![0.0], finite: 1.0 });
+            let mut total = Some(Norm { norm: 0.0, finite: 1.0 });
             for rx in &sq_rx {
                 match (rx.recv(), total.as_mut()) {
                     (Ok(sq), Some(t)) => {
-                        sq.values.iter().for_each(|x| t.values[0] += x);
+                        sq.values.iter().for_each(|x| t.norm += x);
                         t.finite = t.finite.min(sq.finite);
                     }
                     _ => total = None,
                 }
             }
-            let norm = total.map(|t| Squares { values: vec![t.values[0].sqrt()], finite: t.finite });
-            if let Some(n) = &norm {
+            let norm = total.map(|t| Norm { norm: t.norm.sqrt(), ..t });
+            if let Some(n) = norm {
                 for tx in &norm_tx {
                     // A stage that does not wait for the norm has hung up.
-                    let _ = tx.send(n.clone());
+                    let _ = tx.send(n);
                 }
             }
             drop(norm_tx);
@@ -574,7 +585,7 @@ impl PipelineExecutor {
         let runs = first_error(runs)?;
         // Every stage that ran sent its squares.
         let norm = norm.ok_or_else(|| Error::Usage("pipeline: a stage sent no squares".into()))?;
-        let (finite, norm) = (norm.finite == 1.0, norm.values[0]);
+        let (finite, norm) = (norm.finite == 1.0, norm.norm);
         let lr = runs.last().map_or(f32::NAN, |r| r.lr);
         self.step = HostTensor::from_i32(&[], vec![self.step.to_f64_vec()[0] as i32 + 1])?;
         // Loss and auxiliary metrics: summed in microbatch order, then the mean.
@@ -675,9 +686,16 @@ fn run_stage(
             StageOp::Forward(m) => {
                 let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
-                let mut args = st.params[st.forward.resident()..].to_vec();
-                args.extend(stash[&m].iter().cloned());
-                let outs = st.forward.run(args)?;
+                // With loss scaling the last stage's metrics come from its
+                // (scaled) backward, which recomputes the forward anyway:
+                // its forward task has nothing to compute.
+                let outs = if last && scale.is_some() {
+                    Vec::new()
+                } else {
+                    let mut args = st.params[st.forward.resident()..].to_vec();
+                    args.extend(stash[&m].iter().cloned());
+                    st.forward.run(args)?
+                };
                 events.push(TraceEvent {
                     stage: s,
                     task: Task { phase: Phase::Forward, micro: m },
@@ -685,8 +703,6 @@ fn run_stage(
                     end: now(),
                 });
                 if last {
-                    // With loss scaling the metrics come from the scaled
-                    // backward, as the unpipelined step computes them.
                     if scale.is_none() {
                         outputs.push(outs);
                     }
@@ -807,7 +823,7 @@ fn finish_stage(
     step: &HostTensor,
     scale: Option<&HostTensor>,
     squares: &Sender<Squares>,
-    norm: &Receiver<Squares>,
+    norm: &Receiver<Norm>,
     serial: Option<&std::sync::Mutex<()>>,
 ) -> StageResult {
     let stopped = || StageError::Stopped(Error::Usage(format!("pipeline stage {s}: another stage stopped")));
@@ -820,17 +836,14 @@ fn finish_stage(
     let finite = if scale.is_some() { scalar_f32(&sq.pop().expect("the finiteness flag")) } else { 1.0 };
     squares.send(Squares { values: sq.iter().map(scalar_f32).collect(), finite }).map_err(|_| stopped())?;
     // Not read by the update when it does not wait for it.
-    let n = if st.update_waits {
-        norm.recv().map_err(|_| stopped())?
-    } else {
-        Squares { values: vec![f32::NAN], finite: f32::NAN }
-    };
+    let n =
+        if st.update_waits { norm.recv().map_err(|_| stopped())? } else { Norm { norm: f32::NAN, finite: f32::NAN } };
     let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
     let mut args = st.params.clone();
     args.extend(st.slots.iter().cloned());
     args.push(step.clone());
     args.append(&mut run.grads);
-    args.push(HostTensor::from_f32(&[], vec![n.values[0]]).map_err(Error::from)?);
+    args.push(HostTensor::from_f32(&[], vec![n.norm]).map_err(Error::from)?);
     if let Some(sc) = scale {
         args.push(sc.clone());
         args.push(HostTensor::from_f32(&[], vec![n.finite]).map_err(Error::from)?);

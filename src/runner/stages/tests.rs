@@ -74,7 +74,7 @@ fn finish_without_norm(exec: &mut PipelineExecutor) -> (StageResult, Vec<f32>) {
     let grads = st.params.clone();
     let run = StageRun { grads, lr: f32::NAN, outputs: Vec::new(), events: Vec::new(), held_peak: 0 };
     let (sq_tx, sq_rx) = channel();
-    let (norm_tx, norm_rx) = channel::<Squares>();
+    let (norm_tx, norm_rx) = channel::<Norm>();
     drop(norm_tx);
     let r = finish_stage(0, st, run, &exec.step, None, &sq_tx, &norm_rx, None);
     let sq: Squares = sq_rx.recv().unwrap();
