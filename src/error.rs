@@ -82,6 +82,24 @@ pub enum Error {
         /// The processes whose copy differs from process 0's.
         processes: Vec<usize>,
     },
+    /// A directory every process of a multi-process run must share (the
+    /// checkpoint root) is not the same directory on every host.
+    #[error(
+        "{} is not one directory shared by every process: process 0 (host {writer}) wrote a file there \
+         that processes {processes:?} ({hosts}) do not see; put it on a file system every host mounts \
+         (NFS, Lustre, ...) or run on one host",
+        dir.display()
+    )]
+    NotShared {
+        /// The directory.
+        dir: PathBuf,
+        /// The host of process 0.
+        writer: String,
+        /// The processes that do not see process 0's file.
+        processes: Vec<usize>,
+        /// Their hosts: "host b", "hosts b, c".
+        hosts: String,
+    },
 }
 
 impl From<weft_compiler::CompilerError> for Error {

@@ -8,6 +8,15 @@
 //! eight-GPU machine would run. [`DeviceMap`] records and prints the
 //! assignment.
 //!
+//! In a job of several processes, the processes on one host share its
+//! physical devices ([`HostShare`]: the process's local rank of the
+//! processes there): each opens its own contiguous slice of them (four
+//! processes, four GPUs: one GPU each), or, with more processes than
+//! devices, one device shared with its neighbours. A launcher that gives
+//! each process its own devices (`CUDA_VISIBLE_DEVICES` per task, as
+//! Slurm's `--gpus-per-task` does) shows each process fewer devices than
+//! processes on its host, and so each opens the one it sees.
+//!
 //! The default backend ("best available") is CUDA when compiled in and a
 //! GPU is present, then wgpu on a hardware adapter, then the CPU. A
 //! software Vulkan adapter (lavapipe) is used only when asked for by name
@@ -143,6 +152,37 @@ pub fn select_backend(name: Option<&str>) -> Result<BackendKind, RuntimeError> {
     }
 }
 
+/// A process's share of its host's physical devices: it is the
+/// `index`-th (its local rank) of `of` processes on the host.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HostShare {
+    /// The process's place among the processes on its host.
+    pub index: usize,
+    /// The number of processes on the host (at least 1).
+    pub of: usize,
+}
+
+impl HostShare {
+    /// The only process on its host: every device is its own.
+    pub const ALONE: HostShare = HostShare { index: 0, of: 1 };
+
+    /// The physical devices (indices into `count`) this process opens: a
+    /// contiguous, nearly equal slice when there are at least as many
+    /// devices as processes, else the one device it shares with the
+    /// processes nearest in local rank.
+    pub fn physical(&self, count: usize) -> std::ops::Range<usize> {
+        let (i, of) = (self.index, self.of.max(1));
+        if count == 0 {
+            0..0
+        } else if of <= count {
+            i * count / of..(i + 1) * count / of
+        } else {
+            let d = i * count / of;
+            d..d + 1
+        }
+    }
+}
+
 /// Which physical device each logical device runs on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceMap {
@@ -152,15 +192,24 @@ pub struct DeviceMap {
     pub physical: Vec<PhysicalDevice>,
     /// For each logical device, the index of its physical device.
     pub assignment: Vec<usize>,
+    /// This process's share of the host's devices.
+    pub share: HostShare,
 }
 
 impl DeviceMap {
     /// Places `n` logical devices on `physical` devices: one each while
     /// there are enough, otherwise in contiguous, nearly equal blocks.
     pub fn new(kind: BackendKind, physical: Vec<PhysicalDevice>, n: usize) -> DeviceMap {
-        let p = physical.len().max(1);
-        let assignment = (0..n).map(|i| if n <= p { i } else { i * p / n }).collect();
-        DeviceMap { kind, physical, assignment }
+        DeviceMap::shared(kind, physical, n, HostShare::ALONE)
+    }
+
+    /// [`DeviceMap::new`] on this process's `share` of the host's
+    /// `physical` devices only ([`HostShare::physical`]).
+    pub fn shared(kind: BackendKind, physical: Vec<PhysicalDevice>, n: usize, share: HostShare) -> DeviceMap {
+        let mine = share.physical(physical.len());
+        let p = mine.len().max(1);
+        let assignment = (0..n).map(|i| mine.start + if n <= p { i } else { i * p / n }).collect();
+        DeviceMap { kind, physical, assignment, share }
     }
 
     /// The logical devices placed on physical device `p`, in order.
@@ -173,12 +222,18 @@ impl fmt::Display for DeviceMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.assignment.len();
         let plural = |k: usize| if k == 1 { "" } else { "s" };
-        writeln!(f, "{n} logical device{} on {} ({} physical):", plural(n), self.kind, self.physical.len())?;
+        let shared = match self.share {
+            HostShare { of: 1, .. } => String::new(),
+            HostShare { index, of } => format!("; this process is {index} of {of} on this host"),
+        };
+        writeln!(f, "{n} logical device{} on {} ({} physical{shared}):", plural(n), self.kind, self.physical.len())?;
+        let mine = self.share.physical(self.physical.len());
         for (p, dev) in self.physical.iter().enumerate() {
             let l = self.logical_on(p);
             let which = match (l.first(), l.last()) {
                 (Some(a), Some(b)) if a == b => format!("logical {a}"),
                 (Some(a), Some(b)) => format!("logical {a}-{b}"),
+                _ if !mine.contains(&p) => "other processes on this host".to_string(),
                 _ => "unused".to_string(),
             };
             writeln!(f, "  [{p}] {}: {which}", dev.name)?;
@@ -197,8 +252,15 @@ pub struct Devices {
 
 /// Opens `n` logical devices of `kind` on the physical devices present.
 pub fn open_devices(kind: BackendKind, n: usize) -> Result<Devices, RuntimeError> {
+    open_devices_shared(kind, n, HostShare::ALONE)
+}
+
+/// [`open_devices`] for a process with `share` of its host's physical
+/// devices: the logical devices go on its slice only
+/// ([`DeviceMap::shared`]).
+pub fn open_devices_shared(kind: BackendKind, n: usize, share: HostShare) -> Result<Devices, RuntimeError> {
     let physical = physical_devices(kind)?;
-    let map = DeviceMap::new(kind, physical, n);
+    let map = DeviceMap::shared(kind, physical, n, share);
     let mut backends = Vec::with_capacity(n);
     match kind {
         BackendKind::Cpu => backends.extend((0..n).map(|_| AnyBackend::Cpu(FastCpuBackend::new()))),
@@ -260,6 +322,38 @@ mod tests {
         assert_eq!(DeviceMap::new(BackendKind::Wgpu, phys(4), 2).assignment, vec![0, 1]);
         let text = DeviceMap::new(BackendKind::Wgpu, phys(2), 8).to_string();
         assert!(text.contains("[0] gpu0: logical 0-3") && text.contains("[1] gpu1: logical 4-7"), "{text}");
+    }
+
+    #[test]
+    fn processes_on_one_host_share_its_devices() {
+        let share = |index, of| HostShare { index, of };
+        // Four processes, four GPUs: one each.
+        for i in 0..4 {
+            assert_eq!(share(i, 4).physical(4), i..i + 1);
+        }
+        // Two processes, eight GPUs: four each.
+        assert_eq!(share(1, 2).physical(8), 4..8);
+        // Eight processes, two GPUs: four share each; one GPU seen per
+        // process (CUDA_VISIBLE_DEVICES per task): each its own.
+        assert_eq!(share(3, 8).physical(2), 0..1);
+        assert_eq!(share(4, 8).physical(2), 1..2);
+        assert_eq!(share(7, 8).physical(1), 0..1);
+        assert_eq!(HostShare::ALONE.physical(3), 0..3);
+        assert_eq!(share(0, 2).physical(0), 0..0);
+        // Process 2 of 4 on a 4-GPU host, two logical devices: both on GPU 2.
+        let map = DeviceMap::shared(BackendKind::Cuda, phys(4), 2, share(2, 4));
+        assert_eq!(map.assignment, vec![2, 2]);
+        assert_eq!(map.logical_on(2), vec![0, 1]);
+        let text = map.to_string();
+        assert!(text.contains("this process is 2 of 4 on this host"), "{text}");
+        assert!(text.contains("[2] gpu2: logical 0-1") && text.contains("[0] gpu0: other processes"), "{text}");
+        // Process 1 of 2 on an 8-GPU host, 4 logical devices: GPUs 4-7.
+        assert_eq!(DeviceMap::shared(BackendKind::Cuda, phys(8), 4, share(1, 2)).assignment, vec![4, 5, 6, 7]);
+        // Alone on the host: unchanged.
+        assert_eq!(
+            DeviceMap::shared(BackendKind::Wgpu, phys(2), 8, HostShare::ALONE),
+            DeviceMap::new(BackendKind::Wgpu, phys(2), 8)
+        );
     }
 
     #[test]

@@ -43,7 +43,9 @@ pub use any::{AnyBackend, AnyBuffer};
 pub use backend::{compute_fused_then_free, compute_then_free, compute_unfused, Backend};
 pub use comm::{Communicator, InProcessComm};
 pub use cpu::CpuBackend;
-pub use devices::{available_backends, open_devices, select_backend, BackendKind, DeviceMap, Devices};
+pub use devices::{
+    available_backends, open_devices, open_devices_shared, select_backend, BackendKind, DeviceMap, Devices, HostShare,
+};
 pub use error::RuntimeError;
 pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};
 pub use executable::{shard_slice_op, ExecOptions, ExecStats, Executable, TransferStats};

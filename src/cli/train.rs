@@ -12,8 +12,11 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
     let processes = launch.processes.as_ref();
     let result = train_on(config, ov, processes);
     if let (Err(e), Some(p)) = (&result, processes) {
+        // One write per line, so that the lines of processes that fail
+        // together do not interleave in the launcher's output.
+        let line = format!("error: process {} of {}: {e}\n", p.rank(), p.size());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         // Stop the whole job: no process is left waiting for this one.
-        eprintln!("error: process {} of {}: {e}", p.rank(), p.size());
         p.abort_all(1);
     }
     result

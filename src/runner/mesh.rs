@@ -149,7 +149,8 @@ impl MeshExecutor {
                     p.check_same(&[("program", text.as_bytes())])?;
                 }
                 let clock = Instant::now();
-                let mut devices = weft_runtime::open_devices(kind, local.len())?;
+                let share = processes.map_or(weft_runtime::HostShare::ALONE, |p| p.host_share());
+                let mut devices = weft_runtime::open_devices_shared(kind, local.len(), share)?;
                 // WEFT_COLLECTIVES=nccl: NCCL on CUDA devices (opt-in; not
                 // bitwise the host path, see weft_runtime::gpu::device_collectives).
                 let path = CollectivePath::from_env()?;
@@ -516,9 +517,11 @@ impl Executor for MeshExecutor {
                 let local = &self.local;
                 let owner = match processes {
                     Some(p) => format!(
-                        "process {} of {} owns devices {}..={} ({} of {}, contiguous runs by rank), {}; ",
+                        "{}; process {} of {} on {} owns devices {}..={} ({} of {}, contiguous runs by rank), {}; ",
+                        p.hosts().layout(),
                         p.rank(),
                         p.size(),
+                        p.hosts().describe(p.rank()),
                         local[0],
                         local[local.len() - 1],
                         local.len(),

@@ -18,6 +18,12 @@
 //! The mode is part of the config, so every process checks that the
 //! others run the same one.
 //!
+//! The processes may span several hosts: at start-up they exchange their
+//! host names ([`Hosts`]), and each opens its share of its own host's
+//! physical devices ([`weft_runtime::HostShare`]: four processes on a
+//! four-GPU host, one GPU each). The description printed at start names
+//! every process's host and local rank.
+//!
 //! A process that fails stops the whole job (`MPI_Abort`), so none is left
 //! waiting; a process that dies or hangs is noticed by the others within
 //! the collective timeout (`WEFT_COLLECTIVE_TIMEOUT`, seconds), whose
@@ -27,8 +33,8 @@ use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
-use weft_runtime::process::{check_process_count, device_owners, devices_of_process, Reduction};
-use weft_runtime::ProcessGroup;
+use weft_runtime::process::{check_process_count, device_owners, devices_of_process, Hosts, Reduction};
+use weft_runtime::{HostShare, ProcessGroup};
 
 /// How long a process waits for the others by default.
 pub const DEFAULT_PROCESS_TIMEOUT: Duration = Duration::from_secs(300);
@@ -37,6 +43,7 @@ pub const DEFAULT_PROCESS_TIMEOUT: Duration = Duration::from_secs(300);
 #[derive(Clone)]
 pub struct Processes {
     group: Arc<dyn ProcessGroup>,
+    hosts: Arc<Hosts>,
     timeout: Duration,
     reduction: Reduction,
 }
@@ -90,7 +97,10 @@ impl Launch {
             let timeout = timeout_from_env()?;
             let (group, session) = weft_runtime::process::MpiGroup::init()?;
             // A world of one (the environment overstated it) runs alone.
-            let processes = (group.size() > 1).then(|| Processes::new(Arc::new(group), timeout));
+            let processes = match group.size() > 1 {
+                true => Some(Processes::join(Arc::new(group), timeout)?),
+                false => None,
+            };
             Ok(Launch { processes, _session: Some(session) })
         }
         #[cfg(not(feature = "mpi"))]
@@ -104,9 +114,12 @@ impl Launch {
 }
 
 impl Processes {
-    /// Processes over any transport (threads in tests, MPI in `weft`).
-    pub fn new(group: Arc<dyn ProcessGroup>, timeout: Duration) -> Processes {
-        Processes { group, timeout, reduction: Reduction::Deterministic }
+    /// Processes over any transport (threads in tests, MPI in `weft`):
+    /// every process calls it once at start-up, and they exchange their
+    /// host names ([`Hosts`]).
+    pub fn join(group: Arc<dyn ProcessGroup>, timeout: Duration) -> Result<Processes> {
+        let hosts = Arc::new(Hosts::gather(group.as_ref(), timeout)?);
+        Ok(Processes { group, hosts, timeout, reduction: Reduction::Deterministic })
     }
 
     /// These processes with sums across them combined in mode `reduction`
@@ -134,6 +147,16 @@ impl Processes {
     /// The transport.
     pub fn group(&self) -> &Arc<dyn ProcessGroup> {
         &self.group
+    }
+
+    /// The host of every process.
+    pub fn hosts(&self) -> &Hosts {
+        &self.hosts
+    }
+
+    /// This process's share of its host's physical devices.
+    pub fn host_share(&self) -> HostShare {
+        self.hosts.share(self.rank())
     }
 
     /// How long a process waits for the others.
@@ -192,6 +215,52 @@ impl Processes {
             }
         }
         Ok(())
+    }
+}
+
+impl Processes {
+    /// Checks that `dir` is one directory for every process (a checkpoint
+    /// root on a file system every host mounts): process 0 writes a file
+    /// of unique contents into it, every process reads it back, and a
+    /// process that does not see it makes [`Error::NotShared`] on all of
+    /// them (naming it and its host) before any training step, rather
+    /// than a failed save hours later. A collective: every process calls
+    /// it with the same `dir`.
+    pub fn check_shared_dir(&self, dir: &std::path::Path) -> Result<()> {
+        // Process 0's file name and contents, unique to this check.
+        let offer = if self.is_first() {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            let token = format!("{:x}", Sha256::digest(format!("{}:{nanos}", std::process::id())));
+            let path = dir.join(format!(".weft-shared-{}", &token[..16]));
+            std::fs::write(&path, &token).map_err(|source| Error::Io { path: path.clone(), source })?;
+            format!("{}\n{token}", path.display())
+        } else {
+            String::new()
+        };
+        let offers = self.all_gather(offer.as_bytes(), "the check that the checkpoint directory is shared")?;
+        let offer = String::from_utf8_lossy(&offers[0]).into_owned();
+        let (path, token) = offer.split_once('\n').unwrap_or(("", ""));
+        let seen = std::fs::read(path).is_ok_and(|b| b == token.as_bytes());
+        let seen_all = self.all_gather(&[seen as u8], "the check that the checkpoint directory is shared")?;
+        if self.is_first() {
+            std::fs::remove_file(path).ok();
+        }
+        let missing: Vec<usize> = (0..self.size()).filter(|&q| seen_all[q] != [1]).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut hosts: Vec<&str> = Vec::new();
+        for &q in &missing {
+            if !hosts.contains(&self.hosts.name(q)) {
+                hosts.push(self.hosts.name(q));
+            }
+        }
+        Err(Error::NotShared {
+            dir: dir.to_path_buf(),
+            writer: self.hosts.name(0).to_string(),
+            processes: missing,
+            hosts: format!("host{} {}", if hosts.len() == 1 { "" } else { "s" }, hosts.join(", ")),
+        })
     }
 }
 

@@ -278,14 +278,19 @@ pub(crate) fn train_built(
             };
             // In a multi-process run the first process cleans up, alone.
             let m = match processes {
+                // Every host must see the same directory: checked now, not
+                // at the first save.
                 Some(p) if !p.is_first() => {
                     p.barrier("opening the checkpoint directory")?;
+                    p.check_shared_dir(&k.dir)?;
                     CheckpointManager::open_shared(&k.dir, opts)?
                 }
                 Some(p) => {
                     let m = CheckpointManager::open(&k.dir, opts);
                     p.barrier("opening the checkpoint directory")?;
-                    m?
+                    let m = m?;
+                    p.check_shared_dir(&k.dir)?;
+                    m
                 }
                 None => CheckpointManager::open(&k.dir, opts)?,
             };

@@ -41,12 +41,14 @@
 mod comm;
 mod direct;
 mod fast;
+mod hosts;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod threads;
 
 pub use comm::ProcessComm;
 pub use fast::{NativeType, Reduction};
+pub use hosts::{this_host_name, Hosts};
 #[cfg(feature = "mpi")]
 pub use mpi::{MpiGroup, MpiSession};
 pub use threads::ThreadGroup;
@@ -66,6 +68,13 @@ pub trait ProcessGroup: Send + Sync {
 
     /// The number of processes.
     fn size(&self) -> usize;
+
+    /// The name of the host this process runs on: processes with the same
+    /// name share a machine and its devices ([`Hosts`]). By default the
+    /// machine's host name ([`this_host_name`]).
+    fn host_name(&self) -> String {
+        this_host_name()
+    }
 
     /// Sends each `(peer, bytes)` of `sends` as one message and receives
     /// into each `(peer, buffer)` of `receives` one message of exactly the

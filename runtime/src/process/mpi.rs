@@ -101,6 +101,13 @@ impl ProcessGroup for MpiGroup {
         self.size
     }
 
+    /// MPI's processor name (`MPI_Get_processor_name`: the host name with
+    /// Open MPI and MPICH).
+    fn host_name(&self) -> String {
+        let _serial = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        mpi::environment::processor_name().unwrap_or_else(|_| super::this_host_name())
+    }
+
     unsafe fn exchange_into(
         &self,
         tag: u32,

@@ -20,14 +20,28 @@ struct Mailboxes {
 pub struct ThreadGroup {
     rank: usize,
     size: usize,
+    host: String,
     shared: Arc<(Mutex<Mailboxes>, Condvar)>,
 }
 
 impl ThreadGroup {
     /// `size` members sharing one set of mailboxes; member `r` is rank `r`.
+    /// All on this machine's host ([`super::this_host_name`]).
     pub fn new(size: usize) -> Vec<ThreadGroup> {
+        let host = super::this_host_name();
+        ThreadGroup::on_hosts(&vec![host.as_str(); size])
+    }
+
+    /// One member per entry of `hosts`, member `r` claiming to run on
+    /// host `hosts[r]` (to test placement over several hosts).
+    pub fn on_hosts(hosts: &[&str]) -> Vec<ThreadGroup> {
         let shared = Arc::new((Mutex::new(Mailboxes::default()), Condvar::new()));
-        (0..size).map(|rank| ThreadGroup { rank, size, shared: Arc::clone(&shared) }).collect()
+        let size = hosts.len();
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(rank, h)| ThreadGroup { rank, size, host: h.to_string(), shared: Arc::clone(&shared) })
+            .collect()
     }
 }
 
@@ -38,6 +52,10 @@ impl ProcessGroup for ThreadGroup {
 
     fn size(&self) -> usize {
         self.size
+    }
+
+    fn host_name(&self) -> String {
+        self.host.clone()
     }
 
     unsafe fn exchange_into(
