@@ -14,79 +14,12 @@
 //! command builds the tests so). Without them the tests fail under
 //! `CI=true` and print SKIPPED elsewhere.
 
-use std::path::{Path, PathBuf};
+mod mpi_support;
+
+use mpi_support::{mpirun, mpirun_or_skip, ok, read, root, step_files, train, WEFT};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const WEFT: &str = env!("CARGO_BIN_EXE_weft");
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `Some(mpirun)` when multi-process tests can run here.
-fn mpirun_or_skip(test: &str) -> Option<PathBuf> {
-    let why = if !cfg!(feature = "mpi") {
-        "weft was built without the `mpi` feature (cargo test --features mpi)"
-    } else if Command::new("mpirun").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-        "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
-    } else {
-        return Some(PathBuf::from("mpirun"));
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: {why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    None
-}
-
-fn mpirun(n: usize) -> Command {
-    let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string()]);
-    c
-}
-
-/// Runs `weft train CONFIG ARGS` on `n` processes (`n == 0`: no mpirun).
-fn train(n: usize, config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = if n == 0 { Command::new(WEFT) } else { mpirun(n) };
-    for (k, v) in env {
-        c.env(k, v);
-        if n > 0 {
-            // mpirun's own flag, before the program: export to every rank.
-            c.args(["-x", k]);
-        }
-    }
-    if n > 0 {
-        c.arg(WEFT);
-    }
-    c.arg("train").arg(root().join(config)).args(args).arg("-q");
-    c.output().expect("runs")
-}
-
-fn ok(o: &Output, what: &str) {
-    assert!(
-        o.status.success(),
-        "{what}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-fn read(p: &Path) -> Vec<u8> {
-    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-/// Every file of a committed step, by name.
-fn step_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap())
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), read(&e.path())))
-        .collect();
-    v.sort();
-    v
-}
 
 #[test]
 fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
