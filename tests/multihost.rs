@@ -18,7 +18,7 @@
 
 mod mpi_support;
 
-use mpi_support::{mpirun, mpirun_or_skip, ok, read, root, skip, step_files, train, train_under};
+use mpi_support::{mpirun, mpirun_or_skip, ok, read, root, skip, step_files, train, train_args as args, train_under};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -94,27 +94,11 @@ fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// `--steps 6 --metrics M --checkpoint-dir K --checkpoint-every 3` in `dir`.
+/// The metrics file and checkpoint root in `dir`.
 fn files(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.join("metrics.jsonl"), dir.join("ckpt"))
 }
 
-fn args<'a>(strategy: &'a str, steps: &'a str, m: &'a Path, k: &'a Path) -> Vec<&'a str> {
-    vec![
-        "--steps",
-        steps,
-        "--mesh",
-        "data=2,model=4",
-        "--strategy",
-        strategy,
-        "--metrics",
-        m.to_str().unwrap(),
-        "--checkpoint-dir",
-        k.to_str().unwrap(),
-        "--checkpoint-every",
-        "3",
-    ]
-}
 
 #[test]
 fn two_hosts_train_bitwise_like_one_process() {
@@ -238,15 +222,32 @@ fn a_host_cut_off_the_network_stops_both_sides_within_the_timeout() {
     let stopped_in = cut.elapsed();
     let left: Vec<u32> = h1.iter().chain(&h2).copied().filter(|&p| !gone(p)).collect();
     // mpirun itself waits for the lost host's daemon (Open MPI's, not
-    // weft's: a scheduler's step timeout ends it); stop it and read what
-    // host h1's processes said.
+    // weft's: a scheduler's step timeout ends it); stop it, and what runs
+    // in the namespaces (its daemons hold mpirun's output open), and read
+    // what host h1's processes said.
     child.kill().ok();
+    for host in ["h1", "h2"] {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("ip netns pids {}-{host} | xargs -r kill -9", hosts.prefix))
+            .status()
+            .ok();
+    }
     let out = child.wait_with_output().unwrap();
     assert!(left.is_empty(), "weft processes {left:?} still run {stopped_in:?} after the cut");
+    // Each of h1's processes waited the timeout in whatever the cut met (a
+    // step's collective, a checkpoint's exchange) and named a process of
+    // h2 among those that never sent.
     let err = String::from_utf8_lossy(&out.stderr);
     for rank in [0, 1] {
-        let named = format!("error: process {rank} of 4: process {rank} waited 5s in step ");
-        assert!(err.contains(&named) && err.contains("for process(es) [2, 3]"), "{err}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("error: process {rank} of 4: ")))
+            .unwrap_or_else(|| panic!("process {rank} said nothing: {err}"));
+        assert!(line.contains(&format!("process {rank} waited 5s in ")), "{line}");
+        let named = line.split("for process(es) [").nth(1).and_then(|r| r.split(']').next()).unwrap_or("");
+        let named: Vec<usize> = named.split(", ").filter_map(|q| q.parse().ok()).collect();
+        assert!(named.iter().any(|q| [2, 3].contains(q)), "process {rank} names no process of h2: {line}");
     }
     // The newest checkpoint committed before the cut validates and resumes.
     let newest = std::fs::read_dir(&k)

@@ -16,7 +16,7 @@
 
 mod mpi_support;
 
-use mpi_support::{mpirun, mpirun_or_skip, ok, read, root, step_files, train, WEFT};
+use mpi_support::{mpirun, mpirun_or_skip, ok, read, root, step_files, train, train_args, WEFT};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,25 +43,7 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
         let run = |n: usize| {
             let dir = tmp.path().join(format!("{}-{strategy}-{n}", config.replace('/', "_")));
             let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
-            let o = train(
-                n,
-                config,
-                &[
-                    "--steps",
-                    "6",
-                    "--mesh",
-                    "data=2,model=4",
-                    "--strategy",
-                    strategy,
-                    "--metrics",
-                    m.to_str().unwrap(),
-                    "--checkpoint-dir",
-                    k.to_str().unwrap(),
-                    "--checkpoint-every",
-                    "3",
-                ],
-                &[],
-            );
+            let o = train(n, config, &train_args(strategy, "6", &m, &k), &[]);
             ok(&o, &format!("{config} {strategy} on {n} processes"));
             (read(&m), step_files(&k.join("step_00000006")))
         };

@@ -66,6 +66,25 @@ pub fn train(n: usize, config: &str, args: &[&str], env: &[(&str, &str)]) -> Out
     train_under((n > 0).then(|| mpirun(n)), config, args, env)
 }
 
+/// `--steps STEPS --mesh data=2,model=4 --strategy STRATEGY --metrics M
+/// --checkpoint-dir K --checkpoint-every 3`.
+pub fn train_args<'a>(strategy: &'a str, steps: &'a str, m: &'a Path, k: &'a Path) -> Vec<&'a str> {
+    vec![
+        "--steps",
+        steps,
+        "--mesh",
+        "data=2,model=4",
+        "--strategy",
+        strategy,
+        "--metrics",
+        m.to_str().unwrap(),
+        "--checkpoint-dir",
+        k.to_str().unwrap(),
+        "--checkpoint-every",
+        "3",
+    ]
+}
+
 /// Asserts that a run succeeded, showing its output when not.
 pub fn ok(o: &Output, what: &str) {
     assert!(
