@@ -216,9 +216,7 @@ impl Processes {
         }
         Ok(())
     }
-}
 
-impl Processes {
     /// Checks that `dir` is one directory for every process (a checkpoint
     /// root on a file system every host mounts): process 0 writes a file
     /// of unique contents into it, every process reads it back, and a
@@ -249,12 +247,7 @@ impl Processes {
         if missing.is_empty() {
             return Ok(());
         }
-        let mut hosts: Vec<&str> = Vec::new();
-        for &q in &missing {
-            if !hosts.contains(&self.hosts.name(q)) {
-                hosts.push(self.hosts.name(q));
-            }
-        }
+        let hosts = self.hosts.distinct_of(missing.iter().copied());
         Err(Error::NotShared {
             dir: dir.to_path_buf(),
             writer: self.hosts.name(0).to_string(),

@@ -67,10 +67,16 @@ impl Hosts {
 
     /// The distinct hosts, in the order of their lowest rank.
     pub fn distinct(&self) -> Vec<&str> {
+        self.distinct_of(0..self.names.len())
+    }
+
+    /// The distinct hosts of the processes `ranks`, in the order they
+    /// first appear.
+    pub fn distinct_of(&self, ranks: impl IntoIterator<Item = usize>) -> Vec<&str> {
         let mut seen: Vec<&str> = Vec::new();
-        for n in &self.names {
-            if !seen.contains(&n.as_str()) {
-                seen.push(n);
+        for q in ranks {
+            if !seen.contains(&self.names[q].as_str()) {
+                seen.push(&self.names[q]);
             }
         }
         seen
