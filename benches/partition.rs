@@ -16,22 +16,14 @@ use weft::compiler::partition::partition_function;
 use weft::compiler::sharding::{propagate, Mesh, PropagateOptions};
 use weft::compiler::train::{build_train_step, Optimizer, Schedule, TrainConfig, TrainStep};
 use weft::models::{gpt, mlp, Shardings};
-use weft::strategy::{self, Strategy, TpRole};
+use weft::strategy::{self, Strategy};
 use weft_ir::interp::Interpreter;
 
 /// The training step of `module` (its `@loss`) under the annotations of
 /// `weft::strategy` (what `weft train --strategy` uses).
-fn step_under(
-    module: &dyn Fn(&Shardings) -> weft_ir::Module,
-    params: &[(String, Vec<usize>, TpRole)],
-    batch: &[(&str, usize)],
-    st: Strategy,
-    mesh: &Mesh,
-    mut tc: TrainConfig,
-) -> TrainStep {
+fn step_under(model: &weft::Model, st: Strategy, mesh: &Mesh, mut tc: TrainConfig) -> TrainStep {
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
-    let sh = strategy::shardings(st, params, batch, tc.optimizer.slots(), &axes);
-    let m = module(&sh.configure(&mut tc));
+    let m = strategy::annotated_module(st, model, 1, &Default::default(), &mut tc, &axes).unwrap();
     build_train_step(&m, m.function("loss").unwrap(), &tc).unwrap()
 }
 
@@ -44,8 +36,7 @@ fn gpt_lowering() {
     let cfg = gpt::GptConfig { vocab: 64, seq: 16, d_model: 32, heads: 4, layers: 32, batch: 8, ..Default::default() };
     let tc = TrainConfig { optimizer: Optimizer::adamw(), schedule: Schedule::Constant(1e-3), ..Default::default() };
     let mesh = Mesh::parse("data=2,model=4").unwrap();
-    let build = |s: &Shardings| gpt::build(&cfg, s).unwrap();
-    let ts = step_under(&build, &strategy::gpt_params(&cfg), &strategy::GPT_BATCH, Strategy::TensorParallel, &mesh, tc);
+    let ts = step_under(&weft::Model::gpt(&cfg), Strategy::TensorParallel, &mesh, tc);
     let (mut t_inline, mut t_prop, mut t_part) = (vec![], vec![], vec![]);
     let mut summary = String::new();
     for _ in 0..3 {
@@ -110,11 +101,10 @@ fn mlp_step_times() {
         .collect();
     println!("MLP training step (4 layers, D=64, H=128, B=256), CPU, median of 5:");
     println!("  unsharded interpreter: {:?}", median(times));
-    let shapes = strategy::mlp_params(&cfg);
-    let build = |s: &Shardings| mlp::build(&cfg, s).unwrap();
+    let model = weft::Model::mlp(&cfg);
     for (st, mesh) in strategies {
         let mesh = Mesh::parse(mesh).unwrap();
-        let ts = step_under(&build, &shapes, &strategy::MLP_BATCH, st, &mesh, tc0.clone());
+        let ts = step_under(&model, st, &mesh, tc0.clone());
         let t = Instant::now();
         let pf =
             weft::compiler::partition::compile(&ts.module, "train_step", &mesh, &PropagateOptions::default()).unwrap();

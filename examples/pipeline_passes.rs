@@ -8,21 +8,16 @@ use std::time::Duration;
 use weft::compiler::pipeline::{format_pass_times, PassTimes, Pipeline};
 use weft::compiler::sharding::{Mesh, PropagateOptions};
 use weft::compiler::train::{build_train_step, Optimizer, Schedule, TrainConfig};
-use weft::models::{gpt, mlp, Shardings};
-use weft::strategy::{self, Strategy, TpRole};
+use weft::models::{gpt, mlp};
+use weft::strategy::{self, Strategy};
 
-fn times(
-    name: &str,
-    module: &dyn Fn(&Shardings) -> weft_ir::Module,
-    params: &[(String, Vec<usize>, TpRole)],
-    batch: &[(&str, usize)],
-) {
+fn times(name: &str, model: &weft::Model) {
     let mesh = Mesh::parse("data=2,model=4").unwrap();
     let mut tc =
         TrainConfig { optimizer: Optimizer::adamw(), schedule: Schedule::Constant(1e-3), ..Default::default() };
     let axes = ["data", "model"];
-    let sh = strategy::shardings(Strategy::TensorParallel, params, batch, tc.optimizer.slots(), &axes);
-    let m = module(&sh.configure(&mut tc));
+    let m = strategy::annotated_module(Strategy::TensorParallel, model, 1, &Default::default(), &mut tc, &axes)
+        .expect("the built-in models have tensor-parallel rules");
     let ts = build_train_step(&m, m.function("loss").unwrap(), &tc).unwrap();
     let mut pipeline = Pipeline::standard(&mesh, &PropagateOptions::default());
     pipeline.verify = false;
@@ -46,17 +41,7 @@ fn times(
 
 fn main() {
     let mcfg = mlp::MlpConfig { layers: 4, d: 64, h: 128, batch: 256, ..Default::default() };
-    times(
-        "MLP-4 training step",
-        &|s| mlp::build(&mcfg, s).unwrap(),
-        &strategy::mlp_params(&mcfg),
-        &strategy::MLP_BATCH,
-    );
+    times("MLP-4 training step", &weft::Model::mlp(&mcfg));
     let gcfg = gpt::GptConfig { vocab: 64, seq: 16, d_model: 32, heads: 4, layers: 32, batch: 8, ..Default::default() };
-    times(
-        "GPT-32 training step",
-        &|s| gpt::build(&gcfg, s).unwrap(),
-        &strategy::gpt_params(&gcfg),
-        &strategy::GPT_BATCH,
-    );
+    times("GPT-32 training step", &weft::Model::gpt(&gcfg));
 }

@@ -57,6 +57,17 @@ pub enum Error {
     /// on (other files, contents, seed or order).
     #[error("--resume: {0}")]
     DataChanged(String),
+    /// A model breaks the contract of a trainable program (no loss
+    /// function, a non-scalar loss, an uncovered parameter, a pattern that
+    /// matches nothing, an init file that does not fit).
+    #[error("{what}: {message}")]
+    Model {
+        /// The program, file or config table at fault (with the line where
+        /// there is one).
+        what: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The command line asked for something that does not exist or fit.
     #[error("{0}")]
     Usage(String),

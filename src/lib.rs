@@ -12,8 +12,11 @@ pub mod error;
 pub mod models;
 pub mod runner;
 pub mod strategy;
+pub mod trainer;
 
 pub use error::{Error, Result};
+pub use models::Model;
+pub use trainer::Trainer;
 pub use weft_compiler as compiler;
 pub use weft_ir as ir;
 pub use weft_runtime as runtime;

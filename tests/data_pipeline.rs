@@ -358,7 +358,7 @@ fn blocks_read_separately_equal_the_batch() {
             &cfg("tokens", &d.join("t.bin")),
             &cfg("tokens", &d.join("t.bin")).train,
             "data.train",
-            &input_specs(&gpt, Some(32)),
+            &input_specs(&gpt, &vocab(32)),
             1,
             Order::Shuffled,
         )
@@ -367,7 +367,7 @@ fn blocks_read_separately_equal_the_batch() {
             &cfg("table", &d.join("m.safetensors")),
             &cfg("table", &d.join("m.safetensors")).train,
             "data.train",
-            &input_specs(&mlp, None),
+            &input_specs(&mlp, &Default::default()),
             1,
             Order::Shuffled,
         )
@@ -496,4 +496,9 @@ fn weft_train_resumed_mid_epoch_writes_the_uninterrupted_metrics_file() {
         assert_eq!(metrics_lines(&d.join(&metrics)), full, "stopped at {stop}");
     }
     let _ = std::fs::remove_dir_all(d);
+}
+
+/// The ranges of the GPT's token inputs.
+fn vocab(v: u64) -> std::collections::BTreeMap<String, u64> {
+    [("tokens".to_string(), v), ("targets".to_string(), v)].into()
 }

@@ -35,6 +35,9 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
         ("examples/configs/gpt.toml", "fsdp", &[8]),
         ("examples/configs/gpt.toml", "fsdp_tp", &[4]),
         ("examples/configs/gpt.toml", "zero1", &[2]),
+        // A program model (examples/models/mlp.weft) with [shardings] rules.
+        ("examples/configs/program.toml", "dp", &[2]),
+        ("examples/configs/program.toml", "fsdp_tp", &[2]),
         // f16 with dynamic loss scaling: skipped steps and the scale too.
         ("examples/configs/gpt_f16.toml", "fsdp_tp", &[2, 4]),
     ];
@@ -56,7 +59,7 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
             compared += 1;
         }
     }
-    assert_eq!(compared, 18);
+    assert_eq!(compared, 20);
 }
 
 #[test]

@@ -13,12 +13,11 @@ use std::collections::BTreeMap;
 use weft::compiler::partition::{compile, PartitionedFunction};
 use weft::compiler::sharding::{Mesh, PropagateOptions};
 use weft::compiler::train::{build_train_step, Optimizer, Schedule, TrainConfig, TrainStep, Tree};
-use weft::models::{gpt, mlp, Shardings};
-use weft::strategy::{self, Strategy, TpRole};
+use weft::models::{gpt, mlp};
+use weft::strategy::{self, Strategy};
 use weft_ir::device::{Collective, Step};
 use weft_ir::interp::Interpreter;
 use weft_ir::tensor::check_close;
-use weft_ir::Module;
 
 /// One strategy of `weft::strategy` (the annotations `weft train
 /// --strategy` uses) on its mesh, with the shards each device must hold.
@@ -46,11 +45,8 @@ fn cases() -> Vec<Case> {
 
 /// A model: its parameters, batch inputs, builder, initial values and batch.
 trait Model {
-    /// The parameters (name, shape, tensor-parallel role).
-    fn params(&self) -> Vec<(String, Vec<usize>, TpRole)>;
-    /// The batch inputs (name, rank).
-    fn batch_inputs(&self) -> &'static [(&'static str, usize)];
-    fn build(&self, s: &Shardings) -> Module;
+    /// The model as the runner sees it.
+    fn model(&self) -> weft::Model;
     fn init(&self) -> Tree;
     fn batch(&self) -> Tree;
 }
@@ -59,14 +55,8 @@ struct Mlp(mlp::MlpConfig);
 struct Gpt(gpt::GptConfig);
 
 impl Model for Mlp {
-    fn params(&self) -> Vec<(String, Vec<usize>, TpRole)> {
-        strategy::mlp_params(&self.0)
-    }
-    fn batch_inputs(&self) -> &'static [(&'static str, usize)] {
-        &strategy::MLP_BATCH
-    }
-    fn build(&self, s: &Shardings) -> Module {
-        mlp::build(&self.0, s).unwrap()
+    fn model(&self) -> weft::Model {
+        weft::Model::mlp(&self.0)
     }
     fn init(&self) -> Tree {
         mlp::init(&self.0, 3)
@@ -77,14 +67,8 @@ impl Model for Mlp {
 }
 
 impl Model for Gpt {
-    fn params(&self) -> Vec<(String, Vec<usize>, TpRole)> {
-        strategy::gpt_params(&self.0)
-    }
-    fn batch_inputs(&self) -> &'static [(&'static str, usize)] {
-        &strategy::GPT_BATCH
-    }
-    fn build(&self, s: &Shardings) -> Module {
-        gpt::build(&self.0, s).unwrap()
+    fn model(&self) -> weft::Model {
+        weft::Model::gpt(&self.0)
     }
     fn init(&self) -> Tree {
         gpt::init(&self.0, 5)
@@ -95,15 +79,14 @@ impl Model for Gpt {
 }
 
 /// Builds the training step of `model` under strategy `st` on a mesh with
-/// axes `axes`, annotated by `weft::strategy::shardings`.
+/// axes `axes`, annotated by `weft::strategy::annotated_module`.
 fn train_step(model: &dyn Model, st: Strategy, axes: &[&str]) -> TrainStep {
     let mut cfg = TrainConfig {
         optimizer: Optimizer::Sgd { momentum: 0.9, nesterov: false },
         schedule: Schedule::Constant(0.05),
         ..Default::default()
     };
-    let sh = strategy::shardings(st, &model.params(), model.batch_inputs(), cfg.optimizer.slots(), axes);
-    let m = model.build(&sh.configure(&mut cfg));
+    let m = strategy::annotated_module(st, &model.model(), 1, &Default::default(), &mut cfg, axes).unwrap();
     build_train_step(&m, m.function("loss").unwrap(), &cfg).unwrap()
 }
 
@@ -159,7 +142,7 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
     let batch = model.batch();
     let base = train_step(model, Strategy::None, &[]);
     let want = run_steps(&base, None, &params, &batch);
-    let n_params = model.params().len();
+    let n_params = params.len();
     let mut failures = Vec::new();
     for st in cases() {
         let mesh = Mesh::parse(st.mesh).unwrap();

@@ -199,6 +199,18 @@ impl Pipeline {
         Pipeline { mesh: mesh.clone(), passes, verify: cfg!(debug_assertions) }
     }
 
+    /// The pipeline of a training step: [`Pipeline::standard`], with the
+    /// auto-sharder before `propagate` when `auto` is given. Whole-mesh
+    /// runs, pipeline stages and the step-time prediction all compile
+    /// through it, so they compile the same program.
+    pub fn for_step(mesh: &Mesh, auto: Option<&crate::autoshard::AutoShardOptions>) -> Pipeline {
+        let mut p = Pipeline::standard(mesh, &PropagateOptions::default());
+        if let Some(o) = auto {
+            p.insert_before("propagate", Pass::AutoShard(o.clone()));
+        }
+        p
+    }
+
     /// The clean-up passes, in order.
     pub fn cleanups() -> impl Iterator<Item = Pass> {
         CLEANUPS.iter().map(|&(name, c)| Pass::Cleanup(name, c))

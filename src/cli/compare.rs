@@ -10,7 +10,7 @@
 //! load on the machine slows one round of each, not every round of one.
 //! Nothing is written: no checkpoints, no metrics file.
 
-use crate::error::{read_to_string, Error, Result};
+use crate::error::{Error, Result};
 use crate::runner::{prepare, report, run_session, validate, Overrides, RunConfig};
 use crate::strategy::Strategy;
 use std::path::PathBuf;
@@ -56,8 +56,7 @@ pub fn compare(args: &CompareArgs) -> Result<i32> {
     if args.steps < 2 || args.rounds == 0 {
         return Err(Error::Usage("compare-strategies needs --steps of at least 2 and --rounds of at least 1".into()));
     }
-    let text = read_to_string(&args.config)?;
-    let base = RunConfig::from_toml(&text).map_err(|e| Error::Usage(format!("{}: {e}", args.config.display())))?;
+    let base = RunConfig::load(&args.config)?;
     let strategies: Vec<Strategy> = match &args.strategies {
         Some(list) => list.split(',').map(|s| s.trim().parse().map_err(Error::Usage)).collect::<Result<_>>()?,
         None => Strategy::ALL.to_vec(),

@@ -138,7 +138,7 @@ pub fn lower(file: &Path, mesh: Option<&str>, func: Option<&str>, opts: &LowerOp
     if file.extension().is_some_and(|e| e == "toml") {
         // A training config with `[pipeline]`: the stage plan (split, each
         // stage's predicted time and memory, the predicted bubble).
-        let mut c = crate::runner::RunConfig::from_toml(&source).map_err(|e| Error::Usage(format!("{path}: {e}")))?;
+        let mut c = crate::runner::RunConfig::load(file)?;
         if c.pipeline.is_none() {
             return Err(Error::Usage(format!(
                 "{path}: weft lower takes an IR file, or a training config with [pipeline] (for its stage plan)"

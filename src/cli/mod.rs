@@ -8,6 +8,7 @@ mod check;
 mod compare;
 mod data;
 pub mod lower;
+mod model;
 mod plot;
 mod run;
 mod shard;
@@ -81,6 +82,16 @@ pub enum Command {
     /// Run an experiment from a TOML config: build the model's training
     /// step, shard it over the mesh, train, checkpoint and log metrics.
     Train(TrainArgs),
+    /// Write a config's model as a program to edit (`-o model.weft`) and,
+    /// beside it (`model.toml`), the config that trains that program: its
+    /// initialisation, input ranges and tensor-parallel rules as tables.
+    Model {
+        /// The training config.
+        config: PathBuf,
+        /// Where to write the program.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Train one config under every strategy (the named ones and `auto`)
     /// and print the cost model's predicted step time next to the measured
     /// one, with their rank correlation.
@@ -171,7 +182,7 @@ pub struct TrainArgs {
     /// Device mesh, e.g. `data=2,model=4`.
     #[arg(long)]
     pub mesh: Option<String>,
-    /// Parallelism strategy (none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3).
+    /// Parallelism strategy: none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3 or auto.
     #[arg(long)]
     pub strategy: Option<String>,
     /// Execution backend: cpu (the runtime's CPU devices, default), wgpu,
@@ -277,6 +288,7 @@ pub fn main() -> i32 {
             train::train(&config, &args.overrides())
         }
         Command::CompareStrategies(args) => compare::compare(&args),
+        Command::Model { config, output } => model::model(&config, &output),
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
         Command::Data { command: DataCommand::Prepare { texts, output, val_fraction, tokenizer } } => {
             data::prepare_cmd(&texts, &output, val_fraction, tokenizer.as_deref())
@@ -294,6 +306,30 @@ pub fn main() -> i32 {
                 crate::Error::Usage(_) | crate::Error::Invalid { .. } => 2,
                 _ => 1,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The config keys' table, the `weft train` flags and their help agree:
+    /// every key's flag exists, and the strategy help lists every strategy.
+    #[test]
+    fn train_flags_match_the_key_table() {
+        let mut cli = Cli::command();
+        let train = cli.find_subcommand_mut("train").expect("weft train");
+        let flags: Vec<String> = train.get_arguments().filter_map(|a| a.get_long().map(|l| format!("--{l}"))).collect();
+        for k in crate::runner::validate::KEYS {
+            if let Some(f) = k.flag {
+                assert!(flags.iter().any(|x| x == f), "{} names the flag {f}, which weft train lacks", k.key);
+            }
+        }
+        let help = train.render_long_help().to_string();
+        for s in crate::strategy::Strategy::ALL {
+            assert!(help.contains(s.name()), "weft train --help omits the strategy `{s}`");
         }
     }
 }

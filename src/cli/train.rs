@@ -1,6 +1,6 @@
 //! `weft train CONFIG.toml [flags]`.
 
-use crate::error::{read_to_string, Error, Result};
+use crate::error::{Error, Result};
 use crate::runner::processes::{Launch, Processes};
 use crate::runner::{run_session_on, Line, Overrides, RunConfig};
 use std::path::Path;
@@ -23,9 +23,7 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
 }
 
 fn train_on(config: &Path, ov: &Overrides, processes: Option<&Processes>) -> Result<i32> {
-    let text = read_to_string(config)?;
-    let c = RunConfig::from_toml(&text).map_err(|e| Error::Usage(format!("{}: {e}", config.display())))?;
-    let c = ov.apply(c);
+    let c = ov.apply(RunConfig::load(config)?);
     if c.pipeline.is_some() {
         if let Some(p) = processes {
             return Err(Error::Usage(format!(

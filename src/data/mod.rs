@@ -48,7 +48,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use weft_compiler::train::Tree;
 use weft_ir::tensor::HostTensor;
-use weft_ir::{DType, TensorType};
+use weft_ir::TensorType;
 
 /// One model input a split fills.
 #[derive(Clone, Debug, PartialEq)]
@@ -396,15 +396,15 @@ impl Dataset {
 }
 
 /// The inputs of a training step's batch as the loader fills them:
-/// `(name, global type)` pairs, with `vocab` for the inputs named `tokens`
-/// and `targets` (token ids).
-pub fn input_specs(batch: &[(String, TensorType)], vocab: Option<usize>) -> Vec<InputSpec> {
+/// `(name, global type)` pairs, with `vocab` for the integer inputs the
+/// model gives a range (`tokens` and `targets` below the vocabulary).
+pub fn input_specs(batch: &[(String, TensorType)], int_max: &BTreeMap<String, u64>) -> Vec<InputSpec> {
     batch
         .iter()
         .map(|(n, t)| InputSpec {
             name: n.clone(),
             ty: t.clone(),
-            vocab: vocab.filter(|_| t.dtype == DType::I32 && (n == "tokens" || n == "targets")).map(|v| v as u64),
+            vocab: int_max.get(n).copied().filter(|_| t.dtype.is_integer()),
         })
         .collect()
 }

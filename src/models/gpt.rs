@@ -202,3 +202,60 @@ pub fn synthetic_batch(cfg: &GptConfig, seed: u64) -> BTreeMap<String, HostTenso
         ("targets".to_string(), HostTensor::from_i32(&[cfg.batch, cfg.seq], tgts).expect("shape")),
     ])
 }
+
+impl super::model::Architecture for GptConfig {
+    fn module(&self, micro_batches: usize) -> crate::Result<Module> {
+        let micro = GptConfig { batch: self.batch / micro_batches.max(1), ..self.clone() };
+        Ok(build(&micro, &Shardings::new())?)
+    }
+    fn eval_module(&self) -> crate::Result<Module> {
+        Ok(build(&GptConfig { dropout: 0.0, remat: false, ..self.clone() }, &Shardings::new())?)
+    }
+    fn synthetic_batch(&self, _micro_batches: usize, seed: u64) -> Option<BTreeMap<String, HostTensor>> {
+        Some(synthetic_batch(self, seed))
+    }
+    fn init_rules(&self) -> Vec<(String, super::init::InitFn)> {
+        use super::init::InitFn;
+        vec![
+            ("params.*.g".into(), InitFn::Ones),
+            ("params.*.b".into(), InitFn::Zeros),
+            ("params.*.b1".into(), InitFn::Zeros),
+            ("params.*.b2".into(), InitFn::Zeros),
+            ("params.*".into(), InitFn::Normal(0.02)),
+        ]
+    }
+}
+
+/// Megatron's tensor-parallel split of the GPT: the QKV projection and the
+/// MLP's first layer (and its bias) column-parallel, the attention output
+/// and the MLP's second layer row-parallel; embeddings, norms and the head
+/// replicated.
+pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
+    use weft_ir::TensorSharding as S;
+    let col = || S::new(&[&[], &["model"]]);
+    let row = || S::new(&[&["model"], &[]]);
+    super::rules::Rules::new([
+        ("params.h.*.attn.wqkv".to_string(), col()),
+        ("params.h.*.mlp.w1".to_string(), col()),
+        ("params.h.*.mlp.b1".to_string(), S::new(&[&["model"]])),
+        ("params.h.*.attn.wo".to_string(), row()),
+        ("params.h.*.mlp.w2".to_string(), row()),
+    ])
+}
+
+impl super::Model {
+    /// The built-in GPT as a model: its own seeded initialisation,
+    /// Megatron's split as its tensor-parallel rules, token ids below the
+    /// vocabulary.
+    pub fn gpt(cfg: &GptConfig) -> super::Model {
+        let init_cfg = cfg.clone();
+        super::Model {
+            label: "gpt".into(),
+            arch: std::sync::Arc::new(cfg.clone()),
+            loss: "loss".into(),
+            init: super::Init::Seeded(std::sync::Arc::new(move |seed| init(&init_cfg, seed))),
+            tp_rules: tp_rules(),
+            int_max: ["tokens", "targets"].into_iter().map(|n| (n.to_string(), cfg.vocab as u64)).collect(),
+        }
+    }
+}

@@ -103,3 +103,45 @@ pub fn synthetic_batch(cfg: &MlpConfig, seed: u64) -> BTreeMap<String, HostTenso
     let y = HostTensor::from_f32(&[cfg.batch, cfg.d], yv).expect("shape matches");
     BTreeMap::from([("x".to_string(), x), ("y".to_string(), y)])
 }
+
+impl super::model::Architecture for MlpConfig {
+    fn module(&self, micro_batches: usize) -> crate::Result<Module> {
+        let micro = MlpConfig { batch: self.batch / micro_batches.max(1), ..self.clone() };
+        Ok(build(&micro, &Shardings::new())?)
+    }
+    fn eval_module(&self) -> crate::Result<Module> {
+        Ok(build(self, &Shardings::new())?)
+    }
+    fn synthetic_batch(&self, _micro_batches: usize, seed: u64) -> Option<BTreeMap<String, HostTensor>> {
+        Some(synthetic_batch(self, seed))
+    }
+    fn init_rules(&self) -> Vec<(String, super::init::InitFn)> {
+        vec![("params.*".into(), super::init::InitFn::FanIn)]
+    }
+}
+
+/// Megatron's tensor-parallel split of the MLP: `w1` column-parallel
+/// (`[{}, {model}]`), `w2` row-parallel (`[{model}, {}]`).
+pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
+    use weft_ir::TensorSharding as S;
+    super::rules::Rules::new([
+        ("params.*.w1".to_string(), S::new(&[&[], &["model"]])),
+        ("params.*.w2".to_string(), S::new(&[&["model"], &[]])),
+    ])
+}
+
+impl super::Model {
+    /// The built-in residual MLP as a model: its own seeded
+    /// initialisation, Megatron's split as its tensor-parallel rules.
+    pub fn mlp(cfg: &MlpConfig) -> super::Model {
+        let init_cfg = cfg.clone();
+        super::Model {
+            label: "mlp".into(),
+            arch: std::sync::Arc::new(cfg.clone()),
+            loss: "loss".into(),
+            init: super::Init::Seeded(std::sync::Arc::new(move |seed| init(&init_cfg, seed))),
+            tp_rules: tp_rules(),
+            int_max: BTreeMap::new(),
+        }
+    }
+}

@@ -1,12 +1,20 @@
-//! Example models written with the builder: the residual MLP and a
-//! GPT-style decoder. Each builds a module whose `@loss` function takes the
-//! parameters (`params.*`), an optional PRNG key (`rng`) and the batch, and
-//! returns the scalar loss first — the form `build_train_step` expects.
-//! Parameter initialisation is deterministic from a seed (Threefry), so runs
-//! are reproducible.
+//! Models: what any trainable model is ([`Model`]: a module, its
+//! initialisation, its sharding rules), the pieces it is described with
+//! (name-pattern [`rules`], [`init`] functions), and the two built-in ones
+//! written with the builder, the residual MLP and a GPT-style decoder.
+//! Each loss function takes the parameters (`params.*`), an optional PRNG
+//! key (`rng`) and the batch, and returns the scalar loss first — the form
+//! `build_train_step` expects. Initialisation is deterministic from a seed
+//! (Threefry), so runs are reproducible.
 
 pub mod gpt;
+pub mod init;
+pub mod llama;
 pub mod mlp;
+pub mod model;
+pub mod rules;
+
+pub use model::{Architecture, Init, Model};
 
 use std::collections::BTreeMap;
 use weft_ir::prng::Key;

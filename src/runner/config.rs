@@ -11,7 +11,9 @@
 //! mesh_invariant = false      # true: bitwise the same metrics on every mesh (slower)
 //!
 //! [model]
-//! kind = "mlp"                # or "gpt"
+//! kind = "mlp"                # or "gpt"; or instead a program:
+//! # program = "model.weft"   # (relative to this file) with loss = "loss",
+//! #                          # [model.init], init_from, [model.inputs]
 //! layers = 4
 //! d = 64
 //! h = 256
@@ -31,6 +33,9 @@
 //! every = 10
 //! keep_last = 3
 //!
+//! [shardings]                 # optional: name patterns -> shardings
+//! "params.*.w1" = "[{}, {model}]"
+//!
 //! [pipeline]                  # optional; mesh = "stage=4" or "data=2,stage=2,model=2"
 //! stages = 4
 //! microbatches = 8
@@ -44,7 +49,8 @@
 
 use crate::models::{gpt::GptConfig, mlp::MlpConfig};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use weft_compiler::canonical_sums::SumChunks;
 use weft_compiler::train::{LossScaling, Optimizer, Schedule, TrainConfig};
 use weft_ir::DType;
@@ -97,6 +103,11 @@ pub struct RunConfig {
     pub sum_chunks: Option<usize>,
     /// The model.
     pub model: ModelConfig,
+    /// `[shardings]`: parameter and batch-input name patterns mapped to
+    /// shardings in the text notation (`"params.*.w1" = "[{}, {model}]"`),
+    /// in order; the first match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "ordered")]
+    pub shardings: Vec<(String, String)>,
     /// The optimizer and schedule.
     #[serde(default)]
     pub optimizer: OptimizerConfig,
@@ -197,6 +208,77 @@ pub enum ModelConfig {
         /// Unembed with the token embedding transposed (GPT-2).
         tie_embeddings: bool,
     },
+    /// The Llama-style decoder (RMSNorm, rotary embeddings, grouped-query
+    /// attention, SwiGLU).
+    Llama {
+        /// Vocabulary size.
+        vocab: usize,
+        /// Sequence length.
+        seq: usize,
+        /// Model width.
+        d_model: usize,
+        /// Query heads.
+        heads: usize,
+        /// Key/value heads (divides `heads`).
+        kv_heads: usize,
+        /// The MLP's hidden width.
+        ffn: usize,
+        /// Blocks.
+        layers: usize,
+        /// Batch size.
+        batch: usize,
+        /// The rotary embeddings' base.
+        rope_base: f64,
+    },
+    /// A program in the text format (`program = "model.weft"`).
+    Program {
+        /// The program file (relative paths are resolved against the
+        /// config file's directory by [`RunConfig::load`]).
+        program: PathBuf,
+        /// The function to minimise.
+        loss: String,
+        /// `[model.init]`: parameter-name patterns and init functions, in
+        /// order.
+        init: Vec<(String, String)>,
+        /// A safetensors file with a tensor per parameter.
+        init_from: Option<PathBuf>,
+        /// `[model.inputs]`: integer inputs' ranges.
+        inputs: BTreeMap<String, InputRange>,
+    },
+}
+
+/// The range of an integer batch input (`tokens = { max = 256 }`): the
+/// synthetic batch draws it uniformly in `0..max`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InputRange {
+    /// One past the largest value.
+    pub max: u64,
+}
+
+/// A TOML table read in the order it is written (for rules whose first
+/// match wins).
+fn ordered<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Vec<(String, String)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a table of quoted name patterns and strings")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some((k, v)) = map.next_entry::<String, String>()? {
+                out.push((k, v));
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Visitor)
+}
+
+/// [`ordered`] for an optional table.
+fn ordered_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<(String, String)>>, D::Error> {
+    ordered(d).map(Some)
 }
 
 /// The `[model]` table as written: every key of every kind, each checked
@@ -205,7 +287,13 @@ pub enum ModelConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelTable {
-    kind: String,
+    kind: Option<String>,
+    program: Option<PathBuf>,
+    loss: Option<String>,
+    #[serde(default, deserialize_with = "ordered_opt")]
+    init: Option<Vec<(String, String)>>,
+    init_from: Option<PathBuf>,
+    inputs: Option<BTreeMap<String, InputRange>>,
     layers: Option<usize>,
     batch: Option<usize>,
     compute: Option<String>,
@@ -218,6 +306,9 @@ pub struct ModelTable {
     dropout: Option<f64>,
     remat: Option<bool>,
     tie_embeddings: Option<bool>,
+    kv_heads: Option<usize>,
+    ffn: Option<usize>,
+    rope_base: Option<f64>,
 }
 
 impl TryFrom<ModelTable> for ModelConfig {
@@ -225,49 +316,105 @@ impl TryFrom<ModelTable> for ModelConfig {
 
     fn try_from(t: ModelTable) -> Result<ModelConfig, String> {
         let (layers, batch, compute) = (t.layers.unwrap_or_else(d_layers), t.batch.unwrap_or_else(d_batch), t.compute);
-        let foreign = |keys: &[(&str, bool)], kind: &str, other: &str| match keys.iter().find(|(_, set)| *set) {
-            Some((k, _)) => {
-                Err(format!("unknown field `{k}`: it is a key of model.kind = \"{other}\", not \"{kind}\""))
+        let kind = match (t.kind.as_deref(), &t.program) {
+            (None | Some("program"), Some(_)) => "program",
+            (None, None) => return Err("missing field `kind` (or `program`, the path of a program to train)".into()),
+            (Some(k), None) => k,
+            (Some(k), Some(_)) => {
+                return Err(format!(
+                    "`program` trains a program, but model.kind = \"{k}\" is a built-in model; give one or the other"
+                ))
             }
-            None => Ok(()),
         };
-        match t.kind.as_str() {
-            "mlp" => {
-                let gpt_keys = [
-                    ("vocab", t.vocab.is_some()),
-                    ("seq", t.seq.is_some()),
-                    ("d_model", t.d_model.is_some()),
-                    ("heads", t.heads.is_some()),
-                    ("dropout", t.dropout.is_some()),
-                    ("remat", t.remat.is_some()),
-                    ("tie_embeddings", t.tie_embeddings.is_some()),
-                ];
-                foreign(&gpt_keys, "mlp", "gpt")?;
-                Ok(ModelConfig::Mlp {
-                    layers,
-                    d: t.d.unwrap_or_else(d_width),
-                    h: t.h.unwrap_or_else(d_hidden),
-                    batch,
-                    compute,
-                })
-            }
-            "gpt" => {
-                foreign(&[("d", t.d.is_some()), ("h", t.h.is_some())], "gpt", "mlp")?;
-                Ok(ModelConfig::Gpt {
+        const KINDS: [&str; 4] = ["mlp", "gpt", "llama", "program"];
+        if !KINDS.contains(&kind) {
+            return Err(format!("unknown variant `{kind}`, expected `mlp`, `gpt` or `llama` (model.kind), or a `program`"));
+        }
+        // Every key of the table and the kinds that take it.
+        let keys: [(&str, bool, &[&str]); 20] = [
+            ("layers", t.layers.is_some(), &["mlp", "gpt", "llama"]),
+            ("batch", t.batch.is_some(), &["mlp", "gpt", "llama"]),
+            ("compute", compute.is_some(), &["mlp", "gpt"]),
+            ("d", t.d.is_some(), &["mlp"]),
+            ("h", t.h.is_some(), &["mlp"]),
+            ("vocab", t.vocab.is_some(), &["gpt", "llama"]),
+            ("seq", t.seq.is_some(), &["gpt", "llama"]),
+            ("d_model", t.d_model.is_some(), &["gpt", "llama"]),
+            ("heads", t.heads.is_some(), &["gpt", "llama"]),
+            ("dropout", t.dropout.is_some(), &["gpt"]),
+            ("remat", t.remat.is_some(), &["gpt"]),
+            ("tie_embeddings", t.tie_embeddings.is_some(), &["gpt"]),
+            ("kv_heads", t.kv_heads.is_some(), &["llama"]),
+            ("ffn", t.ffn.is_some(), &["llama"]),
+            ("rope_base", t.rope_base.is_some(), &["llama"]),
+            ("loss", t.loss.is_some(), &["program"]),
+            ("init", t.init.is_some(), &["program"]),
+            ("init_from", t.init_from.is_some(), &["program"]),
+            ("inputs", t.inputs.is_some(), &["program"]),
+            ("program", t.program.is_some(), &["program"]),
+        ];
+        if let Some((k, _, kinds)) = keys.iter().find(|(_, set, kinds)| *set && !kinds.contains(&kind)) {
+            return Err(match (kind, *k) {
+                ("program", "compute") => {
+                    "unknown field `compute` for a program model: a program's dtypes are its own (convert where it \
+                     computes)"
+                        .into()
+                }
+                ("program", "batch") => {
+                    "unknown field `batch` for a program model: a program's batch is its inputs' dimension 0".into()
+                }
+                (_, k) if kinds == &["program"] => {
+                    format!("unknown field `{k}`: it is a key of a program model (`program = \"...\"`)")
+                }
+                ("program", k) => format!("unknown field `{k}` for a program model: it is a key of the built-in models"),
+                (_, k) => format!(
+                    "unknown field `{k}`: it is a key of model.kind = {}, not \"{kind}\"",
+                    kinds.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(" or ")
+                ),
+            });
+        }
+        Ok(match kind {
+            "program" => ModelConfig::Program {
+                program: t.program.unwrap_or_default(),
+                loss: t.loss.unwrap_or_else(|| "loss".into()),
+                init: t.init.unwrap_or_default(),
+                init_from: t.init_from,
+                inputs: t.inputs.unwrap_or_default(),
+            },
+            "mlp" => ModelConfig::Mlp {
+                layers,
+                d: t.d.unwrap_or_else(d_width),
+                h: t.h.unwrap_or_else(d_hidden),
+                batch,
+                compute,
+            },
+            "gpt" => ModelConfig::Gpt {
+                vocab: t.vocab.unwrap_or_else(d_vocab),
+                seq: t.seq.unwrap_or_else(d_seq),
+                d_model: t.d_model.unwrap_or_else(d_width),
+                heads: t.heads.unwrap_or_else(d_heads),
+                layers,
+                batch,
+                dropout: t.dropout.unwrap_or(0.0),
+                remat: t.remat.unwrap_or(false),
+                compute,
+                tie_embeddings: t.tie_embeddings.unwrap_or(false),
+            },
+            _ => {
+                let heads = t.heads.unwrap_or(4);
+                ModelConfig::Llama {
                     vocab: t.vocab.unwrap_or_else(d_vocab),
                     seq: t.seq.unwrap_or_else(d_seq),
                     d_model: t.d_model.unwrap_or_else(d_width),
-                    heads: t.heads.unwrap_or_else(d_heads),
+                    heads,
+                    kv_heads: t.kv_heads.unwrap_or(heads),
+                    ffn: t.ffn.unwrap_or(2 * t.d_model.unwrap_or_else(d_width)),
                     layers,
                     batch,
-                    dropout: t.dropout.unwrap_or(0.0),
-                    remat: t.remat.unwrap_or(false),
-                    compute,
-                    tie_embeddings: t.tie_embeddings.unwrap_or(false),
-                })
+                    rope_base: t.rope_base.unwrap_or(10000.0),
+                }
             }
-            other => Err(format!("unknown variant `{other}`, expected `mlp` or `gpt` (model.kind)")),
-        }
+        })
     }
 }
 
@@ -430,6 +577,78 @@ fn dtype(s: &Option<String>) -> Result<DType, String> {
 }
 
 impl ModelConfig {
+    /// The model this table describes: a built-in one, or the program it
+    /// names (read, verified and checked against the loss contract).
+    pub fn model(&self) -> crate::Result<crate::models::Model> {
+        use crate::models::{init::InitFn, model, rules::Rules, Init, Model};
+        if let Some(cfg) = self.mlp().map_err(crate::Error::Usage)? {
+            return Ok(Model::mlp(&cfg));
+        }
+        if let Some(cfg) = self.gpt().map_err(crate::Error::Usage)? {
+            return Ok(Model::gpt(&cfg));
+        }
+        if let Some(cfg) = self.llama() {
+            cfg.check().map_err(|message| crate::Error::Model { what: "[model]".into(), message })?;
+            return Ok(Model::llama(&cfg));
+        }
+        let ModelConfig::Program { program, loss, init, init_from, inputs } = self else {
+            unreachable!("four kinds of model table")
+        };
+        let module = model::load_program(program, loss)?;
+        let err = |message: String| crate::Error::Model { what: "[model]".into(), message };
+        let init = match init_from {
+            Some(_) if !init.is_empty() => {
+                return Err(err("give either [model.init] rules or init_from, not both".into()));
+            }
+            Some(p) => Init::File(p.clone()),
+            None => {
+                let rules: Result<Vec<(String, InitFn)>, String> = init
+                    .iter()
+                    .map(|(pat, f)| Ok((pat.clone(), f.parse().map_err(|e| format!("[model.init] \"{pat}\": {e}"))?)))
+                    .collect();
+                Init::Rules(Rules::new(rules.map_err(err)?))
+            }
+        };
+        let f = module.function(loss).expect("the contract checks @loss").clone();
+        let mut m = Model::program(format!("program {}", program.display()), module, loss, init)?;
+        for (name, r) in inputs {
+            let found = (0..f.params.len()).find(|&i| f.param_name(i) == *name);
+            match found.map(|i| f.ty(f.params[i]).clone()) {
+                None => return Err(err(format!("[model.inputs] names `{name}`, which is not an input of @{loss}"))),
+                Some(ty) if ty.dtype.is_float() => {
+                    return Err(err(format!("[model.inputs] `{name}` is {ty}: a range is for integer inputs")));
+                }
+                Some(_) if r.max == 0 || r.max > 1 << 31 => {
+                    return Err(err(format!("[model.inputs] `{name}`: max = {} must be in [1, 2^31]", r.max)));
+                }
+                Some(_) => {
+                    m.int_max.insert(name.clone(), r.max);
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// The Llama sizes, if this is the Llama-style decoder.
+    pub fn llama(&self) -> Option<crate::models::llama::LlamaConfig> {
+        match *self {
+            ModelConfig::Llama { vocab, seq, d_model, heads, kv_heads, ffn, layers, batch, rope_base } => {
+                Some(crate::models::llama::LlamaConfig {
+                    vocab,
+                    seq,
+                    d_model,
+                    heads,
+                    kv_heads,
+                    ffn,
+                    layers,
+                    batch,
+                    rope_base,
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// The MLP sizes, if this is the MLP.
     pub fn mlp(&self) -> Result<Option<MlpConfig>, String> {
         Ok(match self {
@@ -500,6 +719,23 @@ impl RunConfig {
         Ok(tc)
     }
 
+    /// The `[shardings]` rules, parsed (a sharding that does not parse is
+    /// an error naming its pattern).
+    pub fn sharding_rules(&self) -> crate::Result<crate::models::rules::Rules<weft_ir::TensorSharding>> {
+        let rules: crate::Result<Vec<_>> = self
+            .shardings
+            .iter()
+            .map(|(pat, text)| {
+                let s = weft_ir::text::parse_sharding(text).map_err(|e| crate::Error::Model {
+                    what: "[shardings]".into(),
+                    message: format!("\"{pat}\" = \"{text}\": {e}"),
+                })?;
+                Ok((pat.clone(), s))
+            })
+            .collect();
+        Ok(crate::models::rules::Rules::new(rules?))
+    }
+
     /// The loss scale a fresh state starts from (1 without loss scaling).
     pub fn initial_loss_scale(&self) -> f64 {
         self.loss_scaling.as_ref().map_or(1.0, |l| l.initial_scale)
@@ -514,5 +750,66 @@ impl RunConfig {
     /// Parses a TOML config.
     pub fn from_toml(text: &str) -> Result<RunConfig, String> {
         toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Reads a config file: parses it, and resolves the model's files
+    /// (`program`, `init_from`) against the file's directory.
+    pub fn load(path: &Path) -> crate::Result<RunConfig> {
+        let text = crate::error::read_to_string(path)?;
+        let mut c = RunConfig::from_toml(&text)
+            .map_err(|e| crate::Error::Usage(format!("{}: {e}", path.display())))?;
+        c.resolve_paths(path.parent().unwrap_or(Path::new("")));
+        Ok(c)
+    }
+
+    /// Makes the model's relative file paths relative to `base` instead.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        if let ModelConfig::Program { program, init_from, .. } = &mut self.model {
+            for p in std::iter::once(program).chain(init_from.as_mut()) {
+                if p.is_relative() && !p.as_os_str().is_empty() {
+                    // Lexically: `configs/../models/m.weft` is `models/m.weft`.
+                    let mut out = PathBuf::new();
+                    for c in base.join(&*p).components() {
+                        match c {
+                            std::path::Component::ParentDir if matches!(out.components().next_back(), Some(std::path::Component::Normal(_))) => {
+                                out.pop();
+                            }
+                            std::path::Component::CurDir => {}
+                            c => out.push(c),
+                        }
+                    }
+                    *p = out;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rules whose first match wins keep the order they are written in.
+    #[test]
+    fn rule_tables_keep_their_order() {
+        let c = RunConfig::from_toml(
+            "steps = 1\n[model]\nprogram = \"m.weft\"\n[model.init]\n\"z.*\" = \"zeros\"\n\"a.*\" = \"ones\"\n\"m\" = \"fan_in\"\n\
+             [shardings]\n\"y\" = \"[{}]\"\n\"b\" = \"[]\"\n",
+        )
+        .unwrap();
+        let ModelConfig::Program { init, .. } = &c.model else { panic!("a program model") };
+        let keys: Vec<&str> = init.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["z.*", "a.*", "m"]);
+        assert_eq!(c.shardings.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["y", "b"]);
+    }
+
+    #[test]
+    fn program_paths_resolve_against_the_config_file() {
+        let mut c = RunConfig::from_toml("steps = 1\n[model]\nprogram = \"../models/m.weft\"\ninit_from = \"i.safetensors\"\n")
+            .unwrap();
+        c.resolve_paths(Path::new("examples/configs"));
+        let ModelConfig::Program { program, init_from, .. } = &c.model else { panic!("a program model") };
+        assert_eq!(program, Path::new("examples/models/m.weft"));
+        assert_eq!(init_from.as_deref(), Some(Path::new("examples/configs/i.safetensors")));
     }
 }

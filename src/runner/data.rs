@@ -17,7 +17,7 @@ use super::{Overrides, Prepared};
 use crate::checkpoint::{CheckpointState, Manifest};
 use crate::data::{input_specs, Dataset, Identity, Prefetcher, Split};
 use crate::error::{Error, Result};
-use crate::models::{gpt, mlp, Shardings};
+use crate::models::Model;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -44,10 +44,19 @@ pub fn check_flags(c: &RunConfig, ov: &Overrides) -> Result<()> {
 /// Opens and checks the configured dataset for the prepared step (before
 /// the executor is compiled, so bad data fails fast). `None` without `[data]`.
 /// (The session has already refused `--data` with `[data]`: [`check_flags`].)
-pub fn open_dataset(c: &RunConfig, prepared: &Prepared) -> Result<Option<Dataset>> {
+pub fn open_dataset(c: &RunConfig, model: &Model, prepared: &Prepared) -> Result<Option<Dataset>> {
     let Some(d) = &c.data else { return Ok(None) };
-    let vocab = c.model.gpt().map_err(Error::Usage)?.map(|g| g.vocab);
-    Dataset::open(d, &input_specs(&prepared.step.batch, vocab), c.seed).map(Some)
+    if d.source == "tokens" {
+        let names: Vec<&str> = prepared.step.batch.iter().map(|(n, _)| n.as_str()).collect();
+        if names != ["tokens", "targets"] && names != ["targets", "tokens"] {
+            return Err(Error::Usage(format!(
+                "data.source = \"tokens\" feeds a model whose batch inputs are `tokens` and `targets`, but {} takes {}",
+                model.label,
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    Dataset::open(d, &input_specs(&prepared.step.batch, &model.int_max), c.seed).map(Some)
 }
 
 /// The identity digest as a checkpoint leaf.
@@ -126,22 +135,24 @@ struct Evaluator {
     step: TrainStep,
     exec: Box<dyn Executor>,
     /// The evaluation batches, read once: the validation split is read in
-    /// order from its start, so every evaluation sees the same batches.
-    batches: Vec<Tree>,
+    /// order from its start, so every evaluation sees the same batches;
+    /// each cut into the evaluated function's rows (one part for the
+    /// built-in models, whose evaluation takes a whole batch).
+    batches: Vec<Vec<Tree>>,
 }
 
-/// The model's loss function as a step with no state: every parameter and
-/// the batch are its inputs, the loss and auxiliary results its metrics.
-fn eval_step(c: &RunConfig) -> Result<TrainStep> {
-    let none = Shardings::new();
-    let mut module = if let Some(cfg) = c.model.mlp().map_err(Error::Usage)? {
-        mlp::build(&cfg, &none)?
-    } else if let Some(cfg) = c.model.gpt().map_err(Error::Usage)? {
-        gpt::build(&gpt::GptConfig { dropout: 0.0, remat: false, ..cfg }, &none)?
-    } else {
-        unreachable!("ModelConfig has two kinds")
-    };
-    let f = module.functions.iter_mut().find(|f| f.name == "loss").expect("models define @loss");
+/// The model's loss function (without dropout) as a step with no state:
+/// every parameter and the batch are its inputs, the loss and auxiliary
+/// results its metrics.
+fn eval_step(model: &Model) -> Result<TrainStep> {
+    let mut module = model.arch.eval_module()?;
+    if model.loss != "train_step" && module.function("train_step").is_some() {
+        return Err(Error::Model {
+            what: model.label.clone(),
+            message: "defines @train_step, the name weft gives the training step; rename it".into(),
+        });
+    }
+    let f = module.function_mut(&model.loss).expect("the contract checks the loss function");
     f.name = "train_step".into();
     let f = module.function("train_step").expect("renamed");
     let batch = (0..f.params.len()).map(|i| (f.param_name(i), f.ty(f.params[i]).clone())).collect();
@@ -152,9 +163,41 @@ fn eval_step(c: &RunConfig) -> Result<TrainStep> {
     Ok(TrainStep { module, state: Vec::new(), batch, metrics })
 }
 
+/// The batch `b` cut along dimension 0 into parts of `rows` rows (`b`
+/// itself when it has `rows` rows).
+fn cut_rows(b: Tree, rows: usize) -> Result<Vec<Tree>> {
+    let total = b.values().next().map_or(rows, |t| t.shape()[0]);
+    if total == rows || rows == 0 {
+        return Ok(vec![b]);
+    }
+    (0..total / rows)
+        .map(|p| {
+            b.iter()
+                .map(|(name, t)| {
+                    let ty = t.ty();
+                    let per_row: usize = ty.shape[1..].iter().product();
+                    let v = t.to_f64_vec();
+                    let mut shape = ty.shape.clone();
+                    shape[0] = rows;
+                    let part = &v[p * rows * per_row..(p + 1) * rows * per_row];
+                    Ok((name.clone(), HostTensor::from_values(&TensorType::new(ty.dtype, shape), part)?))
+                })
+                .collect()
+        })
+        .collect()
+}
+
 impl Evaluator {
-    fn new(c: &RunConfig, backend: &str, val: Split, batches: usize) -> Result<Evaluator> {
-        let step = eval_step(c)?;
+    fn new(model: &Model, backend: &str, val: Split, batches: usize) -> Result<Evaluator> {
+        let step = eval_step(model)?;
+        // The evaluated function's rows: dimension 0 of its batch inputs
+        // (its other inputs are the parameters and the key).
+        let rows = step
+            .batch
+            .iter()
+            .find(|(n, _)| !n.starts_with("params.") && n != "rng")
+            .and_then(|(_, t)| t.shape.first().copied())
+            .unwrap_or(0);
         let exec: Box<dyn Executor> = match backend {
             "interp" | "sim" => Box::new(InterpExecutor::new(&step)?),
             other => {
@@ -164,21 +207,27 @@ impl Evaluator {
                 Box::new(MeshExecutor::new(&step, &one, MeshBackend::Devices(kind), Some(1))?)
             }
         };
-        let batches = (0..batches as u64).map(|b| val.batch(b)).collect::<Result<_>>()?;
+        let batches = (0..batches as u64).map(|b| cut_rows(val.batch(b)?, rows)).collect::<Result<_>>()?;
         Ok(Evaluator { step, exec, batches })
     }
 
     /// Mean loss (and other results) over the evaluation batches, named `val_*`.
     fn evaluate(&mut self, train: &TrainStep, exec: &mut dyn Executor) -> Result<Metrics> {
         let mut inputs: Tree = exec.global_params(train)?;
+        if self.step.batch.iter().any(|(n, _)| n == "rng") {
+            // A program's PRNG key (dropout): evaluation uses a fixed one.
+            inputs.insert("rng".into(), HostTensor::from_u32(&[2], vec![0, 0])?);
+        }
         let mut sums: BTreeMap<String, f64> = BTreeMap::new();
-        for b in &self.batches {
+        let mut parts = 0;
+        for b in self.batches.iter().flatten() {
             inputs.extend(b.iter().map(|(k, v)| (k.clone(), v.clone())));
             for (k, v) in self.exec.step(&self.step, &inputs)? {
                 *sums.entry(format!("val_{k}")).or_default() += v;
             }
+            parts += 1;
         }
-        Ok(sums.into_iter().map(|(k, v)| (k, v / self.batches.len() as f64)).collect())
+        Ok(sums.into_iter().map(|(k, v)| (k, v / parts as f64)).collect())
     }
 }
 
@@ -202,12 +251,19 @@ impl Feed {
     /// Starts feeding steps `first..c.steps` of `data`: of each step's
     /// global batch, the rows `rows` (the executor's
     /// [`Executor::batch_rows`]); only those are read and converted.
-    pub fn start(c: &RunConfig, data: Dataset, backend: &str, first: u64, rows: Range<usize>) -> Result<Feed> {
+    pub fn start(
+        c: &RunConfig,
+        model: &Model,
+        data: Dataset,
+        backend: &str,
+        first: u64,
+        rows: Range<usize>,
+    ) -> Result<Feed> {
         let d = c.data.as_ref().expect("a dataset comes from [data]");
         let Dataset { train, val, .. } = data;
         let prefetch = Prefetcher::new(Arc::new(train), rows, first, c.steps, d.prefetch)?;
         let eval = match val {
-            Some(v) if d.eval_every > 0 => Some(Evaluator::new(c, backend, v, d.eval_batches)?),
+            Some(v) if d.eval_every > 0 => Some(Evaluator::new(model, backend, v, d.eval_batches)?),
             _ => None,
         };
         Ok(Feed { prefetch, eval, eval_every: d.eval_every, fed: 0, end: c.steps.saturating_sub(first) })

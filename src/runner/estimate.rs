@@ -11,6 +11,7 @@
 
 use super::config::{ModelConfig, RunConfig};
 use crate::error::Result;
+use crate::models::Model;
 use weft_ir::limits::MemoryLimit;
 
 /// The parts of a run's memory estimate, in bytes (saturating).
@@ -42,13 +43,18 @@ fn mul(xs: &[usize]) -> u64 {
     xs.iter().fold(1u64, |a, &x| a.saturating_mul(x as u64))
 }
 
-/// Estimates the memory of a run of `c` (whose sizes are validated).
-pub fn estimate(c: &RunConfig) -> Estimate {
-    let slots: u64 = match c.optimizer.kind.as_str() {
+/// The optimizer's slots per parameter (AdamW 2, SGD with momentum 1).
+fn slot_count(c: &RunConfig) -> u64 {
+    match c.optimizer.kind.as_str() {
         "adamw" => 2,
         _ if c.optimizer.momentum != 0.0 => 1,
         _ => 0,
-    };
+    }
+}
+
+/// Estimates the memory of a run of `c` (whose sizes are validated).
+pub fn estimate(c: &RunConfig) -> Estimate {
+    let slots = slot_count(c);
     let (params, batch_elems, act_elems) = match c.model {
         ModelConfig::Mlp { layers, d, h, batch, .. } => {
             let params = mul(&[layers, 2, d, h]);
@@ -76,6 +82,8 @@ pub fn estimate(c: &RunConfig) -> Estimate {
             let acts = mul(&[layers]).saturating_mul(per_block).saturating_add(tokens.saturating_mul(mul(&[2, vocab])));
             (params, batch_elems, acts)
         }
+        // Counted from the program itself ([`estimate_program`]).
+        ModelConfig::Program { .. } | ModelConfig::Llama { .. } => (0, 0, 0),
     };
     Estimate {
         params,
@@ -91,14 +99,45 @@ pub fn memory_limit(c: &RunConfig) -> Result<Option<MemoryLimit>> {
     Ok(MemoryLimit::resolve(c.memory_limit.as_deref(), "memory_limit (--memory-limit)")?)
 }
 
-/// Errors if the estimate of `c` exceeds the limit.
-pub fn check(c: &RunConfig, limit: Option<&MemoryLimit>) -> Result<()> {
+/// Estimates the memory of a run of `c` on a program model: its
+/// parameters and batch exactly, and as activations every value its loss
+/// function computes (a bound on what the backward pass keeps), for a
+/// step of `micro_batches` micro-batches (one at a time).
+pub fn estimate_program(c: &RunConfig, model: &Model) -> Result<Estimate> {
+    let k = c.optimizer.micro_batches.max(1) as u64;
+    let module = model.arch.module(c.optimizer.micro_batches.max(1))?;
+    let f = model.loss_fn(&module)?;
+    let bytes = |t: &weft_ir::TensorType| mul(&t.shape).saturating_mul(t.dtype.size_bytes() as u64);
+    let (mut params, mut batch_bytes) = (0u64, 0u64);
+    for i in 0..f.params.len() {
+        let ty = f.ty(f.params[i]);
+        if f.param_name(i).starts_with("params.") {
+            params = params.saturating_add(mul(&ty.shape));
+        } else {
+            batch_bytes = batch_bytes.saturating_add(bytes(ty).saturating_mul(k));
+        }
+    }
+    let activation_bytes = module
+        .functions
+        .iter()
+        .flat_map(|g| g.values.iter().filter(|v| !matches!(v.def, weft_ir::ValueDef::Param(_))))
+        .fold(0u64, |a, v| a.saturating_add(bytes(&v.ty)));
+    Ok(Estimate {
+        params,
+        state_bytes: params.saturating_mul(1 + slot_count(c)).saturating_mul(4),
+        batch_bytes,
+        activation_bytes,
+    })
+}
+
+/// Errors if the estimate of a run of `model` under `c` exceeds the limit.
+pub fn check(c: &RunConfig, model: &Model, limit: Option<&MemoryLimit>) -> Result<()> {
     let Some(limit) = limit else { return Ok(()) };
-    let e = estimate(c);
-    let kind = match c.model {
-        ModelConfig::Mlp { .. } => "mlp",
-        ModelConfig::Gpt { .. } => "gpt",
+    let e = match c.model {
+        ModelConfig::Program { .. } | ModelConfig::Llama { .. } => estimate_program(c, model)?,
+        _ => estimate(c),
     };
+    let kind = &model.label;
     let what = format!(
         "the run ({kind} with {} parameters: state {}, batch {}, activations {}, with host copies)",
         e.params,

@@ -24,8 +24,8 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::partition::{compile_stable, shard_tensor, unshard_tensor, PartitionedFunction};
-use weft_compiler::pipeline::{Pass, Pipeline};
-use weft_compiler::sharding::{local_shape, shard_offset, Mesh, PropagateOptions};
+use weft_compiler::pipeline::Pipeline;
+use weft_compiler::sharding::{local_shape, shard_offset, Mesh};
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::device::simulate;
 use weft_ir::interp::eval_op;
@@ -71,11 +71,7 @@ fn compile_step(
     mesh: &Mesh,
     auto: Option<&AutoShardOptions>,
 ) -> Result<(PartitionedFunction, Vec<(&'static str, Duration)>)> {
-    let mut pipeline = Pipeline::standard(mesh, &PropagateOptions::default());
-    if let Some(opts) = auto {
-        pipeline.insert_before("propagate", Pass::AutoShard(opts.clone()));
-    }
-    Ok(compile_stable(&pipeline, &step.module, "train_step", step.state.len())?)
+    Ok(compile_stable(&Pipeline::for_step(mesh, auto), &step.module, "train_step", step.state.len())?)
 }
 
 impl MeshExecutor {

@@ -22,11 +22,11 @@ pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use session::{default_backend, executor, run_session, run_session_on, Line};
+pub use session::{default_backend, executor, run_model_on, run_session, run_session_on, Line};
 
 use crate::checkpoint::MeshSpec;
 use crate::error::{Error, Result};
-use crate::models::{gpt, mlp};
+use crate::models::Model;
 use crate::strategy::{self, Strategy};
 use std::path::PathBuf;
 use weft_compiler::canonical_sums::{canonical_sums_in, SumChunks};
@@ -137,6 +137,9 @@ pub struct Prepared {
     pub strategy: Strategy,
     /// For `strategy = "auto"`: the auto-sharder's options (memory budget).
     pub auto: Option<weft_compiler::autoshard::AutoShardOptions>,
+    /// The training configuration the step was built with (with the
+    /// strategy's optimizer-state and gradient annotations).
+    pub train_config: weft_compiler::train::TrainConfig,
 }
 
 fn usage(e: impl std::fmt::Display) -> Error {
@@ -144,10 +147,19 @@ fn usage(e: impl std::fmt::Display) -> Error {
 }
 
 /// Builds the training step and initial values of a (validated) config on
-/// a mesh with axes `axes`. With `micro_batches = k`, the model is built for
-/// micro-batches of `batch / k` rows and the step takes the whole batch
-/// (`build_train_step` splits it), so a step equals the full-batch step.
+/// a mesh with axes `axes`, for the config's own model ([`prepare_model`]).
 pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared> {
+    prepare_model(c, &c.model.model()?, axes, ov)
+}
+
+/// Builds the training step of `model` and its initial values under a
+/// (validated) config on a mesh with axes `axes`: the module annotated for
+/// the strategy and `[shardings]` ([`strategy::annotated_module`]), the
+/// step (with `micro_batches = k` the loss function takes one micro-batch
+/// and the step the whole batch), the initial parameters (`--init`, else
+/// the model's initialisation) and the fixed batch (`--data`, else the
+/// model's synthetic batch). Every run prepares its step here.
+pub fn prepare_model(c: &RunConfig, model: &Model, axes: &[&str], ov: &Overrides) -> Result<Prepared> {
     let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(usage)?;
     let auto = match strategy {
         Strategy::Auto => Some(weft_compiler::autoshard::AutoShardOptions {
@@ -158,21 +170,9 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
     };
     let mut tc = c.train_config().map_err(usage)?;
     let k = c.optimizer.micro_batches.max(1);
-    let slots = tc.optimizer.slots();
-    let (module, params, batch) = if let Some(cfg) = c.model.mlp().map_err(usage)? {
-        let sh = strategy::shardings(strategy, &strategy::mlp_params(&cfg), &strategy::MLP_BATCH, slots, axes);
-        let inputs = sh.configure(&mut tc);
-        let micro = mlp::MlpConfig { batch: cfg.batch / k, ..cfg.clone() };
-        (mlp::build(&micro, &inputs)?, mlp::init(&cfg, c.seed), mlp::synthetic_batch(&cfg, c.seed))
-    } else if let Some(cfg) = c.model.gpt().map_err(usage)? {
-        let sh = strategy::shardings(strategy, &strategy::gpt_params(&cfg), &strategy::GPT_BATCH, slots, axes);
-        let inputs = sh.configure(&mut tc);
-        let micro = gpt::GptConfig { batch: cfg.batch / k, ..cfg.clone() };
-        (gpt::build(&micro, &inputs)?, gpt::init(&cfg, c.seed), gpt::synthetic_batch(&cfg, c.seed))
-    } else {
-        unreachable!("ModelConfig has two kinds")
-    };
-    let mut step = build_train_step(&module, module.function("loss").expect("models define @loss"), &tc)?;
+    let rules = c.sharding_rules()?;
+    let module = strategy::annotated_module(strategy, model, k, &rules, &mut tc, axes)?;
+    let mut step = build_train_step(&module, model.loss_fn(&module)?, &tc)?;
     if let Some(k) = c.mesh_invariant_chunks() {
         // Here rather than as a pass of the mesh pipeline: the unsharded
         // interpreter (`--backend interp`) must sum in the same order.
@@ -180,31 +180,37 @@ pub fn prepare(c: &RunConfig, axes: &[&str], ov: &Overrides) -> Result<Prepared>
     }
     let params = match &ov.init {
         Some(p) => read_safetensors(p)?,
-        None => params,
+        None => model.initial_params(&module, c.seed)?,
     };
     let batch = match &ov.data {
         Some(p) => read_safetensors(p)?,
-        None => batch,
+        // With `[data]` the fixed batch is not trained on: a model that
+        // cannot draw one (an integer input with no range) needs none.
+        None => match model.synthetic_batch(&step.batch, k, c.seed) {
+            Err(_) if c.data.is_some() => Tree::new(),
+            b => b?,
+        },
     };
-    step.check_batch(&batch).map_err(|e| match &ov.data {
-        Some(p) => Error::Usage(format!("--data {}: {e}", p.display())),
-        None => Error::from(e),
-    })?;
-    if let (Some(cfg), Some(p)) = (c.model.gpt().map_err(usage)?, &ov.data) {
-        // Token ids index the embedding and the logits: out of range, they
-        // would read another row or nothing at all.
-        for name in ["tokens", "targets"] {
-            let bad = batch[name].to_f64_vec().into_iter().find(|&t| !(t >= 0.0 && t < cfg.vocab as f64));
-            if let Some(t) = bad {
+    if !(batch.is_empty() && c.data.is_some()) {
+        step.check_batch(&batch).map_err(|e| match &ov.data {
+            Some(p) => Error::Usage(format!("--data {}: {e}", p.display())),
+            None => Error::from(e),
+        })?;
+    }
+    if let Some(p) = &ov.data {
+        // Integer inputs with a range (token ids index the embedding and
+        // the logits): out of range, they would read another row or nothing.
+        for (name, &max) in &model.int_max {
+            let Some(t) = batch.get(name) else { continue };
+            if let Some(bad) = t.to_f64_vec().into_iter().find(|&t| !(t >= 0.0 && t < max as f64)) {
                 return Err(Error::Usage(format!(
-                    "--data {}: `{name}` holds {t}, outside the vocabulary 0..{}",
-                    p.display(),
-                    cfg.vocab
+                    "--data {}: `{name}` holds {bad}, outside the vocabulary 0..{max}",
+                    p.display()
                 )));
             }
         }
     }
-    Ok(Prepared { step, params, batch, strategy, auto })
+    Ok(Prepared { step, params, batch, strategy, auto, train_config: tc })
 }
 
 /// What a finished run reports.

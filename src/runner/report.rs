@@ -14,8 +14,8 @@ use super::Prepared;
 use crate::error::Result;
 use weft_compiler::autoshard::{fmt_bytes, predict_program, AutoShardOptions, StepPrediction};
 use weft_compiler::partition::compile_stable;
-use weft_compiler::pipeline::{Pass, Pipeline};
-use weft_compiler::sharding::{Mesh, PropagateOptions};
+use weft_compiler::pipeline::Pipeline;
+use weft_compiler::sharding::Mesh;
 
 pub mod machine;
 
@@ -35,10 +35,8 @@ pub fn predict(
         // The program the executor runs: priced as is, not compiled again.
         return Ok(predict_program(program, mesh, &model));
     }
-    let mut pipeline = Pipeline::standard(mesh, &PropagateOptions::default());
-    if let Some(o) = &prepared.auto {
-        pipeline.insert_before("propagate", Pass::AutoShard(machine_model(backend, mesh, o)));
-    }
+    let auto = prepared.auto.as_ref().map(|o| machine_model(backend, mesh, o));
+    let pipeline = Pipeline::for_step(mesh, auto.as_ref());
     let (pf, _) = compile_stable(&pipeline, &prepared.step.module, "train_step", prepared.step.state.len())?;
     Ok(predict_program(&pf.program, mesh, &model))
 }

@@ -2,10 +2,11 @@
 
 use super::mesh::{MeshBackend, MeshExecutor};
 use super::processes::Processes;
-use super::{mesh_spec, prepare, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
+use super::{mesh_spec, prepare_model, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
 use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
 use crate::checkpoint::{Manifest, MeshSpec};
 use crate::error::{Error, Result};
+use crate::models::Model;
 use weft_compiler::sharding::Mesh;
 use weft_ir::limits::MemoryLimit;
 use weft_runtime::process::Reduction;
@@ -134,7 +135,8 @@ pub enum Line {
     Warn(String),
 }
 
-/// Runs a whole session; `log` receives the lines a user sees.
+/// Runs a whole session of the config's model; `log` receives the lines a
+/// user sees.
 pub fn run_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> Result<RunSummary> {
     run_session_on(c, ov, None, log)
 }
@@ -149,18 +151,36 @@ pub fn run_session_on(
     processes: Option<&Processes>,
     log: &mut dyn FnMut(Line),
 ) -> Result<RunSummary> {
+    // The config's keys are checked before its model is read.
+    super::validate::validate(c)?;
+    run_model_on(c, &c.model.model()?, ov, processes, log)
+}
+
+/// Trains `model` under the config `c` (whose `[model]` table is not
+/// read): the one engine behind `weft train` and [`crate::Trainer`], for
+/// whole-mesh runs and `[pipeline]` runs alike.
+pub fn run_model_on(
+    c: &RunConfig,
+    model: &Model,
+    ov: &Overrides,
+    processes: Option<&Processes>,
+    log: &mut dyn FnMut(Line),
+) -> Result<RunSummary> {
     if c.pipeline.is_some() {
-        if processes.is_some() {
-            return Err(Error::Usage("[pipeline] runs its stages in one process for now".into()));
+        if let Some(p) = processes {
+            return Err(Error::Usage(format!(
+                "[pipeline] runs its stages in one process for now; this job has {} processes",
+                p.size()
+            )));
         }
         // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md).
-        return Ok(crate::runner::stages::run_pipeline_session(c, ov, log)?.summary);
+        return Ok(crate::runner::stages::run_pipeline_session(c, model, ov, log)?.summary);
     }
     let first_process = processes.is_none_or(|p| p.is_first());
     let mut silent = |_: Line| {};
     let log: &mut dyn FnMut(Line) = if first_process { log } else { &mut silent };
     // Everything the user gave is checked before anything is built.
-    let (mesh, limit) = preflight(c, ov)?;
+    let (mesh, limit) = preflight(c, model, ov)?;
     if let Some(p) = processes {
         let config = serde_json::to_vec(c).unwrap_or_default();
         p.check_same(&[("binary", &super::processes::binary_bytes()), ("config", &config)])?;
@@ -175,16 +195,22 @@ pub fn run_session_on(
     }
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
     let clock = std::time::Instant::now();
-    let prepared = prepare(c, &axes, ov)?;
+    let prepared = prepare_model(c, model, &axes, ov)?;
+    if let Some(p) = processes {
+        // The model is part of what every process must agree on.
+        let text = weft_ir::text::print_module(&prepared.step.module);
+        p.check_same(&[("model", text.as_bytes())])?;
+    }
     let mut compile_secs = vec![("train step".to_string(), clock.elapsed().as_secs_f64())];
     // The dataset is opened and checked before the executor is compiled.
-    let dataset = super::data::open_dataset(c, &prepared)?;
+    let dataset = super::data::open_dataset(c, model, &prepared)?;
     let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
     let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref(), processes)?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
     let sums = c.mesh_invariant_chunks().map(|k| format!(", mesh-invariant sums ({k} chunks)")).unwrap_or_default();
     log(Line::Info(format!(
-        "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}{sums}",
+        "weft train: {}, mesh {mesh} ({} devices), strategy {}, {} steps, seed {}{sums}",
+        model.label,
         mesh.num_devices(),
         prepared.strategy,
         c.steps,
@@ -203,6 +229,7 @@ pub fn run_session_on(
     let predicted = super::report::predict(&prepared, &mesh, &backend, exec.device_program())?;
     log(Line::Info(super::report::predicted_line(&predicted)));
     let built = Built {
+        model,
         mesh: &mesh,
         prepared: &prepared,
         backend: &backend,
@@ -218,10 +245,10 @@ pub fn run_session_on(
 /// config's keys and ranges (its mesh is returned), the memory estimate
 /// against the memory limit (returned), `--data` beside `[data]`, and
 /// whether `--resume` can resume.
-pub(crate) fn preflight(c: &RunConfig, ov: &Overrides) -> Result<(Mesh, Option<MemoryLimit>)> {
+pub(crate) fn preflight(c: &RunConfig, model: &Model, ov: &Overrides) -> Result<(Mesh, Option<MemoryLimit>)> {
     let mesh = super::validate::validate(c)?;
     let limit = super::estimate::memory_limit(c)?;
-    super::estimate::check(c, limit.as_ref())?;
+    super::estimate::check(c, model, limit.as_ref())?;
     super::data::check_flags(c, ov)?;
     if ov.resume || ov.resume_or_start {
         check_resumable(c, ov)?;
@@ -232,6 +259,8 @@ pub(crate) fn preflight(c: &RunConfig, ov: &Overrides) -> Result<(Mesh, Option<M
 /// A run whose step and executor are built, ready to train
 /// ([`train_built`]).
 pub(crate) struct Built<'a> {
+    /// The model trained.
+    pub model: &'a Model,
     /// The run's whole mesh: the checkpoints' mesh.
     pub mesh: &'a Mesh,
     /// The model and its (unpipelined) training step: the state's leaves.
@@ -262,7 +291,7 @@ pub(crate) fn train_built(
     exec: &mut dyn Executor,
     log: &mut dyn FnMut(Line),
 ) -> Result<RunSummary> {
-    let Built { mesh, prepared, backend, dataset, compile_secs, predicted, processes } = built;
+    let Built { model, mesh, prepared, backend, dataset, compile_secs, predicted, processes } = built;
     let first_process = processes.is_none_or(|p| p.is_first());
     let resume = ov.resume || ov.resume_or_start;
     let identity = dataset.as_ref().map(|d| d.identity.clone());
@@ -385,10 +414,10 @@ pub(crate) fn train_built(
     let data_json = identity.as_ref().map(|i| i.to_json());
     let prediction = |m| predicted.map(|p| super::report::json(p, m)).unwrap_or(serde_json::Value::Null);
     if first_process {
-        write_manifest(c, mesh, exec, backend, prepared, data_json.as_ref(), &prediction(None), None)?;
+        write_manifest(c, model, mesh, exec, backend, prepared, data_json.as_ref(), &prediction(None), None)?;
     }
     let mut feed = match dataset {
-        Some(d) => Some(super::data::Feed::start(c, d, backend, first, exec.batch_rows(&prepared.step)?)?),
+        Some(d) => Some(super::data::Feed::start(c, model, d, backend, first, exec.batch_rows(&prepared.step)?)?),
         None => None,
     };
     let mut writer = match &c.metrics {
@@ -445,7 +474,7 @@ pub(crate) fn train_built(
     }
     let measured = prediction(summary.steady_step_secs());
     if first_process {
-        write_manifest(c, mesh, exec, backend, prepared, data_json.as_ref(), &measured, Some(&summary))?;
+        write_manifest(c, model, mesh, exec, backend, prepared, data_json.as_ref(), &measured, Some(&summary))?;
     }
     Ok(summary)
 }
@@ -458,6 +487,7 @@ pub fn default_backend() -> &'static str {
 #[allow(clippy::too_many_arguments)]
 fn write_manifest(
     c: &RunConfig,
+    model: &Model,
     mesh: &Mesh,
     exec: &dyn Executor,
     backend: &str,
@@ -480,6 +510,7 @@ fn write_manifest(
         "backend": backend,
         "devices": exec.describe(),
         "strategy": prepared.strategy.name(),
+        "model": model.label,
         "seed": c.seed,
         "steps": c.steps,
         "state_leaves": prepared.step.state.iter().zip(exec.state_layout(&prepared.step)).map(|(l, layout)| serde_json::json!({

@@ -109,16 +109,25 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
     KeySpec { key: "mesh_invariant", flag: Some("--mesh-invariant"), range: Range::OneOf(&["true", "false"]), default: "false", note: "sums in an order every mesh shares: bitwise-equal metrics across meshes, slower" },
     KeySpec { key: "sum_chunks", flag: None, range: Range::Text("a power of two ≥ 2"), default: "8", note: "`mesh_invariant` only; every shard count of a summed dimension must divide it" },
-    KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt"]), default: "(required)", note: "" },
+    KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt", "llama"]), default: "(required unless `model.program`)", note: "a built-in model" },
+    KeySpec { key: "model.program", flag: None, range: Range::Text("a path to a program in the text format, relative to the config file"), default: "none", note: "instead of `model.kind`: trains the program (see \"Program models\")" },
+    KeySpec { key: "model.loss", flag: None, range: Range::Text("a function name of the program"), default: "`loss`", note: "program; the function to minimise" },
+    KeySpec { key: "model.init", flag: None, range: Range::Text("a table of name patterns = `normal(STD)`, `uniform(LO, HI)`, `zeros`, `ones`, `constant(V)`, `fan_in`"), default: "none", note: "program; the first matching pattern wins; every parameter must be covered" },
+    KeySpec { key: "model.init_from", flag: None, range: Range::Text("a safetensors file, relative to the config file"), default: "none", note: "program; a tensor per parameter; instead of `model.init`" },
+    KeySpec { key: "model.inputs", flag: None, range: Range::Text("a table of integer input names = `{ max = N }`, N in [1, 2^31]"), default: "none", note: "program; the synthetic batch draws them in `0..N`; `[data]` checks them" },
+    KeySpec { key: "shardings", flag: None, range: Range::Text("a table of name patterns = shardings (`\"[{}, {model}]\"`)"), default: "none", note: "parameters and batch inputs; the first matching pattern wins; every pattern must match" },
     KeySpec { key: "model.layers", flag: None, range: int(1, MAX_LAYERS), default: "2", note: "" },
     KeySpec { key: "model.d", flag: None, range: int(1, MAX_DIM), default: "16", note: "mlp" },
     KeySpec { key: "model.h", flag: None, range: int(1, MAX_DIM), default: "32", note: "mlp" },
     KeySpec { key: "model.batch", flag: None, range: int(1, MAX_DIM), default: "8", note: "a multiple of `optimizer.micro_batches`" },
     KeySpec { key: "model.compute", flag: None, range: Range::OneOf(DTYPES), default: "`f32`", note: "" },
-    KeySpec { key: "model.vocab", flag: None, range: int(2, MAX_VOCAB), default: "32", note: "gpt" },
-    KeySpec { key: "model.seq", flag: None, range: int(1, MAX_SEQ), default: "8", note: "gpt" },
-    KeySpec { key: "model.d_model", flag: None, range: int(1, MAX_SEQ), default: "16", note: "gpt; a multiple of `model.heads`" },
-    KeySpec { key: "model.heads", flag: None, range: int(1, MAX_SEQ), default: "2", note: "gpt; divides `model.d_model`" },
+    KeySpec { key: "model.vocab", flag: None, range: int(2, MAX_VOCAB), default: "32", note: "gpt, llama" },
+    KeySpec { key: "model.seq", flag: None, range: int(1, MAX_SEQ), default: "8", note: "gpt, llama" },
+    KeySpec { key: "model.d_model", flag: None, range: int(1, MAX_SEQ), default: "16", note: "gpt, llama; a multiple of `model.heads`" },
+    KeySpec { key: "model.heads", flag: None, range: int(1, MAX_SEQ), default: "2 (gpt), 4 (llama)", note: "gpt, llama; divides `model.d_model` (llama: into an even head width)" },
+    KeySpec { key: "model.kv_heads", flag: None, range: int(1, MAX_SEQ), default: "`model.heads`", note: "llama; key/value heads of grouped-query attention, divides `model.heads`" },
+    KeySpec { key: "model.ffn", flag: None, range: int(1, MAX_DIM), default: "2 × `model.d_model`", note: "llama; the SwiGLU MLP's hidden width" },
+    KeySpec { key: "model.rope_base", flag: None, range: Range::Float { min: 1.0, min_inclusive: false, max: 1e12, max_inclusive: true }, default: "10000", note: "llama; the rotary embeddings' base" },
     KeySpec { key: "model.dropout", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1.0, max_inclusive: false }, default: "0", note: "gpt; with dropout, batch × heads × seq² and batch × seq × 4 d_model below 2^32" },
     KeySpec { key: "model.remat", flag: None, range: Range::OneOf(&["true", "false"]), default: "false", note: "gpt" },
     KeySpec { key: "model.tie_embeddings", flag: None, range: Range::OneOf(&["true", "false"]), default: "false", note: "gpt; the unembedding is `wte` transposed (no `lm_head`)" },
@@ -138,7 +147,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "checkpoint.every", flag: Some("--checkpoint-every"), range: int(1, MAX_STEPS), default: "10", note: "" },
     KeySpec { key: "checkpoint.keep_last", flag: None, range: int(1, 1_000_000), default: "3", note: "" },
     KeySpec { key: "checkpoint.keep_every", flag: None, range: int(1, MAX_STEPS), default: "none", note: "" },
-    KeySpec { key: "data.source", flag: None, range: Range::OneOf(&["tokens", "table"]), default: "(required with `[data]`)", note: "`tokens` needs model.kind = `gpt`" },
+    KeySpec { key: "data.source", flag: None, range: Range::OneOf(&["tokens", "table"]), default: "(required with `[data]`)", note: "`tokens` needs a model whose batch inputs are `tokens` and `targets` (gpt, llama, or such a program)" },
     KeySpec { key: "data.train", flag: None, range: Range::Text("a token file, a `.safetensors` file, or `{ input = \"file.npy\", ... }`"), default: "(required with `[data]`)", note: "" },
     KeySpec { key: "data.val", flag: None, range: Range::Text("as `data.train`"), default: "none", note: "needed when `data.eval_every` > 0" },
     KeySpec { key: "data.dtype", flag: None, range: Range::OneOf(&["u16", "u32"]), default: "`u16`", note: "token files" },
@@ -276,7 +285,7 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             if let Some(t) = compute {
                 check_name("model.compute", t)?;
             }
-            *batch
+            Some(*batch)
         }
         ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, compute, .. } => {
             check_int("model.vocab", *vocab as u64)?;
@@ -305,7 +314,42 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             if let Some(t) = compute {
                 check_name("model.compute", t)?;
             }
-            *batch
+            Some(*batch)
+        }
+        ModelConfig::Llama { vocab, seq, d_model, heads, kv_heads, ffn, layers, batch, rope_base } => {
+            check_int("model.vocab", *vocab as u64)?;
+            check_int("model.seq", *seq as u64)?;
+            check_int("model.d_model", *d_model as u64)?;
+            check_int("model.heads", *heads as u64)?;
+            check_int("model.kv_heads", *kv_heads as u64)?;
+            check_int("model.ffn", *ffn as u64)?;
+            check_int("model.layers", *layers as u64)?;
+            check_int("model.batch", *batch as u64)?;
+            check_float("model.rope_base", *rope_base)?;
+            if d_model % heads != 0 {
+                return Err(invalid("model.heads", heads, format!("must divide model.d_model = {d_model}")));
+            }
+            if heads % kv_heads != 0 {
+                return Err(invalid("model.kv_heads", kv_heads, format!("must divide model.heads = {heads}")));
+            }
+            if (d_model / heads) % 2 != 0 {
+                return Err(invalid(
+                    "model.heads",
+                    heads,
+                    format!("must leave an even head width d_model / heads (rotary embeddings), not {}", d_model / heads),
+                ));
+            }
+            Some(*batch)
+        }
+        ModelConfig::Program { program, loss, .. } => {
+            if program.as_os_str().is_empty() {
+                return Err(invalid("model.program", "\"\"", "must name a program file (`model.weft`)".into()));
+            }
+            if loss.is_empty() {
+                return Err(invalid("model.loss", "\"\"", "must name the function to minimise".into()));
+            }
+            // A program's batch is its inputs' dimension 0: one micro-batch.
+            None
         }
     };
     let o = &c.optimizer;
@@ -339,7 +383,8 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             ));
         }
     }
-    if batch % o.micro_batches != 0 {
+    if batch.is_some_and(|batch| batch % o.micro_batches != 0) {
+        let batch = batch.unwrap_or_default();
         return Err(invalid(
             "optimizer.micro_batches",
             o.micro_batches,
@@ -370,7 +415,12 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
 }
 
 /// The `[pipeline]` keys: ranges, then the stage axis and the batch.
-fn validate_pipeline(p: &super::config::PipelineSection, c: &RunConfig, mesh: &Mesh, batch: usize) -> Result<()> {
+fn validate_pipeline(
+    p: &super::config::PipelineSection,
+    c: &RunConfig,
+    mesh: &Mesh,
+    batch: Option<usize>,
+) -> Result<()> {
     use weft_compiler::CompilerError;
     check_int("pipeline.stages", p.stages as u64)?;
     check_int("pipeline.microbatches", p.microbatches as u64)?;
@@ -396,7 +446,7 @@ fn validate_pipeline(p: &super::config::PipelineSection, c: &RunConfig, mesh: &M
         }
         .into());
     }
-    if batch % p.microbatches != 0 {
+    if let Some(batch) = batch.filter(|b| b % p.microbatches != 0) {
         return Err(CompilerError::PipelineMicrobatches { microbatches: p.microbatches, batch }.into());
     }
     if c.optimizer.micro_batches != 1 {
@@ -412,11 +462,11 @@ fn validate_pipeline(p: &super::config::PipelineSection, c: &RunConfig, mesh: &M
 /// The `[data]` keys.
 fn validate_data(d: &crate::data::DataConfig, model: &ModelConfig) -> Result<()> {
     check_name("data.source", &d.source)?;
-    if d.source == "tokens" && !matches!(model, ModelConfig::Gpt { .. }) {
+    if d.source == "tokens" && matches!(model, ModelConfig::Mlp { .. }) {
         return Err(invalid(
             "data.source",
             "`tokens`",
-            "token streams feed a model with inputs tokens and targets: needs model.kind = `gpt`".into(),
+            "token streams feed a model with inputs tokens and targets: model.kind = `gpt`, or a program".into(),
         ));
     }
     for (key, p) in std::iter::once(("data.train", &d.train)).chain(d.val.as_ref().map(|v| ("data.val", v))) {

@@ -56,6 +56,7 @@ mod params;
 mod random;
 mod reduce;
 mod shape;
+mod transformer;
 
 pub use self::core::{FunctionBuilder, Value};
 pub use self::module::ModuleBuilder;

@@ -77,6 +77,19 @@ pub fn parse_function(text: &str) -> Result<Function, IrError> {
     Ok(m.functions.remove(0))
 }
 
+/// Parses a sharding written as a value annotation writes it:
+/// `[{data}, {model}]`, `[{data, model}, {?}]`, `[]` for a scalar.
+///
+/// ```
+/// let s = weft_ir::text::parse_sharding("[{data}, {}]").unwrap();
+/// assert_eq!(s.to_string(), "[{data}, {}]");
+/// assert!(weft_ir::text::parse_sharding("[{data}").is_err());
+/// ```
+pub fn parse_sharding(text: &str) -> Result<crate::TensorSharding, IrError> {
+    let toks = lexer::lex(text).map_err(IrError::Parse)?;
+    syntax::Parser::new(toks).sharding_alone().map_err(IrError::Parse)
+}
+
 /// Parses a module and runs the verifier on it.
 pub fn parse_and_verify(text: &str) -> Result<Module, IrError> {
     let m = parse_module(text)?;

@@ -273,6 +273,19 @@ impl Parser {
         Err(ParseError { loc: self.peek().loc, message: format!("nesting deeper than {MAX_DEPTH} levels") })
     }
 
+    /// A sharding on its own, as an annotation writes it (`[{data}, {}]`),
+    /// then the end of the text.
+    pub(crate) fn sharding_alone(&mut self) -> PResult<crate::TensorSharding> {
+        let loc = self.peek().loc;
+        let value = self.attr_value(0)?;
+        if self.peek().tok != Tok::Eof {
+            return self.error("the end of the sharding");
+        }
+        let entries = vec![Attr { name: "sharding".into(), loc, value, value_loc: loc }];
+        let mut attrs = Attrs::new(entries, "a sharding".into(), loc, &["sharding"])?;
+        take_sharding(&mut attrs)
+    }
+
     fn attr_value(&mut self, depth: usize) -> PResult<AttrValue> {
         if depth > MAX_DEPTH {
             return self.too_deep();

@@ -49,9 +49,9 @@ use std::collections::BTreeMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 use weft_compiler::autoshard::AutoShardOptions;
-use weft_compiler::partition::{compile, PartitionedFunction};
-use weft_compiler::pipeline::{Pass, Pipeline};
-use weft_compiler::sharding::{Mesh, PropagateOptions};
+use weft_compiler::partition::PartitionedFunction;
+use weft_compiler::pipeline::Pipeline;
+use weft_compiler::sharding::Mesh;
 use weft_compiler::stages::{
     stage_program, Phase, StageBytes, StageFns, StageOp, StagePeak, StagedStep, Task, Trace, TraceEvent,
 };
@@ -100,14 +100,7 @@ impl Compiled {
             }
             g.results.extend_from_slice(&g.params[..resident]);
         }
-        let pf = match auto {
-            None => compile(&m, &f.name, mesh, &PropagateOptions::default())?,
-            Some(o) => {
-                let mut passes = Pipeline::standard(mesh, &PropagateOptions::default());
-                passes.insert_before("propagate", Pass::AutoShard(o.clone()));
-                passes.run(&m, &f.name, &mut |_, _| {})?.0.into_partitioned()?
-            }
-        };
+        let pf = Pipeline::for_step(mesh, auto).run(&m, &f.name, &mut |_, _| {})?.0.into_partitioned()?;
         if backend == "sim" {
             return Ok(Compiled::Sim(Box::new(pf)));
         }

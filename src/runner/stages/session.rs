@@ -6,12 +6,11 @@
 use super::PipelineExecutor;
 use crate::error::{Error, Result};
 use crate::runner::session::{train_built, Built};
-use crate::runner::{prepare, Executor, Line, Overrides, Prepared, RunConfig, RunSummary};
-use crate::strategy::{self, Strategy};
+use crate::models::Model;
+use crate::runner::{prepare_model, Executor, Line, Overrides, Prepared, RunConfig, RunSummary};
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::sharding::Mesh;
 use weft_compiler::stages::{build_stages, simulate, Phase, PipelineConfig, StagedStep, Trace};
-use weft_compiler::train::TrainConfig;
 
 /// A pipeline run's outcome.
 pub struct PipelineRun {
@@ -144,23 +143,6 @@ pub fn split_mesh(mesh: &Mesh, axis: &str, stages: usize) -> Result<Mesh> {
     Ok(Mesh::new(&rest)?)
 }
 
-/// The training configuration of `c` with the strategy's state and
-/// gradient annotations for the axes `axes` (as [`prepare`] builds it).
-fn train_config(c: &RunConfig, axes: &[&str]) -> Result<TrainConfig> {
-    let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(usage)?;
-    let mut tc = c.train_config().map_err(usage)?;
-    let slots = tc.optimizer.slots();
-    let sh = if let Some(cfg) = c.model.mlp().map_err(usage)? {
-        strategy::shardings(strategy, &strategy::mlp_params(&cfg), &strategy::MLP_BATCH, slots, axes)
-    } else if let Some(cfg) = c.model.gpt().map_err(usage)? {
-        strategy::shardings(strategy, &strategy::gpt_params(&cfg), &strategy::GPT_BATCH, slots, axes)
-    } else {
-        unreachable!("ModelConfig has two kinds")
-    };
-    sh.configure(&mut tc);
-    Ok(tc)
-}
-
 /// The pipeline configuration of a validated config's `[pipeline]`.
 pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
     let p = c.pipeline.as_ref().ok_or_else(|| usage("the config has no [pipeline] table"))?;
@@ -177,6 +159,16 @@ pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
 /// unpipelined accumulating step (its state layout and initial state) and
 /// the step cut into stages, for a config with `[pipeline]` on `mesh`.
 pub fn prepare_pipeline(c: &RunConfig, mesh: &Mesh, ov: &Overrides) -> Result<(Prepared, StagedStep, Mesh)> {
+    prepare_pipeline_model(c, &c.model.model()?, mesh, ov)
+}
+
+/// [`prepare_pipeline`] for `model`.
+pub fn prepare_pipeline_model(
+    c: &RunConfig,
+    model: &Model,
+    mesh: &Mesh,
+    ov: &Overrides,
+) -> Result<(Prepared, StagedStep, Mesh)> {
     let pc = pipeline_config(c)?;
     let axis = c.pipeline.as_ref().map(|p| p.axis.clone()).unwrap_or_else(|| "stage".into());
     let sub = split_mesh(mesh, &axis, pc.stages)?;
@@ -184,13 +176,13 @@ pub fn prepare_pipeline(c: &RunConfig, mesh: &Mesh, ov: &Overrides) -> Result<(P
     let mut c2 = c.clone();
     c2.optimizer.micro_batches = pc.microbatches;
     c2.pipeline = None;
-    let prepared = prepare(&c2, &axes, ov)?;
-    let tc = train_config(&c2, &axes)?;
+    let prepared = prepare_model(&c2, model, &axes, ov)?;
+    let tc = &prepared.train_config;
     // The auto-sharder's machine model for the backend; the stages share
     // the machine's cores as the devices of the whole mesh do.
     let backend = c.backend.as_deref().unwrap_or(crate::runner::default_backend());
     let opts = crate::runner::report::machine_model(backend, mesh, &AutoShardOptions::default());
-    let staged = build_stages(&prepared.step.module, &tc, &pc, sub.num_devices(), &opts)?;
+    let staged = build_stages(&prepared.step.module, tc, &pc, sub.num_devices(), &opts)?;
     Ok((prepared, staged, sub))
 }
 
@@ -260,18 +252,24 @@ fn auto_plan(c: &RunConfig, exec: &PipelineExecutor) -> String {
 /// so a pipelined run's checkpoint resumes a run without `[pipeline]` (or
 /// with another split, stage count or schedule) of the same model and
 /// optimizer, and the other way round, by resharding on load.
-pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(Line)) -> Result<PipelineRun> {
+pub fn run_pipeline_session(
+    c: &RunConfig,
+    model: &Model,
+    ov: &Overrides,
+    log: &mut dyn FnMut(Line),
+) -> Result<PipelineRun> {
     let c = ov.apply(c.clone());
-    let (mesh, _limit) = crate::runner::session::preflight(&c, ov)?;
+    let (mesh, _limit) = crate::runner::session::preflight(&c, model, ov)?;
     let clock = std::time::Instant::now();
-    let (prepared, staged, sub) = prepare_pipeline(&c, &mesh, ov)?;
+    let (prepared, staged, sub) = prepare_pipeline_model(&c, model, &mesh, ov)?;
     let build_secs = clock.elapsed().as_secs_f64();
     // The dataset is opened and checked before the stages are compiled.
-    let dataset = crate::runner::data::open_dataset(&c, &prepared)?;
+    let dataset = crate::runner::data::open_dataset(&c, model, &prepared)?;
     let backend = c.backend.clone().unwrap_or_else(|| crate::runner::default_backend().into());
     let exec = pipeline_executor(&c, &prepared, staged, &sub, &mesh)?;
     log(Line::Info(format!(
-        "weft train: mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
+        "weft train: {}, mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
+        model.label,
         mesh.num_devices(),
         prepared.strategy,
         c.steps,
@@ -282,6 +280,7 @@ pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(L
         log(Line::Info(auto_plan(&c, &exec)));
     }
     let built = Built {
+        model,
         mesh: &mesh,
         prepared: &prepared,
         backend: &backend,
@@ -303,7 +302,8 @@ pub fn run_pipeline_session(c: &RunConfig, ov: &Overrides, log: &mut dyn FnMut(L
 /// `weft train` for a config with `[pipeline]`: runs it and prints the
 /// pipeline report and the last step's loss. Returns the exit code.
 pub fn train_cli(c: &RunConfig, ov: &Overrides) -> Result<i32> {
-    let run = run_pipeline_session(c, ov, &mut |line| match line {
+    super::super::validate::validate(c)?;
+    let run = run_pipeline_session(c, &c.model.model()?, ov, &mut |line| match line {
         Line::Info(l) => println!("{l}"),
         Line::Warn(l) => eprintln!("warning: {l}"),
     })?;

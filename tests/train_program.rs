@@ -1,0 +1,317 @@
+//! Program models: a model written in the text format (and the same model
+//! built in Rust through `weft::Trainer`) trains through the one engine —
+//! sharded on `data=2,model=4` under `dp`, `fsdp`, `auto` and `[shardings]`
+//! rules, equal to the unsharded interpreter on one device; reruns and
+//! resumes bitwise; and every way a program or its tables can be wrong is a
+//! named error.
+
+#[path = "../examples/train_own_model.rs"]
+mod example;
+
+use std::path::{Path, PathBuf};
+use weft::runner::{run_session, Overrides, RunConfig, RunSummary};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `examples/configs/program.toml` for `steps` steps, without files.
+fn program_config(steps: u64) -> RunConfig {
+    let mut c = RunConfig::load(&root().join("examples/configs/program.toml")).unwrap();
+    c.steps = steps;
+    c.metrics = None;
+    c.checkpoint = None;
+    c
+}
+
+fn quiet() -> Overrides {
+    Overrides { quiet: true, ..Default::default() }
+}
+
+fn run(c: &RunConfig) -> RunSummary {
+    run_session(c, &quiet(), &mut |_| {}).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn losses(s: &RunSummary) -> Vec<f64> {
+    s.metrics.iter().map(|(_, m)| m["loss"]).collect()
+}
+
+/// The unsharded interpreter on one device: the oracle.
+fn oracle(steps: u64) -> RunSummary {
+    let mut c = program_config(steps);
+    c.mesh = None;
+    c.strategy = None;
+    c.shardings.clear();
+    c.backend = Some("interp".into());
+    run(&c)
+}
+
+fn assert_close(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-5 * w.abs().max(1e-12), "{what}: step {i}: loss {g} vs the interpreter's {w}");
+    }
+}
+
+#[test]
+fn a_program_trains_sharded_like_the_interpreter_on_one_device() {
+    let want = oracle(10);
+    let l = losses(&want);
+    assert!(l[9] < 0.8 * l[0], "the loss falls: {l:?}");
+    assert!(want.metrics.iter().all(|(_, m)| m["mae"] > 0.0), "the second result is the metric `mae`");
+    for (strategy, rules) in [("dp", false), ("fsdp", false), ("auto", false), ("fsdp_tp", true), ("tp", true), ("none", true)] {
+        let mut c = program_config(10);
+        c.strategy = Some(strategy.into());
+        if !rules {
+            c.shardings.clear();
+        }
+        let got = run(&c);
+        assert_close(&format!("{strategy} (rules: {rules})"), &losses(&got), &l);
+        // `mae` is logged for every strategy.
+        assert_close(
+            &format!("{strategy} mae"),
+            &got.metrics.iter().map(|(_, m)| m["mae"]).collect::<Vec<_>>(),
+            &want.metrics.iter().map(|(_, m)| m["mae"]).collect::<Vec<_>>(),
+        );
+    }
+}
+
+#[test]
+fn a_program_reruns_and_resumes_bitwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let with_files = |name: &str, steps: u64| {
+        let mut c = program_config(steps);
+        c.metrics = Some(tmp.path().join(name).join("metrics.jsonl"));
+        c.checkpoint = Some(weft::runner::CheckpointConfig {
+            dir: tmp.path().join(name).join("ckpt"),
+            every: 5,
+            keep_last: 3,
+            keep_every: None,
+        });
+        c
+    };
+    let a = run(&with_files("a", 10));
+    let b = run(&with_files("b", 10));
+    let bits = |s: &RunSummary| s.metrics.iter().map(|(_, m)| m["loss"].to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&a), bits(&b), "a rerun is bitwise");
+    // Stop after 5 steps, then resume to 10.
+    run(&with_files("c", 5));
+    let resumed = run_session(&with_files("c", 10), &Overrides { resume: true, ..quiet() }, &mut |_| {}).unwrap();
+    assert_eq!(resumed.metrics.first().map(|(s, _)| *s), Some(5));
+    assert_eq!(bits(&resumed), bits(&a)[5..], "a resume is bitwise");
+    let read = |n: &str| std::fs::read(tmp.path().join(n).join("metrics.jsonl")).unwrap();
+    assert_eq!(read("a"), read("c"), "the resumed metrics file equals the uninterrupted one");
+}
+
+#[test]
+fn the_rust_example_trains_to_the_text_programs_losses() {
+    let rust = example::trainer(6).unwrap().run(&mut |_| {}).unwrap();
+    let text = run(&program_config(6));
+    assert_eq!(losses(&rust).len(), 6);
+    assert_close("the Rust module vs the text program", &losses(&rust), &losses(&text));
+}
+
+/// Trains `program` (text) for 2 steps on `data=2,model=2` with the
+/// config's `[model]` extras `model_extra` and further tables `tables`.
+fn train_text(program: &str, model_extra: &str, tables: &str, strategy: &str) -> Result<RunSummary, String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("m.weft");
+    std::fs::write(&p, program).unwrap();
+    let text = format!(
+        "steps = 2\nmesh = \"data=2,model=2\"\nstrategy = \"{strategy}\"\n[model]\nprogram = \"m.weft\"\n{model_extra}\n{tables}"
+    );
+    let cfg = tmp.path().join("c.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let c = RunConfig::load(&cfg).map_err(|e| e.to_string())?;
+    run_session(&c, &quiet(), &mut |_| {}).map_err(|e| e.to_string())
+}
+
+/// The error of [`train_text`].
+fn error_of(program: &str, model_extra: &str, tables: &str, strategy: &str) -> String {
+    match train_text(program, model_extra, tables, strategy) {
+        Ok(_) => panic!("{program}\n{model_extra}\n{tables}: trained, but an error was expected"),
+        Err(e) => e,
+    }
+}
+
+const LINEAR: &str = "func @loss(%params.w: f32[4,2], %x: f32[8,4], %y: f32[8,2]) -> (f32[]) {
+  %p = dot_general %x, %params.w {lhs_contract = [1], rhs_contract = [0]} : f32[8,2]
+  %e = sub %p, %y
+  %s = mul %e, %e
+  %t = reduce_sum %s {dims = [0, 1]} : f32[]
+  return %t
+}
+";
+const INIT: &str = "[model.init]\n\"params.*\" = \"normal(0.1)\"";
+
+#[test]
+fn the_error_cases_base_program_trains() {
+    let s = train_text(LINEAR, INIT, "", "dp").unwrap();
+    assert_eq!(s.metrics.len(), 2);
+    // An integer input with a range draws its synthetic values below it.
+    let ints = LINEAR.replace("%y: f32[8,2]", "%y: i32[8,2]").replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf");
+    let s = train_text(&ints, "[model.inputs]\ny = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"", "", "fsdp").unwrap();
+    assert!(s.metrics[0].1["loss"] > 0.0);
+}
+
+#[test]
+fn every_contract_breach_is_named() {
+    let cases: Vec<(String, &str, &str, &str, &str)> = vec![
+        (LINEAR.replace("@loss", "@forward"), INIT, "", "dp", "has no function @loss to minimise"),
+        (LINEAR.into(), "loss = \"fwd\"\n[model.init]\n\"params.*\" = \"zeros\"", "", "dp", "has no function @fwd"),
+        (
+            LINEAR.replace("-> (f32[])", "-> (f32[8,2])").replace("return %t", "return %s"),
+            INIT,
+            "",
+            "dp",
+            "the loss (the first result of @loss) must be f32[], but it is f32[8,2]",
+        ),
+        (
+            LINEAR.replace("%params.w", "%w"),
+            "[model.init]\n\"w\" = \"zeros\"",
+            "",
+            "dp",
+            "has no trained parameters",
+        ),
+        (LINEAR.replace("%x", "%step"), INIT, "", "dp", "takes a name the training step uses"),
+        (LINEAR.replace("dot_general", "dot_generl"), INIT, "", "dp", "m.weft: parse error at 2:8"),
+        (LINEAR.into(), "", "", "dp", "no [model.init] rule covers params.w"),
+        (LINEAR.into(), "[model.init]\n\"params.v*\" = \"zeros\"\n\"params.*\" = \"zeros\"", "", "dp", "`params.v*` matches no parameter"),
+        (LINEAR.into(), "[model.init]\n\"params.*\" = \"gauss(1)\"", "", "dp", "gauss(1)"),
+        (LINEAR.into(), INIT, "[shardings]\n\"params.q\" = \"[{}, {model}]\"", "dp", "`params.q` matches no parameter or batch input"),
+        (LINEAR.into(), INIT, "[shardings]\n\"params.w\" = \"[{}, {expert}]\"", "dp", "names the axis `expert`, which the mesh does not have"),
+        (LINEAR.into(), INIT, "[shardings]\n\"params.w\" = \"[{model}]\"", "dp", "has rank 1, but %params.w is f32[4,2]"),
+        (LINEAR.into(), INIT, "[shardings]\n\"params.w\" = \"[{model}, \"", "dp", "[shardings]: \"params.w\""),
+        (LINEAR.into(), INIT, "", "tp", "strategy `tp` splits layers by the model's tensor-parallel rules"),
+        (LINEAR.into(), "compute = \"bf16\"", "", "dp", "a program's dtypes are its own"),
+        (LINEAR.into(), "kind = \"mlp\"", "", "dp", "give one or the other"),
+        (LINEAR.replace("%y: f32[8,2]", "%y: i32[8,2]").replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf"), INIT, "", "dp", "an integer input needs its range"),
+        (LINEAR.into(), "[model.inputs]\nx = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"", "", "dp", "`x` is f32[8,4]: a range is for integer inputs"),
+        (LINEAR.into(), "init_from = \"nowhere.safetensors\"", "", "dp", "nowhere.safetensors"),
+    ];
+    for (program, extra, tables, strategy, want) in cases {
+        let e = error_of(&program, extra, tables, strategy);
+        assert!(e.contains(want), "want `{want}` in:\n{e}\n(model: {extra}; tables: {tables})");
+    }
+}
+
+#[test]
+fn init_from_checks_names_shapes_and_dtypes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, t: weft::ir::tensor::HostTensor| {
+        let p = tmp.path().join(name);
+        weft::ir::tensor::write_safetensors(&p, &[("params.w".to_string(), t)].into_iter().collect()).unwrap();
+        p
+    };
+    let good = write("good.safetensors", weft::ir::tensor::HostTensor::from_f32(&[4, 2], vec![0.5; 8]).unwrap());
+    let bad = write("bad.safetensors", weft::ir::tensor::HostTensor::from_f32(&[2, 4], vec![0.5; 8]).unwrap());
+    let extra = |p: &Path| format!("init_from = \"{}\"", p.display());
+    let e = error_of(LINEAR, &extra(&bad), "", "dp");
+    assert!(e.contains("`params.w` is f32[2,4] but the parameter is f32[4,2]"), "{e}");
+    let e = error_of(LINEAR, &format!("{}\n[model.init]\n\"params.*\" = \"zeros\"", extra(&good)), "", "dp");
+    assert!(e.contains("either [model.init] rules or init_from"), "{e}");
+}
+
+#[test]
+fn the_llama_decoder_trains_on_text_with_tensor_parallel_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let texts: Vec<PathBuf> = ["specs/training.md", "specs/ir.md", "README.md"].iter().map(|p| root().join(p)).collect();
+    let data = tmp.path().join("docs");
+    weft::data::prepare::prepare(&texts, &data, 0.1, &weft::data::tokenize::Tokenizer::Bytes).unwrap();
+    let config = format!(
+        r#"steps = 40
+mesh = "data=2,model=4"
+strategy = "tp"
+[model]
+kind = "llama"
+vocab = 256
+seq = 32
+d_model = 32
+heads = 4
+kv_heads = 2
+ffn = 64
+layers = 2
+batch = 8
+[optimizer]
+kind = "adamw"
+lr = 1e-2
+[data]
+source = "tokens"
+train = "{0}/train.bin"
+val = "{0}/val.bin"
+eval_every = 20
+eval_batches = 2
+"#,
+        data.display()
+    );
+    let c = RunConfig::from_toml(&config).unwrap();
+    let mut lines = Vec::new();
+    let s = run_session(&c, &quiet(), &mut |l| lines.push(format!("{l:?}"))).unwrap();
+    let l = losses(&s);
+    assert!(l[39] < 0.75 * l[0], "the loss falls: {} -> {}", l[0], l[39]);
+    assert_eq!(s.evals.iter().map(|(step, _)| *step).collect::<Vec<_>>(), vec![0, 20, 40]);
+    eprintln!("{:?}", s.evals);
+    assert!(s.evals[2].1["val_loss"] < s.evals[0].1["val_loss"], "validation improves: {:?}", s.evals);
+    // The tensor-parallel rules split the attention and MLP weights.
+    assert!(lines.iter().any(|l| l.contains("llama")), "{lines:?}");
+}
+
+#[test]
+fn weft_model_writes_a_program_that_trains_like_the_built_in_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("gpt.weft");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["model", root().join("examples/configs/gpt.toml").to_str().unwrap(), "-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let toml_text = std::fs::read_to_string(tmp.path().join("gpt.toml")).unwrap();
+    assert!(toml_text.contains("program = \"gpt.weft\"") && toml_text.contains("[model.init]"), "{toml_text}");
+    // The same initial parameters (`--init`) give the same losses, bit for
+    // bit: the program is the built-in model's module.
+    let builtin = RunConfig::load(&root().join("examples/configs/gpt.toml")).unwrap();
+    let program = RunConfig::load(&tmp.path().join("gpt.toml")).unwrap();
+    let params = weft::Model::gpt(&builtin.model.gpt().unwrap().unwrap());
+    let init = tmp.path().join("init.safetensors");
+    let module = params.arch.module(1).unwrap();
+    weft::ir::tensor::write_safetensors(&init, &params.initial_params(&module, 0).unwrap()).unwrap();
+    // The program draws its own synthetic batch; give both the built-in one.
+    let batch = tmp.path().join("batch.safetensors");
+    let cfg = builtin.model.gpt().unwrap().unwrap();
+    weft::ir::tensor::write_safetensors(&batch, &weft::models::gpt::synthetic_batch(&cfg, 0)).unwrap();
+    let with_batch = |mut c: RunConfig| {
+        c.steps = 3;
+        c.metrics = None;
+        c.checkpoint = None;
+        let ov = Overrides { init: Some(init.clone()), data: Some(batch.clone()), ..quiet() };
+        run_session(&c, &ov, &mut |_| {}).unwrap().metrics.iter().map(|(_, m)| m["loss"].to_bits()).collect::<Vec<_>>()
+    };
+    assert_eq!(with_batch(builtin.clone()), with_batch(program.clone()), "the exported program equals the built-in GPT");
+    // Its own synthetic batch and init rules also train.
+    let mut own = program;
+    own.steps = 3;
+    own.metrics = None;
+    own.checkpoint = None;
+    assert_eq!(run(&own).metrics.len(), 3);
+}
+
+#[test]
+fn a_program_whose_layers_are_calls_trains_pipelined_like_unpipelined() {
+    // The built-in GPT's module as a program: its blocks are calls to @block.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = weft::models::gpt::GptConfig { batch: 4, ..Default::default() };
+    let module = weft::models::gpt::build(&cfg, &Default::default()).unwrap();
+    std::fs::write(tmp.path().join("gpt.weft"), weft::ir::text::print_module(&module)).unwrap();
+    let config = |mesh: &str, tail: &str| {
+        let text = format!(
+            "steps = 3\nmesh = \"{mesh}\"\nstrategy = \"dp\"\n[model]\nprogram = \"gpt.weft\"\n[model.inputs]\ntokens = {{ max = 32 }}\n\
+             targets = {{ max = 32 }}\n[model.init]\n\"params.*.g\" = \"ones\"\n\"params.*\" = \"normal(0.02)\"\n{tail}"
+        );
+        let p = tmp.path().join(format!("{}.toml", mesh.replace(['=', ','], "_")));
+        std::fs::write(&p, text).unwrap();
+        RunConfig::load(&p).unwrap()
+    };
+    let want = run(&config("data=2", "[optimizer]\nmicro_batches = 2"));
+    let got = run(&config("data=2,stage=2", "[pipeline]\nstages = 2\nmicrobatches = 2"));
+    assert_close("pipelined program", &losses(&got), &losses(&want));
+}
