@@ -132,7 +132,7 @@ fn bad_configs_and_flags_name_the_key_value_and_range() {
             case("remat not a boolean", &[("c.toml", "steps = 2\n[model]\nkind = \"gpt\"\nremat = \"yes\"\n")],
                 &["train", "c.toml"], 2, &["c.toml", "line 4", "remat = \"yes\"", "expected a boolean"]),
             case("model kind unknown", &[("c.toml", "steps = 2\n[model]\nkind = \"cnn\"\n")],
-                &["train", "c.toml"], 2, &["c.toml", "unknown variant `cnn`, expected `mlp` or `gpt`"]),
+                &["train", "c.toml"], 2, &["c.toml", "unknown variant `cnn`, expected `mlp`, `gpt` or `llama`"]),
             case("tie_embeddings on the mlp", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\ntie_embeddings = true\n")],
                 &["train", "c.toml"], 2, &["c.toml", "unknown field `tie_embeddings`: it is a key of model.kind = \"gpt\", not \"mlp\""]),
             case("loss scale 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[loss_scaling]\ninitial_scale = 0.0\n")],

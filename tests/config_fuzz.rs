@@ -127,13 +127,16 @@ fn config(r: &mut Rng) -> String {
                 s += &format!("{k} = {}\n", int(r, small));
             }
         }
-        if r.chance(30) {
+        // The GPT's own keys (on the Llama decoder they are errors; mostly
+        // left out there so that Llama configs train too).
+        let own = kind != "llama" || r.chance(10);
+        if own && r.chance(30) {
             s += &format!("dropout = {}\n", float(r, &["0.0", "0.1", "0.5"]));
         }
-        if r.chance(20) {
+        if own && r.chance(20) {
             s += &format!("remat = {}\n", r.pick(&["true", "false", "1"]));
         }
-        if r.chance(20) {
+        if own && r.chance(20) {
             s += &format!("tie_embeddings = {}\n", r.pick(&["true", "false", "1"]));
         }
     }

@@ -315,3 +315,46 @@ fn a_program_whose_layers_are_calls_trains_pipelined_like_unpipelined() {
     let got = run(&config("data=2,stage=2", "[pipeline]\nstages = 2\nmicrobatches = 2"));
     assert_close("pipelined program", &losses(&got), &losses(&want));
 }
+
+/// The README's "Train your own model" program and config, pasted as a
+/// newcomer would, train (for 3 steps here) and the loss falls.
+#[test]
+fn the_readme_program_trains() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme.find("## Train your own model").expect("the README section");
+    let section = &readme[start..];
+    let block = |fence: &str, from: usize| {
+        let at = section[from..].find(fence).expect("a code block") + from + fence.len();
+        let end = section[at..].find("```").expect("its end") + at;
+        (section[at..end].to_string(), end + 3)
+    };
+    let (program, next) = block("```\n", 0);
+    let (config, _) = block("```toml\n", next);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("model.weft"), program).unwrap();
+    std::fs::write(tmp.path().join("model.toml"), config).unwrap();
+    let mut c = RunConfig::load(&tmp.path().join("model.toml")).unwrap();
+    c.metrics = None;
+    c.steps = 5;
+    let l = losses(&run(&c));
+    assert!(l[4] < l[0], "the loss falls: {l:?}");
+}
+
+/// Micro-batches, loss scaling and a schedule apply to a program
+/// as to a built-in model: its batch inputs are one micro-batch, so two
+/// micro-batches of the program equal one step of a program twice as wide
+/// (within rounding: the sums are split differently).
+#[test]
+fn micro_batches_and_loss_scaling_apply_to_programs() {
+    let wide = LINEAR.replace("[8,", "[16,");
+    let extra = "[optimizer]\nkind = \"adamw\"\nlr = 0.01\nwarmup_steps = 1\ndecay_steps = 2\n[loss_scaling]\ninitial_scale = 1024\n";
+    let one = train_text(&wide, INIT, extra, "dp").unwrap();
+    let two = train_text(LINEAR, INIT, &extra.replace("lr = 0.01", "lr = 0.01\nmicro_batches = 2"), "dp").unwrap();
+    assert!(one.metrics.iter().all(|(_, m)| m["loss_scale"] == 1024.0), "loss scaling is on");
+    // The program's loss is a sum over its rows: two micro-batches average
+    // two half sums, one wide step sums all rows (twice as large).
+    let (l1, l2) = (losses(&one), losses(&two));
+    for (a, b) in l1.iter().zip(&l2) {
+        assert!((a / 2.0 - b).abs() <= 1e-5 * b.abs(), "{l1:?} vs {l2:?}");
+    }
+}
