@@ -50,7 +50,7 @@ fn reference(config: &str, mesh: &str, strategy: &str, m: usize) -> (Vec<Metrics
     let mesh = Mesh::parse(mesh).unwrap();
     let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
     let p = prepare(&c, &axes, &Overrides::default()).unwrap();
-    let mut exec = executor("cpu", &mesh, &p, None).unwrap();
+    let mut exec = executor(weft::runner::Backend::DEFAULT, &mesh, &p, None).unwrap();
     let state = p.step.init_state(&p.params, c.seed, c.initial_loss_scale()).unwrap();
     exec.load(&p.step, &state).unwrap();
     let metrics = (0..c.steps).map(|_| exec.step(&p.step, &p.batch).unwrap()).collect();

@@ -26,7 +26,7 @@ fn config(model: &str, mesh: &str, pipeline: &str) -> RunConfig {
 fn build(c: &RunConfig, backend: &str) -> weft::Result<(PipelineExecutor, weft::runner::Prepared)> {
     let mesh = weft::runner::validate::validate(c)?;
     let (p, staged, sub) = prepare_pipeline(c, &mesh, &Overrides::default())?;
-    Ok((PipelineExecutor::new(staged, &sub, backend)?, p))
+    Ok((PipelineExecutor::new(staged, &sub, backend.parse()?)?, p))
 }
 
 #[test]
@@ -204,7 +204,7 @@ fn bench_pipeline() {
         c.optimizer.micro_batches = m;
         let mesh = weft_compiler::sharding::Mesh::parse("data=1").unwrap();
         let p = weft::runner::prepare(&c, &["data"], &Overrides::default()).unwrap();
-        let mut exec = weft::runner::executor("cpu", &mesh, &p, None).unwrap();
+        let mut exec = weft::runner::executor(weft::runner::Backend::DEFAULT, &mesh, &p, None).unwrap();
         let state = p.step.init_state(&p.params, 0, 1.0).unwrap();
         exec.load(&p.step, &state).unwrap();
         let mut t: Vec<f64> = (0..6)

@@ -132,11 +132,11 @@ fn the_run_states_the_predicted_step_next_to_the_measured_one() {
         assert!(last.contains(&format!("predicted {:.2} ms, measured / predicted", predicted * 1e3)), "{last}");
         // The prediction prices the program the devices ran.
         let prepared = prepare(&c, &axes, &ov).unwrap();
-        let auto = prepared.auto.as_ref().map(|o| machine_model("cpu", &mesh, o));
+        let auto = prepared.auto.as_ref().map(|o| machine_model(weft::runner::Backend::DEFAULT, &mesh, o));
         let kind = weft_runtime::select_backend(Some("cpu")).unwrap();
         let e = MeshExecutor::with_limit(&prepared.step, &mesh, MeshBackend::Devices(kind), None, None, auto.as_ref())
             .unwrap();
-        let model = machine_model("cpu", &mesh, &AutoShardOptions::default());
+        let model = machine_model(weft::runner::Backend::DEFAULT, &mesh, &AutoShardOptions::default());
         let again = predict_program(&e.partitioned().program, &mesh, &model).total;
         assert!((again - predicted).abs() <= 1e-12 * predicted, "{strategy}: {again} vs {predicted}");
         communication.push((strategy, p["communication_s"].as_f64().unwrap()));

@@ -77,13 +77,13 @@ pub fn compare(args: &CompareArgs) -> Result<i32> {
         c.metrics = None;
         c
     };
-    let backend = config(Strategy::None).backend.unwrap_or_else(|| crate::runner::default_backend().to_string());
+    let backend = crate::runner::Backend::of(&config(Strategy::None))?;
     let mut rows = Vec::new();
     for &s in &strategies {
         let c = config(s);
         let mesh = validate::validate(&c)?;
         let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
-        let predicted = report::predict(&prepare(&c, &axes, &overrides(s))?, &mesh, &backend, None)?;
+        let predicted = report::predict(&prepare(&c, &axes, &overrides(s))?, &mesh, backend, None)?;
         rows.push(Row { name: s.name(), predicted, measured: Vec::new() });
     }
     let mesh = validate::validate(&config(Strategy::None))?;

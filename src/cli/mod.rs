@@ -171,105 +171,15 @@ pub enum DataCommand {
     },
 }
 
-/// Arguments of `weft train`: the config and the flags that override it.
+/// Arguments of `weft train`: the config and the flags that override it
+/// (declared once, as [`crate::runner::Overrides`]).
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
     /// The experiment config.
     pub config: PathBuf,
-    /// Number of steps.
-    #[arg(long)]
-    pub steps: Option<u64>,
-    /// Device mesh, e.g. `data=2,model=4`.
-    #[arg(long)]
-    pub mesh: Option<String>,
-    /// Parallelism strategy: none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3 or auto.
-    #[arg(long)]
-    pub strategy: Option<String>,
-    /// Execution backend: cpu (the runtime's CPU devices, default), wgpu,
-    /// cuda, sim (the reference device-program simulator), interp (the
-    /// unsharded interpreter, one device).
-    #[arg(long)]
-    pub backend: Option<String>,
-    /// Worker threads for a runtime backend (default: one per core for cpu, one per device for GPUs)
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// How a multi-process run sums across processes: deterministic
-    /// (default; exchanged and folded in rank order, bitwise the
-    /// one-process run) or fast (MPI's own reductions for f32/f64 sums,
-    /// not bitwise reproducible).
-    #[arg(long)]
-    pub reduction: Option<String>,
-    /// Seed.
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Checkpoint directory.
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Save a checkpoint every this many steps.
-    #[arg(long)]
-    pub checkpoint_every: Option<u64>,
-    /// Metrics file (one JSON object per step).
-    #[arg(long)]
-    pub metrics: Option<PathBuf>,
-    /// Initial parameters by leaf name (safetensors).
-    #[arg(long)]
-    pub init: Option<PathBuf>,
-    /// A fixed batch by input name (safetensors).
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// The memory the run may use, e.g. `16GiB` (default: the
-    /// WEFT_MEMORY_LIMIT environment variable, else the machine's memory).
-    /// The run's estimated memory is checked against it before anything
-    /// is allocated.
-    #[arg(long)]
-    pub memory_limit: Option<String>,
-    /// Per-device memory budget for `--strategy auto`, e.g. `2GiB`: the
-    /// auto-sharder's plan must fit it (an infeasible budget is an error
-    /// before training starts).
-    #[arg(long)]
-    pub memory_budget: Option<String>,
-    /// Sum in an order every mesh shares, so the metrics are bitwise the
-    /// same on any mesh whose shard counts divide `sum_chunks` (default 8);
-    /// slower (config key `mesh_invariant`).
-    #[arg(long)]
-    pub mesh_invariant: bool,
-    /// Continue from the newest valid checkpoint. A checkpoint directory
-    /// that does not exist or holds no valid checkpoint is an error.
-    #[arg(long)]
-    pub resume: bool,
-    /// Like --resume, but start from step 0 (with a warning) when there is
-    /// no valid checkpoint yet.
-    #[arg(long, conflicts_with = "resume")]
-    pub resume_or_start: bool,
-    /// No progress bar (warnings and the run's description still print).
-    #[arg(long, short)]
-    pub quiet: bool,
-}
-
-impl TrainArgs {
-    /// The flags as config overrides.
-    pub fn overrides(self) -> crate::runner::Overrides {
-        crate::runner::Overrides {
-            steps: self.steps,
-            mesh: self.mesh,
-            strategy: self.strategy,
-            backend: self.backend,
-            threads: self.threads,
-            reduction: self.reduction,
-            seed: self.seed,
-            checkpoint_dir: self.checkpoint_dir,
-            checkpoint_every: self.checkpoint_every,
-            metrics: self.metrics,
-            init: self.init,
-            data: self.data,
-            memory_limit: self.memory_limit,
-            memory_budget: self.memory_budget,
-            mesh_invariant: self.mesh_invariant,
-            resume: self.resume,
-            resume_or_start: self.resume_or_start,
-            quiet: self.quiet,
-        }
-    }
+    /// The flags.
+    #[command(flatten)]
+    pub overrides: crate::runner::Overrides,
 }
 
 /// Runs the CLI on the process arguments and returns the exit code.
@@ -283,10 +193,7 @@ pub fn main() -> i32 {
         Command::Shard { file, mesh, func, explain, show, auto, memory_budget } => {
             shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show, auto, memory_budget })
         }
-        Command::Train(args) => {
-            let config = args.config.clone();
-            train::train(&config, &args.overrides())
-        }
+        Command::Train(args) => train::train(&args.config, &args.overrides),
         Command::CompareStrategies(args) => compare::compare(&args),
         Command::Model { config, output } => model::model(&config, &output),
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),

@@ -17,7 +17,9 @@ use super::{Overrides, Prepared};
 use crate::checkpoint::{CheckpointState, Manifest};
 use crate::data::{input_specs, Dataset, Identity, Prefetcher, Split};
 use crate::error::{Error, Result};
+use super::Backend;
 use crate::models::Model;
+use weft_runtime::BackendKind;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -188,7 +190,7 @@ fn cut_rows(b: Tree, rows: usize) -> Result<Vec<Tree>> {
 }
 
 impl Evaluator {
-    fn new(model: &Model, backend: &str, val: Split, batches: usize) -> Result<Evaluator> {
+    fn new(model: &Model, backend: Backend, val: Split, batches: usize) -> Result<Evaluator> {
         let step = eval_step(model)?;
         // The evaluated function's rows: dimension 0 of its batch inputs
         // (its other inputs are the parameters and the key).
@@ -199,10 +201,10 @@ impl Evaluator {
             .and_then(|(_, t)| t.shape.first().copied())
             .unwrap_or(0);
         let exec: Box<dyn Executor> = match backend {
-            "interp" | "sim" => Box::new(InterpExecutor::new(&step)?),
-            other => {
-                let kind = if other == "cpu-ref" { other } else { "cpu" };
-                let kind = weft_runtime::select_backend(Some(kind))?;
+            Backend::Interp | Backend::Sim => Box::new(InterpExecutor::new(&step)?),
+            Backend::Runtime(kind) => {
+                // On one CPU device: the reference one beside `cpu-ref`.
+                let kind = if kind == BackendKind::CpuRef { kind } else { BackendKind::Cpu };
                 let one = Mesh::parse("data=1")?;
                 Box::new(MeshExecutor::new(&step, &one, MeshBackend::Devices(kind), Some(1))?)
             }
@@ -255,7 +257,7 @@ impl Feed {
         c: &RunConfig,
         model: &Model,
         data: Dataset,
-        backend: &str,
+        backend: Backend,
         first: u64,
         rows: Range<usize>,
     ) -> Result<Feed> {

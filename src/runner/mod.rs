@@ -6,6 +6,7 @@
 //! step to the metrics file and a run manifest (config, weft version and git
 //! revision, mesh, device mapping, seed) beside the checkpoints.
 
+mod backend;
 pub mod config;
 pub mod data;
 pub mod estimate;
@@ -22,7 +23,8 @@ pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use session::{default_backend, executor, run_model_on, run_session, run_session_on, Line};
+pub use backend::Backend;
+pub use session::{executor, run_model_on, run_session, run_session_on, Line};
 
 use crate::checkpoint::MeshSpec;
 use crate::error::{Error, Result};
@@ -34,47 +36,78 @@ use weft_compiler::sharding::Mesh;
 use weft_compiler::train::{build_train_step, Metrics, TrainStep, Tree};
 use weft_ir::tensor::read_safetensors;
 
-/// Command-line overrides of a config (`weft train --steps ...`).
-#[derive(Clone, Debug, Default)]
+/// Command-line overrides of a config: the flags of `weft train` (their
+/// help is these docs), each naming the config key it overrides where it
+/// has one (`validate::KEYS` lists the pairs; a test keeps them equal).
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct Overrides {
-    /// `--steps`.
+    /// Number of steps.
+    #[arg(long)]
     pub steps: Option<u64>,
-    /// `--mesh`.
+    /// Device mesh, e.g. `data=2,model=4`.
+    #[arg(long)]
     pub mesh: Option<String>,
-    /// `--strategy`.
+    /// Parallelism strategy: none, dp, tp, fsdp, fsdp_tp, zero1, zero2, zero3 or auto.
+    #[arg(long)]
     pub strategy: Option<String>,
-    /// `--backend`.
+    /// Execution backend: cpu (the runtime's CPU devices, default), wgpu,
+    /// cuda, sim (the reference device-program simulator), interp (the
+    /// unsharded interpreter, one device).
+    #[arg(long)]
     pub backend: Option<String>,
-    /// `--threads`.
+    /// Worker threads for a runtime backend (default: one per core for cpu, one per device for GPUs)
+    #[arg(long)]
     pub threads: Option<usize>,
-    /// `--reduction` (`deterministic` or `fast`).
+    /// How a multi-process run sums across processes: deterministic
+    /// (default; exchanged and folded in rank order, bitwise the
+    /// one-process run) or fast (MPI's own reductions for f32/f64 sums,
+    /// not bitwise reproducible).
+    #[arg(long)]
     pub reduction: Option<String>,
-    /// `--seed`.
+    /// Seed.
+    #[arg(long)]
     pub seed: Option<u64>,
-    /// `--checkpoint-dir`.
+    /// Checkpoint directory.
+    #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
-    /// `--checkpoint-every`.
+    /// Save a checkpoint every this many steps.
+    #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// `--metrics`.
+    /// Metrics file (one JSON object per step).
+    #[arg(long)]
     pub metrics: Option<PathBuf>,
-    /// `--init FILE.safetensors`: initial parameters by leaf name.
+    /// Initial parameters by leaf name (safetensors).
+    #[arg(long)]
     pub init: Option<PathBuf>,
-    /// `--data FILE.safetensors`: a fixed batch by input name.
+    /// A fixed batch by input name (safetensors).
+    #[arg(long)]
     pub data: Option<PathBuf>,
-    /// `--memory-limit` (`16GiB`).
+    /// The memory the run may use, e.g. `16GiB` (default: the
+    /// WEFT_MEMORY_LIMIT environment variable, else the machine's memory).
+    /// The run's estimated memory is checked against it before anything
+    /// is allocated.
+    #[arg(long)]
     pub memory_limit: Option<String>,
-    /// `--memory-budget` (`2GiB`): per device, for `--strategy auto`.
+    /// Per-device memory budget for `--strategy auto`, e.g. `2GiB`: the
+    /// auto-sharder's plan must fit it (an infeasible budget is an error
+    /// before training starts).
+    #[arg(long)]
     pub memory_budget: Option<String>,
-    /// `--mesh-invariant`: sets `mesh_invariant = true`.
+    /// Sum in an order every mesh shares, so the metrics are bitwise the
+    /// same on any mesh whose shard counts divide `sum_chunks` (default 8);
+    /// slower (config key `mesh_invariant`).
+    #[arg(long)]
     pub mesh_invariant: bool,
-    /// `--resume`: continue from the newest valid checkpoint; no
-    /// checkpoint directory, or no valid checkpoint in it, is an error.
+    /// Continue from the newest valid checkpoint. A checkpoint directory
+    /// that does not exist or holds no valid checkpoint is an error.
+    #[arg(long)]
     pub resume: bool,
-    /// `--resume-or-start`: like `--resume`, but start from step 0 (with a
-    /// warning) when there is no checkpoint yet.
+    /// Like --resume, but start from step 0 (with a warning) when there is
+    /// no valid checkpoint yet.
+    #[arg(long, conflicts_with = "resume")]
     pub resume_or_start: bool,
-    /// No progress bar (for tests and logs); every other line is still
-    /// reported.
+    /// No progress bar (warnings and the run's description still print).
+    #[arg(long, short)]
     pub quiet: bool,
 }
 

@@ -10,7 +10,7 @@
 //! `weft compare-strategies` does it for every strategy on one config and
 //! states the rank correlation.
 
-use super::Prepared;
+use super::{Backend, Prepared};
 use crate::error::Result;
 use weft_compiler::autoshard::{fmt_bytes, predict_program, AutoShardOptions, StepPrediction};
 use weft_compiler::partition::compile_stable;
@@ -27,7 +27,7 @@ pub use machine::machine_model;
 pub fn predict(
     prepared: &Prepared,
     mesh: &Mesh,
-    backend: &str,
+    backend: Backend,
     compiled: Option<&weft_ir::device::DeviceProgram>,
 ) -> Result<StepPrediction> {
     let model = machine_model(backend, mesh, &AutoShardOptions::default());

@@ -6,6 +6,7 @@ use super::{mesh_spec, prepare_model, run_steps, Executor, InterpExecutor, Metri
 use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
 use crate::checkpoint::{Manifest, MeshSpec};
 use crate::error::{Error, Result};
+use super::Backend;
 use crate::models::Model;
 use weft_compiler::sharding::Mesh;
 use weft_ir::limits::MemoryLimit;
@@ -78,7 +79,7 @@ fn warn_layout_changes(
 /// interpreter, one device), `sim` (the reference device-program simulator)
 /// or a runtime backend (`cpu`, `wgpu`, `cuda`) with `threads` workers.
 pub fn executor(
-    backend: &str,
+    backend: Backend,
     mesh: &Mesh,
     prepared: &super::Prepared,
     threads: Option<usize>,
@@ -89,14 +90,14 @@ pub fn executor(
 /// [`executor`], checking the compiled program's memory against `limit`
 /// before any device memory is allocated.
 fn executor_with_limit(
-    backend: &str,
+    backend: Backend,
     mesh: &Mesh,
     prepared: &super::Prepared,
     threads: Option<usize>,
     limit: Option<&MemoryLimit>,
     processes: Option<&Processes>,
 ) -> Result<Box<dyn Executor>> {
-    if let (Some(p), "interp" | "sim") = (processes, backend) {
+    if let (Some(p), true) = (processes, backend.one_process()) {
         return Err(Error::Usage(format!(
             "backend `{backend}` runs in one process, but this run has {} processes; use cpu, wgpu or cuda",
             p.size()
@@ -105,7 +106,7 @@ fn executor_with_limit(
     let auto = prepared.auto.as_ref().map(|o| super::report::machine_model(backend, mesh, o));
     let auto = auto.as_ref();
     match backend {
-        "interp" => {
+        Backend::Interp => {
             if mesh.num_devices() != 1 {
                 return Err(Error::Usage(format!(
                     "backend `interp` runs the unsharded program on one device, but the mesh {mesh} has {} devices",
@@ -114,11 +115,12 @@ fn executor_with_limit(
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        "sim" => {
+        Backend::Sim => {
             Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, MeshBackend::Simulator, None, limit, auto)?))
         }
-        other => {
-            let kind = weft_runtime::select_backend(Some(other))?;
+        Backend::Runtime(kind) => {
+            // The kind's devices must be there (a named error if not).
+            let kind = weft_runtime::select_backend(Some(kind.name()))?;
             let backend = MeshBackend::Devices(kind);
             Ok(Box::new(MeshExecutor::on_processes(&prepared.step, mesh, backend, threads, limit, auto, processes)?))
         }
@@ -204,8 +206,8 @@ pub fn run_model_on(
     let mut compile_secs = vec![("train step".to_string(), clock.elapsed().as_secs_f64())];
     // The dataset is opened and checked before the executor is compiled.
     let dataset = super::data::open_dataset(c, model, &prepared)?;
-    let backend = c.backend.clone().unwrap_or_else(|| default_backend().into());
-    let mut exec = executor_with_limit(&backend, &mesh, &prepared, c.threads, limit.as_ref(), processes)?;
+    let backend = Backend::of(c)?;
+    let mut exec = executor_with_limit(backend, &mesh, &prepared, c.threads, limit.as_ref(), processes)?;
     compile_secs.extend(exec.compile_phases().into_iter().map(|(n, t)| (n.to_string(), t.as_secs_f64())));
     let sums = c.mesh_invariant_chunks().map(|k| format!(", mesh-invariant sums ({k} chunks)")).unwrap_or_default();
     log(Line::Info(format!(
@@ -226,13 +228,13 @@ pub fn run_model_on(
         log(Line::Info(plan));
     }
     // The cost model's price of this step, to set beside the measured one.
-    let predicted = super::report::predict(&prepared, &mesh, &backend, exec.device_program())?;
+    let predicted = super::report::predict(&prepared, &mesh, backend, exec.device_program())?;
     log(Line::Info(super::report::predicted_line(&predicted)));
     let built = Built {
         model,
         mesh: &mesh,
         prepared: &prepared,
-        backend: &backend,
+        backend,
         dataset,
         compile_secs,
         predicted: Some(&predicted),
@@ -266,7 +268,7 @@ pub(crate) struct Built<'a> {
     /// The model and its (unpipelined) training step: the state's leaves.
     pub prepared: &'a super::Prepared,
     /// The backend's name.
-    pub backend: &'a str,
+    pub backend: Backend,
     /// The `[data]` dataset, opened and checked.
     pub dataset: Option<crate::data::Dataset>,
     /// Wall time of each compile phase so far, in seconds.
@@ -479,10 +481,6 @@ pub(crate) fn train_built(
     Ok(summary)
 }
 
-/// The backend used when none is configured.
-pub fn default_backend() -> &'static str {
-    "cpu"
-}
 
 #[allow(clippy::too_many_arguments)]
 fn write_manifest(
@@ -490,7 +488,7 @@ fn write_manifest(
     model: &Model,
     mesh: &Mesh,
     exec: &dyn Executor,
-    backend: &str,
+    backend: Backend,
     prepared: &super::Prepared,
     data: Option<&serde_json::Value>,
     prediction: &serde_json::Value,
@@ -507,7 +505,7 @@ fn write_manifest(
         "git_revision": env!("WEFT_GIT_REV"),
         "config": serde_json::to_value(c).unwrap_or_default(),
         "mesh": mesh.to_string(),
-        "backend": backend,
+        "backend": backend.name(),
         "devices": exec.describe(),
         "strategy": prepared.strategy.name(),
         "model": model.label,

@@ -101,7 +101,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "seed", flag: Some("--seed"), range: int(0, u64::MAX), default: "0", note: "" },
     KeySpec { key: "mesh", flag: Some("--mesh"), range: Range::Text("`name=size,...`; sizes ≥ 1, at most 1024 devices in all"), default: "one device", note: "" },
     KeySpec { key: "strategy", flag: Some("--strategy"), range: Range::OneOf(&["none", "dp", "tp", "fsdp", "fsdp_tp", "zero1", "zero2", "zero3", "auto"]), default: "`none`", note: "" },
-    KeySpec { key: "backend", flag: Some("--backend"), range: Range::OneOf(&["cpu", "cpu-ref", "wgpu", "cuda", "sim", "interp"]), default: "`cpu`", note: "`interp` needs a one-device mesh" },
+    KeySpec { key: "backend", flag: Some("--backend"), range: Range::OneOf(&super::Backend::NAMES), default: "`cpu`", note: "`interp` needs a one-device mesh" },
     KeySpec { key: "threads", flag: Some("--threads"), range: int(1, MAX_DEVICES), default: "one per core (cpu), one per device (GPU)", note: "" },
     KeySpec { key: "reduction", flag: Some("--reduction"), range: Range::OneOf(&weft_runtime::process::Reduction::NAMES), default: "`deterministic`", note: "several processes only: `fast` sums f32/f64 across processes with MPI's own reductions (not bitwise reproducible)" },
     KeySpec { key: "metrics", flag: Some("--metrics"), range: Range::Text("a file path"), default: "none", note: "" },

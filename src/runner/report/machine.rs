@@ -28,6 +28,7 @@
 //!   and 10 µs per call (`calibrate_cpu`: all-reduces of 64 KiB to 2 MiB per
 //!   device on `data=2,model=4` run at 2.2 to 7.1 GB/s per device).
 
+use crate::runner::Backend;
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::sharding::Mesh;
 
@@ -44,9 +45,9 @@ pub const CPU_COLLECTIVE_LATENCY: f64 = 10e-6;
 
 /// The auto-sharder's options for `backend` on `mesh`: `base` (its memory
 /// budget, limits) with the backend's compute, memory and link constants.
-pub fn machine_model(backend: &str, mesh: &Mesh, base: &AutoShardOptions) -> AutoShardOptions {
+pub fn machine_model(backend: Backend, mesh: &Mesh, base: &AutoShardOptions) -> AutoShardOptions {
     let mut o = base.clone();
-    if matches!(backend, "cpu" | "cpu-ref" | "sim" | "interp") {
+    if backend.on_host() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         let share = cores / mesh.num_devices().max(1) as f64;
         o.device_flops = CPU_GEMM_FLOPS_PER_CORE * share;

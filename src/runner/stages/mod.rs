@@ -58,7 +58,8 @@ use weft_compiler::stages::{
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, Function, Module};
-use weft_runtime::{AnyBackend, BackendKind, ExecOptions, Executable};
+use crate::runner::Backend;
+use weft_runtime::{AnyBackend, ExecOptions, Executable};
 
 /// One compiled stage function.
 enum Compiled {
@@ -81,16 +82,20 @@ impl Compiled {
     fn new(
         f: &Function,
         mesh: &Mesh,
-        backend: &str,
+        backend: Backend,
         auto: Option<&AutoShardOptions>,
         resident: usize,
     ) -> Result<Compiled> {
         let m = Module { functions: vec![f.clone()] };
-        if backend == "interp" {
+        let kind = match backend {
+            Backend::Runtime(kind) => Some(kind),
+            Backend::Interp | Backend::Sim => None,
+        };
+        if backend == Backend::Interp {
             weft_ir::verify_module(&m)?;
             return Ok(Compiled::Interp(m, f.name.clone()));
         }
-        let resident = if backend != "sim" && mesh.num_devices() == 1 { resident.min(f.params.len()) } else { 0 };
+        let resident = if backend != Backend::Sim && mesh.num_devices() == 1 { resident.min(f.params.len()) } else { 0 };
         let n_out = f.results.len();
         let mut m = m;
         if resident > 0 {
@@ -101,10 +106,7 @@ impl Compiled {
             g.results.extend_from_slice(&g.params[..resident]);
         }
         let pf = Pipeline::for_step(mesh, auto).run(&m, &f.name, &mut |_, _| {})?.0.into_partitioned()?;
-        if backend == "sim" {
-            return Ok(Compiled::Sim(Box::new(pf)));
-        }
-        let kind: BackendKind = backend.parse()?;
+        let Some(kind) = kind else { return Ok(Compiled::Sim(Box::new(pf))) };
         let devices = weft_runtime::open_devices(kind, mesh.num_devices())?;
         let donate = (0..resident).map(|i| (i, n_out + i)).collect();
         let exe = Executable::new(
@@ -273,7 +275,7 @@ pub struct PipelineExecutor {
     /// The mesh its checkpoints record: the whole mesh, stage axis included
     /// ([`PipelineExecutor::set_checkpoint_mesh`]; one device by default).
     checkpoint_mesh: crate::checkpoint::MeshSpec,
-    backend: String,
+    backend: Backend,
     last_trace: Option<Trace>,
     compile_secs: f64,
     serial: bool,
@@ -316,7 +318,7 @@ fn scalar_f32(t: &HostTensor) -> f32 {
 impl PipelineExecutor {
     /// Compiles every stage's functions for `sub_mesh` (the mesh without
     /// its stage axis) on `backend` (`interp`, `sim`, `cpu`, ...).
-    pub fn new(staged: StagedStep, sub_mesh: &Mesh, backend: &str) -> Result<PipelineExecutor> {
+    pub fn new(staged: StagedStep, sub_mesh: &Mesh, backend: Backend) -> Result<PipelineExecutor> {
         PipelineExecutor::with_auto(staged, sub_mesh, backend, None)
     }
 
@@ -329,7 +331,7 @@ impl PipelineExecutor {
     pub fn with_auto(
         staged: StagedStep,
         sub_mesh: &Mesh,
-        backend: &str,
+        backend: Backend,
         auto: Option<&AutoShardOptions>,
     ) -> Result<PipelineExecutor> {
         let clock = Instant::now();
@@ -355,7 +357,7 @@ impl PipelineExecutor {
             loss_scale: None,
             mesh: sub_mesh.clone(),
             checkpoint_mesh: crate::checkpoint::MeshSpec::single(),
-            backend: backend.into(),
+            backend,
             last_trace: None,
             compile_secs: clock.elapsed().as_secs_f64(),
             serial: false,

@@ -7,7 +7,7 @@ use super::PipelineExecutor;
 use crate::error::{Error, Result};
 use crate::runner::session::{train_built, Built};
 use crate::models::Model;
-use crate::runner::{prepare_model, Executor, Line, Overrides, Prepared, RunConfig, RunSummary};
+use crate::runner::{prepare_model, Backend, Executor, Line, Overrides, Prepared, RunConfig, RunSummary};
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::sharding::Mesh;
 use weft_compiler::stages::{build_stages, simulate, Phase, PipelineConfig, StagedStep, Trace};
@@ -180,8 +180,7 @@ pub fn prepare_pipeline_model(
     let tc = &prepared.train_config;
     // The auto-sharder's machine model for the backend; the stages share
     // the machine's cores as the devices of the whole mesh do.
-    let backend = c.backend.as_deref().unwrap_or(crate::runner::default_backend());
-    let opts = crate::runner::report::machine_model(backend, mesh, &AutoShardOptions::default());
+    let opts = crate::runner::report::machine_model(Backend::of(c)?, mesh, &AutoShardOptions::default());
     let staged = build_stages(&prepared.step.module, tc, &pc, sub.num_devices(), &opts)?;
     Ok((prepared, staged, sub))
 }
@@ -221,7 +220,7 @@ pub fn pipeline_executor(
     sub: &Mesh,
     mesh: &Mesh,
 ) -> Result<PipelineExecutor> {
-    let backend = c.backend.as_deref().unwrap_or(crate::runner::default_backend());
+    let backend = Backend::of(c)?;
     let auto = prepared.auto.as_ref().map(|o| crate::runner::report::machine_model(backend, mesh, o));
     let mut exec = PipelineExecutor::with_auto(staged, sub, backend, auto.as_ref())?;
     exec.set_checkpoint_mesh(mesh);
@@ -265,7 +264,7 @@ pub fn run_pipeline_session(
     let build_secs = clock.elapsed().as_secs_f64();
     // The dataset is opened and checked before the stages are compiled.
     let dataset = crate::runner::data::open_dataset(&c, model, &prepared)?;
-    let backend = c.backend.clone().unwrap_or_else(|| crate::runner::default_backend().into());
+    let backend = Backend::of(&c)?;
     let exec = pipeline_executor(&c, &prepared, staged, &sub, &mesh)?;
     log(Line::Info(format!(
         "weft train: {}, mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
@@ -283,7 +282,7 @@ pub fn run_pipeline_session(
         model,
         mesh: &mesh,
         prepared: &prepared,
-        backend: &backend,
+        backend,
         dataset,
         compile_secs: vec![("build stages".into(), build_secs), ("compile stages".into(), exec.compile_secs())],
         predicted: None,
@@ -323,5 +322,5 @@ pub fn train_cli(c: &RunConfig, ov: &Overrides) -> Result<i32> {
 pub fn plan_report(c: &RunConfig) -> Result<PipelineReport> {
     let mesh = super::super::validate::validate(c)?;
     let (_, staged, sub) = prepare_pipeline(c, &mesh, &Overrides::default())?;
-    report(&PipelineExecutor::new(staged, &sub, "interp")?)
+    report(&PipelineExecutor::new(staged, &sub, Backend::Interp)?)
 }

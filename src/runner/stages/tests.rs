@@ -17,7 +17,7 @@ fn executor_on(optimizer_extra: &str, backend: &str, mesh: &str, strategy: &str)
     c.pipeline = Some(toml::from_str("stages = 2\nmicrobatches = 2").unwrap());
     let mesh = crate::runner::validate::validate(&c).unwrap();
     let (p, staged, sub) = session::prepare_pipeline(&c, &mesh, &Overrides::default()).unwrap();
-    let mut exec = PipelineExecutor::new(staged, &sub, backend).unwrap();
+    let mut exec = PipelineExecutor::new(staged, &sub, backend.parse().unwrap()).unwrap();
     let state = p.step.init_state(&p.params, c.seed, c.initial_loss_scale()).unwrap();
     exec.load_tree(&state).unwrap();
     (exec, state, p.batch.clone())
