@@ -36,15 +36,16 @@ pub fn module() -> weft::Result<Module> {
 }
 
 /// The trainer: initialisation and sharding rules, optimizer and mesh, as
-/// a config file's keys.
-pub fn trainer(steps: u64) -> weft::Result<Trainer> {
+/// a config file's keys; metrics to `metrics` when given.
+pub fn trainer_with_metrics(steps: u64, metrics: Option<&str>) -> weft::Result<Trainer> {
+    let metrics = metrics.map(|m| format!("metrics = \"{m}\"\n")).unwrap_or_default();
     Trainer::new("residual-mlp", module()?)?.init(&[("params.*.b_up", "zeros"), ("params.*", "fan_in")])?.options(
         &format!(
             r#"
 steps = {steps}
 mesh = "data=2,model=4"
 strategy = "fsdp_tp"
-
+{metrics}
 [shardings]
 "params.*.w_up" = "[{{}}, {{model}}]"
 "params.*.b_up" = "[{{model}}]"
@@ -58,15 +59,32 @@ lr = 3e-3
     )
 }
 
+/// [`trainer_with_metrics`] without a metrics file.
+pub fn trainer(steps: u64) -> weft::Result<Trainer> {
+    trainer_with_metrics(steps, None)
+}
+
+/// `train_own_model [STEPS] [METRICS.jsonl]` (also under `mpirun`: each
+/// process runs its share of the 8 devices).
 #[allow(dead_code)] // the tests include this file for `module` and `trainer`
 fn main() -> weft::Result<()> {
-    let summary = trainer(50)?.run(&mut |line| match line {
-        Line::Info(l) => println!("{l}"),
-        Line::Warn(l) => eprintln!("warning: {l}"),
+    let mut args = std::env::args().skip(1);
+    let steps = args.next().map(|s| s.parse().map_err(|e| weft::Error::Usage(format!("steps: {e}")))).transpose()?;
+    let metrics = args.next();
+    // Only the first process of an `mpirun` job is given lines to report.
+    let mut reporting = false;
+    let summary = trainer_with_metrics(steps.unwrap_or(50), metrics.as_deref())?.run(&mut |line| {
+        reporting = true;
+        match line {
+            Line::Info(l) => println!("{l}"),
+            Line::Warn(l) => eprintln!("warning: {l}"),
+        }
     })?;
-    for (step, m) in summary.metrics.iter().step_by(10) {
-        println!("step {step:3}  loss {:.6}  mae {:.4}", m["loss"], m["mae"]);
+    if reporting {
+        for (step, m) in summary.metrics.iter().step_by(10) {
+            println!("step {step:3}  loss {:.6}  mae {:.4}", m["loss"], m["mae"]);
+        }
+        println!("{}", summary.last_line().unwrap_or_default());
     }
-    println!("{}", summary.last_line().unwrap_or_default());
     Ok(())
 }

@@ -491,3 +491,33 @@ fn a_bad_reduction_mode_is_a_named_error() {
     assert!(!o.status.success());
     assert!(err.contains("reduction (--reduction) = `quick`"), "{err}");
 }
+
+/// A model defined in Rust (`examples/train_own_model.rs`, through
+/// `weft::Trainer`) runs under `mpirun` like `weft train`: its metrics on
+/// two processes are bitwise those of one.
+#[test]
+fn a_rust_trainer_under_mpirun_equals_one_process() {
+    let Some(_) = mpirun_or_skip("a_rust_trainer_under_mpirun_equals_one_process") else { return };
+    // `cargo test` builds the examples beside the binaries.
+    let example = Path::new(WEFT).parent().unwrap().join("examples/train_own_model");
+    assert!(example.exists(), "{} is built by cargo test", example.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |n: usize| {
+        let m = tmp.path().join(format!("m{n}.jsonl"));
+        let mut c = if n == 0 { Command::new(&example) } else { mpirun(n) };
+        if n > 0 {
+            c.arg(&example);
+        }
+        let o = c.args(["6", m.to_str().unwrap()]).output().expect("runs");
+        ok(&o, &format!("the Rust example on {n} processes"));
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        (read(&m), stdout)
+    };
+    let (one, out1) = run(0);
+    let (two, out2) = run(2);
+    assert_eq!(String::from_utf8_lossy(&one).lines().count(), 6);
+    assert!(one == two, "the Rust trainer's metrics on 2 processes differ from one process");
+    // Only the first process reports.
+    assert_eq!(out1.matches("step   0").count(), 1, "{out1}");
+    assert_eq!(out2.matches("step   0").count(), 1, "{out2}");
+}
