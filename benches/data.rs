@@ -79,8 +79,17 @@ fn main() {
     let mut split = None;
     for _ in 0..runs {
         let t = Instant::now();
-        split =
-            Some(Split::open(&c, &c.train, "data.train", &input_specs(&gpt, &[("tokens".to_string(), 256), ("targets".to_string(), 256)].into()), 0, Order::Shuffled).unwrap());
+        split = Some(
+            Split::open(
+                &c,
+                &c.train,
+                "data.train",
+                &input_specs(&gpt, &[("tokens".to_string(), 256), ("targets".to_string(), 256)].into()),
+                0,
+                Order::Shuffled,
+            )
+            .unwrap(),
+        );
         open.push(t.elapsed().as_secs_f64());
     }
     let m = median(open);
@@ -117,8 +126,9 @@ fn main() {
         ("y".to_string(), TensorType::new(DType::F32, vec![b, d])),
     ];
     let c = cfg("table", &table);
-    let split =
-        Arc::new(Split::open(&c, &c.train, "data.train", &input_specs(&mlp, &Default::default()), 0, Order::Shuffled).unwrap());
+    let split = Arc::new(
+        Split::open(&c, &c.train, "data.train", &input_specs(&mlp, &Default::default()), 0, Order::Shuffled).unwrap(),
+    );
     let steps = 5_000u64;
     for depth in [0usize, 2] {
         let m = time_batches(&split, steps, runs, depth);

@@ -304,7 +304,11 @@ pub fn annotated_module(
             }
             (None, Some(s)) => Some(dims(s)),
             (None, None) if tp && name.starts_with("params.") => model.tp_rules.first(name).map(|r| {
-                r.value.dims.iter().map(|d| d.axes.iter().filter(|a| axes.contains(&a.as_str())).cloned().collect()).collect()
+                r.value
+                    .dims
+                    .iter()
+                    .map(|d| d.axes.iter().filter(|a| axes.contains(&a.as_str())).cloned().collect())
+                    .collect()
             }),
             (None, None) => None,
         };

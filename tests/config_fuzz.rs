@@ -110,7 +110,15 @@ fn config(r: &mut Rng) -> String {
             }
         }
     } else {
-        let kind = if r.chance(95) { if r.chance(80) { "gpt" } else { "llama" } } else { "rnn" };
+        let kind = if r.chance(95) {
+            if r.chance(80) {
+                "gpt"
+            } else {
+                "llama"
+            }
+        } else {
+            "rnn"
+        };
         s += &format!("[model]\nkind = \"{kind}\"\n");
         if kind == "llama" && r.chance(60) {
             s += &format!("kv_heads = {}\n", int(r, &["1", "2", "3"]));

@@ -99,7 +99,6 @@ fn files(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.join("metrics.jsonl"), dir.join("ckpt"))
 }
 
-
 #[test]
 fn two_hosts_train_bitwise_like_one_process() {
     let Some(hosts) = NetHosts::up_or_skip("two_hosts_train_bitwise_like_one_process", 2, 0) else { return };

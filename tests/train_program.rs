@@ -59,7 +59,9 @@ fn a_program_trains_sharded_like_the_interpreter_on_one_device() {
     let l = losses(&want);
     assert!(l[9] < 0.8 * l[0], "the loss falls: {l:?}");
     assert!(want.metrics.iter().all(|(_, m)| m["mae"] > 0.0), "the second result is the metric `mae`");
-    for (strategy, rules) in [("dp", false), ("fsdp", false), ("auto", false), ("fsdp_tp", true), ("tp", true), ("none", true)] {
+    for (strategy, rules) in
+        [("dp", false), ("fsdp", false), ("auto", false), ("fsdp_tp", true), ("tp", true), ("none", true)]
+    {
         let mut c = program_config(10);
         c.strategy = Some(strategy.into());
         if !rules {
@@ -149,8 +151,11 @@ fn the_error_cases_base_program_trains() {
     let s = train_text(LINEAR, INIT, "", "dp").unwrap();
     assert_eq!(s.metrics.len(), 2);
     // An integer input with a range draws its synthetic values below it.
-    let ints = LINEAR.replace("%y: f32[8,2]", "%y: i32[8,2]").replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf");
-    let s = train_text(&ints, "[model.inputs]\ny = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"", "", "fsdp").unwrap();
+    let ints = LINEAR
+        .replace("%y: f32[8,2]", "%y: i32[8,2]")
+        .replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf");
+    let s = train_text(&ints, "[model.inputs]\ny = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"", "", "fsdp")
+        .unwrap();
     assert!(s.metrics[0].1["loss"] > 0.0);
 }
 
@@ -166,27 +171,59 @@ fn every_contract_breach_is_named() {
             "dp",
             "the loss (the first result of @loss) must be f32[], but it is f32[8,2]",
         ),
-        (
-            LINEAR.replace("%params.w", "%w"),
-            "[model.init]\n\"w\" = \"zeros\"",
-            "",
-            "dp",
-            "has no trained parameters",
-        ),
+        (LINEAR.replace("%params.w", "%w"), "[model.init]\n\"w\" = \"zeros\"", "", "dp", "has no trained parameters"),
         (LINEAR.replace("%x", "%step"), INIT, "", "dp", "takes a name the training step uses"),
         (LINEAR.replace("dot_general", "dot_generl"), INIT, "", "dp", "m.weft: parse error at 2:8"),
         (LINEAR.into(), "", "", "dp", "no [model.init] rule covers params.w"),
-        (LINEAR.into(), "[model.init]\n\"params.v*\" = \"zeros\"\n\"params.*\" = \"zeros\"", "", "dp", "`params.v*` matches no parameter"),
+        (
+            LINEAR.into(),
+            "[model.init]\n\"params.v*\" = \"zeros\"\n\"params.*\" = \"zeros\"",
+            "",
+            "dp",
+            "`params.v*` matches no parameter",
+        ),
         (LINEAR.into(), "[model.init]\n\"params.*\" = \"gauss(1)\"", "", "dp", "gauss(1)"),
-        (LINEAR.into(), INIT, "[shardings]\n\"params.q\" = \"[{}, {model}]\"", "dp", "`params.q` matches no parameter or batch input"),
-        (LINEAR.into(), INIT, "[shardings]\n\"params.w\" = \"[{}, {expert}]\"", "dp", "names the axis `expert`, which the mesh does not have"),
-        (LINEAR.into(), INIT, "[shardings]\n\"params.w\" = \"[{model}]\"", "dp", "has rank 1, but %params.w is f32[4,2]"),
+        (
+            LINEAR.into(),
+            INIT,
+            "[shardings]\n\"params.q\" = \"[{}, {model}]\"",
+            "dp",
+            "`params.q` matches no parameter or batch input",
+        ),
+        (
+            LINEAR.into(),
+            INIT,
+            "[shardings]\n\"params.w\" = \"[{}, {expert}]\"",
+            "dp",
+            "names the axis `expert`, which the mesh does not have",
+        ),
+        (
+            LINEAR.into(),
+            INIT,
+            "[shardings]\n\"params.w\" = \"[{model}]\"",
+            "dp",
+            "has rank 1, but %params.w is f32[4,2]",
+        ),
         (LINEAR.into(), INIT, "[shardings]\n\"params.w\" = \"[{model}, \"", "dp", "[shardings]: \"params.w\""),
         (LINEAR.into(), INIT, "", "tp", "strategy `tp` splits layers by the model's tensor-parallel rules"),
         (LINEAR.into(), "compute = \"bf16\"", "", "dp", "a program's dtypes are its own"),
         (LINEAR.into(), "kind = \"mlp\"", "", "dp", "give one or the other"),
-        (LINEAR.replace("%y: f32[8,2]", "%y: i32[8,2]").replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf"), INIT, "", "dp", "an integer input needs its range"),
-        (LINEAR.into(), "[model.inputs]\nx = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"", "", "dp", "`x` is f32[8,4]: a range is for integer inputs"),
+        (
+            LINEAR
+                .replace("%y: f32[8,2]", "%y: i32[8,2]")
+                .replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf"),
+            INIT,
+            "",
+            "dp",
+            "an integer input needs its range",
+        ),
+        (
+            LINEAR.into(),
+            "[model.inputs]\nx = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"",
+            "",
+            "dp",
+            "`x` is f32[8,4]: a range is for integer inputs",
+        ),
         (LINEAR.into(), "init_from = \"nowhere.safetensors\"", "", "dp", "nowhere.safetensors"),
     ];
     for (program, extra, tables, strategy, want) in cases {
@@ -215,7 +252,8 @@ fn init_from_checks_names_shapes_and_dtypes() {
 #[test]
 fn the_llama_decoder_trains_on_text_with_tensor_parallel_rules() {
     let tmp = tempfile::tempdir().unwrap();
-    let texts: Vec<PathBuf> = ["specs/training.md", "specs/ir.md", "README.md"].iter().map(|p| root().join(p)).collect();
+    let texts: Vec<PathBuf> =
+        ["specs/training.md", "specs/ir.md", "README.md"].iter().map(|p| root().join(p)).collect();
     let data = tmp.path().join("docs");
     weft::data::prepare::prepare(&texts, &data, 0.1, &weft::data::tokenize::Tokenizer::Bytes).unwrap();
     let config = format!(
@@ -286,7 +324,11 @@ fn weft_model_writes_a_program_that_trains_like_the_built_in_model() {
         let ov = Overrides { init: Some(init.clone()), data: Some(batch.clone()), ..quiet() };
         run_session(&c, &ov, &mut |_| {}).unwrap().metrics.iter().map(|(_, m)| m["loss"].to_bits()).collect::<Vec<_>>()
     };
-    assert_eq!(with_batch(builtin.clone()), with_batch(program.clone()), "the exported program equals the built-in GPT");
+    assert_eq!(
+        with_batch(builtin.clone()),
+        with_batch(program.clone()),
+        "the exported program equals the built-in GPT"
+    );
     // Its own synthetic batch and init rules also train.
     let mut own = program;
     own.steps = 3;

@@ -38,8 +38,7 @@ fn check(name: &str, shapes: &[&[usize]], layer: impl Fn(&FunctionBuilder, &[Val
     let g = value_and_grad(&m, &func, &wrt, &GradOptions::default()).unwrap();
     let gm = Module { functions: vec![g.clone()] };
     weft_ir::verify_module(&gm).unwrap_or_else(|e| panic!("{name}: the gradient does not verify: {e}"));
-    let vals: Vec<Vec<f64>> =
-        shapes.iter().map(|s| uniform(&mut seed, -1.0, 1.0, s.iter().product())).collect();
+    let vals: Vec<Vec<f64>> = shapes.iter().map(|s| uniform(&mut seed, -1.0, 1.0, s.iter().product())).collect();
     let tensors = |v: &[Vec<f64>]| -> Vec<HostTensor> {
         shapes.iter().zip(v).map(|(s, x)| HostTensor::from_f64(s, x.clone()).unwrap()).collect()
     };
@@ -106,12 +105,18 @@ fn grouped_query_attention_matches_finite_differences_and_repeats_heads() {
     let k = f.param("k", DType::F64, &[1, 2, 3, 2]);
     let v = f.param("v", DType::F64, &[1, 2, 3, 2]);
     let gqa = f.grouped_query_attention(q, k, v, true);
-    let rep = |x| f.concatenate(&[f.slice_axis(x, 1, 0, 1), f.slice_axis(x, 1, 0, 1), f.slice_axis(x, 1, 1, 2), f.slice_axis(x, 1, 1, 2)], 1);
+    let rep = |x| {
+        f.concatenate(
+            &[f.slice_axis(x, 1, 0, 1), f.slice_axis(x, 1, 0, 1), f.slice_axis(x, 1, 1, 2), f.slice_axis(x, 1, 1, 2)],
+            1,
+        )
+    };
     let mha = f.dot_product_attention(q, rep(k), rep(v), true);
     f.set_results(&[gqa, mha]);
     let m = Module { functions: vec![f.finish().unwrap()] };
     let mut seed = 3;
-    let t = |s: &[usize], seed: &mut u64| HostTensor::from_f64(s, uniform(seed, -1.0, 1.0, s.iter().product())).unwrap();
+    let t =
+        |s: &[usize], seed: &mut u64| HostTensor::from_f64(s, uniform(seed, -1.0, 1.0, s.iter().product())).unwrap();
     let args = [t(&[1, 4, 3, 2], &mut seed), t(&[1, 2, 3, 2], &mut seed), t(&[1, 2, 3, 2], &mut seed)];
     let out = weft_ir::interp::run(&m, "gqa", &args).unwrap();
     assert_eq!(out[0].to_f64_vec(), out[1].to_f64_vec());

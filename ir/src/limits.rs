@@ -119,9 +119,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "mib" => 1024.0 * 1024.0,
         "gib" => 1024.0 * 1024.0 * 1024.0,
         "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        _ => {
-            return Err(format!("unknown unit `{}` (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", unit.trim()))
-        }
+        _ => return Err(format!("unknown unit `{}` (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", unit.trim())),
     };
     let v: f64 = num.trim().parse().map_err(|_| format!("`{}` is not a number", num.trim()))?;
     let bytes = v * scale;

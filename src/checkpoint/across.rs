@@ -30,9 +30,9 @@ fn remote(step: u64, rank: usize, message: String) -> CheckpointError {
 }
 
 fn gather(group: &dyn ProcessGroup, timeout: Duration, step: u64, bytes: Vec<u8>, what: &str) -> Result<Vec<Vec<u8>>> {
-    group.all_gather(&bytes, timeout, &format!("{what} of checkpoint step {step}")).map_err(|e| {
-        CheckpointError::InvalidState { step, leaf: String::new(), message: e.to_string() }
-    })
+    group
+        .all_gather(&bytes, timeout, &format!("{what} of checkpoint step {step}"))
+        .map_err(|e| CheckpointError::InvalidState { step, leaf: String::new(), message: e.to_string() })
 }
 
 /// Saves `state` (this process's blocks) as `step` together with the other

@@ -11,7 +11,6 @@
 //! These functions only read; they are safe to call while another process
 //! saves into the same root.
 
-use weft_ir::tensor::BlockBuf;
 use super::error::{io, CheckpointError, Result};
 use super::fsutil::{self, step_dir_name};
 use super::manifest::{hex, FileEntry, Manifest};
@@ -25,6 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use weft_ir::tensor::BlockBuf;
 use weft_ir::TensorType;
 
 /// The committed steps in `root`, ascending.
@@ -157,7 +157,8 @@ pub fn restore(root: &Path, step: Option<u64>, target: &RestoreTarget, threads: 
                     leaf.shards.iter().filter(|s| s.file == f.name).any(|s| {
                         let p = &plans[i];
                         (0..p.layout.num_blocks()).any(|b| {
-                            wanted[i][b] && overlaps(&s.offset, &s.shape, &p.layout.block_offset(b), &p.layout.block_shape())
+                            wanted[i][b]
+                                && overlaps(&s.offset, &s.shape, &p.layout.block_offset(b), &p.layout.block_shape())
                         })
                     })
                 })
@@ -172,7 +173,15 @@ pub fn restore(root: &Path, step: Option<u64>, target: &RestoreTarget, threads: 
             let mut out = buffers[index[leaf]].lock().unwrap();
             for (b, buf) in out.iter_mut().enumerate() {
                 if let Some(buf) = buf {
-                    copy_region(data, &shard.shape, &shard.offset, buf.bytes_mut(), &bs, &p.layout.block_offset(b), elem);
+                    copy_region(
+                        data,
+                        &shard.shape,
+                        &shard.offset,
+                        buf.bytes_mut(),
+                        &bs,
+                        &p.layout.block_offset(b),
+                        elem,
+                    );
                 }
             }
         })

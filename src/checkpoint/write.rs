@@ -9,7 +9,6 @@
 //! writes and fsyncs them (in parallel) in a temporary directory, writes the manifest and
 //! commits the directory with one rename ([`super::fsutil::commit`]).
 
-use weft_ir::tensor::tensor_bytes;
 use super::error::io;
 use super::error::{CheckpointError, Result};
 use super::fsutil;
@@ -24,6 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use weft_ir::tensor::tensor_bytes;
 use weft_ir::tensor::{safetensors_dtype, HostTensor};
 use weft_ir::TensorType;
 
@@ -205,7 +205,12 @@ pub(crate) fn write(root: &Path, snap: &Snapshot<'_>, threads: usize) -> Result<
 /// Writes the manifest of `snap` listing `files` (already written and
 /// fsynced in `tmp`, by this process or, in a multi-process save, by all)
 /// and commits `tmp` as the step.
-pub(crate) fn commit_written(root: &Path, snap: &Snapshot<'_>, tmp: &Path, mut files: Vec<FileEntry>) -> Result<CommitInfo> {
+pub(crate) fn commit_written(
+    root: &Path,
+    snap: &Snapshot<'_>,
+    tmp: &Path,
+    mut files: Vec<FileEntry>,
+) -> Result<CommitInfo> {
     files.sort_by(|a, b| a.name.cmp(&b.name));
     let bytes = files.iter().map(|f| f.bytes).sum();
     let count = files.len();

@@ -45,7 +45,17 @@ pub struct LlamaConfig {
 
 impl Default for LlamaConfig {
     fn default() -> Self {
-        LlamaConfig { vocab: 32, seq: 8, d_model: 16, heads: 4, kv_heads: 2, ffn: 32, layers: 2, batch: 2, rope_base: 10000.0 }
+        LlamaConfig {
+            vocab: 32,
+            seq: 8,
+            d_model: 16,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 32,
+            layers: 2,
+            batch: 2,
+            rope_base: 10000.0,
+        }
     }
 }
 
@@ -63,7 +73,10 @@ impl LlamaConfig {
             return Err(format!("kv_heads ({}) must divide heads ({})", self.kv_heads, self.heads));
         }
         if self.head_dim() % 2 != 0 {
-            return Err(format!("the head width d_model / heads = {} must be even (rotary embeddings)", self.head_dim()));
+            return Err(format!(
+                "the head width d_model / heads = {} must be even (rotary embeddings)",
+                self.head_dim()
+            ));
         }
         Ok(())
     }
@@ -165,9 +178,8 @@ pub fn tp_rules() -> Rules<TensorSharding> {
 pub fn synthetic_batch(cfg: &LlamaConfig, seed: u64) -> BTreeMap<String, HostTensor> {
     let bits = Key::from_seed(seed).fold_in(0x11A).random_bits(cfg.batch * cfg.seq);
     let toks: Vec<i32> = bits.iter().map(|b| (b % cfg.vocab as u32) as i32).collect();
-    let tgts: Vec<i32> = (0..cfg.batch * cfg.seq)
-        .map(|i| if (i + 1) % cfg.seq != 0 { toks[i + 1] } else { 0 })
-        .collect();
+    let tgts: Vec<i32> =
+        (0..cfg.batch * cfg.seq).map(|i| if (i + 1) % cfg.seq != 0 { toks[i + 1] } else { 0 }).collect();
     BTreeMap::from([
         ("tokens".to_string(), HostTensor::from_i32(&[cfg.batch, cfg.seq], toks).expect("shape")),
         ("targets".to_string(), HostTensor::from_i32(&[cfg.batch, cfg.seq], tgts).expect("shape")),

@@ -12,8 +12,8 @@
 //! scalar `f32` loss and further scalar results are logged as metrics.
 
 use super::init::{init_by_rules, shown, InitFn};
-use super::rules::Rules;
 use super::normal_init;
+use super::rules::Rules;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -151,7 +151,9 @@ pub fn check_contract(module: &Module, loss: &str, what: &str) -> Result<()> {
                 "batch input %{name} takes a name the training step uses for its own state or metrics; rename it"
             )));
         } else if ty.shape.is_empty() {
-            return Err(err(format!("batch input %{name} is a scalar ({ty}): dimension 0 of a batch input is the batch")));
+            return Err(err(format!(
+                "batch input %{name} is a scalar ({ty}): dimension 0 of a batch input is the batch"
+            )));
         }
     }
     if trained == 0 {
@@ -209,9 +211,8 @@ impl Model {
         let params = self.params(module)?;
         match &self.init {
             Init::Seeded(f) => Ok(f(seed)),
-            Init::Rules(rules) => {
-                init_by_rules(rules, &params, seed).map_err(|message| Error::Model { what: self.label.clone(), message })
-            }
+            Init::Rules(rules) => init_by_rules(rules, &params, seed)
+                .map_err(|message| Error::Model { what: self.label.clone(), message }),
             Init::File(path) => {
                 let file = read_safetensors(path)?;
                 let err = |message: String| Error::Model { what: format!("init_from {}", path.display()), message };
@@ -276,7 +277,11 @@ pub fn annotate(module: &mut Module, loss: &str, shardings: &super::Shardings) -
         if let Some(s) = shardings.get(&name) {
             let v = f.params[i];
             if s.rank() != f.ty(v).rank() {
-                return Err(Error::Usage(format!("sharding {s} of %{name} has rank {} but its type is {}", s.rank(), f.ty(v))));
+                return Err(Error::Usage(format!(
+                    "sharding {s} of %{name} has rank {} but its type is {}",
+                    s.rank(),
+                    f.ty(v)
+                )));
             }
             f.values[v.index()].sharding = Some(s.clone());
         }

@@ -58,11 +58,7 @@ impl<T> Rules<T> {
 
     /// The patterns that match none of `names`.
     pub fn unmatched<'a>(&'a self, names: &[&str]) -> Vec<&'a str> {
-        self.rules
-            .iter()
-            .filter(|r| !names.iter().any(|n| r.matcher.matches(n)))
-            .map(|r| r.pattern.as_str())
-            .collect()
+        self.rules.iter().filter(|r| !names.iter().any(|n| r.matcher.matches(n))).map(|r| r.pattern.as_str()).collect()
     }
 }
 

@@ -328,7 +328,9 @@ impl TryFrom<ModelTable> for ModelConfig {
         };
         const KINDS: [&str; 4] = ["mlp", "gpt", "llama", "program"];
         if !KINDS.contains(&kind) {
-            return Err(format!("unknown variant `{kind}`, expected `mlp`, `gpt` or `llama` (model.kind), or a `program`"));
+            return Err(format!(
+                "unknown variant `{kind}`, expected `mlp`, `gpt` or `llama` (model.kind), or a `program`"
+            ));
         }
         // Every key of the table and the kinds that take it.
         let keys: [(&str, bool, &[&str]); 20] = [
@@ -366,7 +368,9 @@ impl TryFrom<ModelTable> for ModelConfig {
                 (_, k) if kinds == &["program"] => {
                     format!("unknown field `{k}`: it is a key of a program model (`program = \"...\"`)")
                 }
-                ("program", k) => format!("unknown field `{k}` for a program model: it is a key of the built-in models"),
+                ("program", k) => {
+                    format!("unknown field `{k}` for a program model: it is a key of the built-in models")
+                }
                 (_, k) => format!(
                     "unknown field `{k}`: it is a key of model.kind = {}, not \"{kind}\"",
                     kinds.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(" or ")
@@ -756,8 +760,7 @@ impl RunConfig {
     /// (`program`, `init_from`) against the file's directory.
     pub fn load(path: &Path) -> crate::Result<RunConfig> {
         let text = crate::error::read_to_string(path)?;
-        let mut c = RunConfig::from_toml(&text)
-            .map_err(|e| crate::Error::Usage(format!("{}: {e}", path.display())))?;
+        let mut c = RunConfig::from_toml(&text).map_err(|e| crate::Error::Usage(format!("{}: {e}", path.display())))?;
         c.resolve_paths(path.parent().unwrap_or(Path::new("")));
         Ok(c)
     }
@@ -771,7 +774,9 @@ impl RunConfig {
                     let mut out = PathBuf::new();
                     for c in base.join(&*p).components() {
                         match c {
-                            std::path::Component::ParentDir if matches!(out.components().next_back(), Some(std::path::Component::Normal(_))) => {
+                            std::path::Component::ParentDir
+                                if matches!(out.components().next_back(), Some(std::path::Component::Normal(_))) =>
+                            {
                                 out.pop();
                             }
                             std::path::Component::CurDir => {}
@@ -805,8 +810,9 @@ mod tests {
 
     #[test]
     fn program_paths_resolve_against_the_config_file() {
-        let mut c = RunConfig::from_toml("steps = 1\n[model]\nprogram = \"../models/m.weft\"\ninit_from = \"i.safetensors\"\n")
-            .unwrap();
+        let mut c =
+            RunConfig::from_toml("steps = 1\n[model]\nprogram = \"../models/m.weft\"\ninit_from = \"i.safetensors\"\n")
+                .unwrap();
         c.resolve_paths(Path::new("examples/configs"));
         let ModelConfig::Program { program, init_from, .. } = &c.model else { panic!("a program model") };
         assert_eq!(program, Path::new("examples/models/m.weft"));

@@ -13,13 +13,12 @@
 use super::config::RunConfig;
 use super::exec::{Executor, InterpExecutor};
 use super::mesh::{MeshBackend, MeshExecutor};
+use super::Backend;
 use super::{Overrides, Prepared};
 use crate::checkpoint::{CheckpointState, Manifest};
 use crate::data::{input_specs, Dataset, Identity, Prefetcher, Split};
 use crate::error::{Error, Result};
-use super::Backend;
 use crate::models::Model;
-use weft_runtime::BackendKind;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use weft_compiler::sharding::Mesh;
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, TensorType};
+use weft_runtime::BackendKind;
 
 /// The checkpoint leaf holding the data identity's digest (`u32[8]`).
 pub const IDENTITY_LEAF: &str = "data.identity";

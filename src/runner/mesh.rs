@@ -10,9 +10,9 @@
 //!   only the batch's blocks and downloads only the metrics, and the state
 //!   comes back to the host only for a checkpoint.
 //!
-//! Both compile the step with [`compile_stable`], so each new
-//! state leaf comes out laid out as the step takes it and nothing is
-//! re-laid out on the host.
+//! Both compile the step through [`super::compile`] with its state pinned
+//! (`compile_stable`), so each new state leaf comes out laid out as the
+//! step takes it and nothing is re-laid out on the host.
 
 use super::exec::{global_batch_rows, Executor, PARAMS};
 use super::processes::Processes;
@@ -21,10 +21,9 @@ use crate::checkpoint::{CheckpointState, LeafData, ShardedLeaf};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use weft_compiler::autoshard::AutoShardOptions;
-use weft_compiler::partition::{compile_stable, shard_tensor, unshard_tensor, PartitionedFunction};
-use weft_compiler::pipeline::Pipeline;
+use weft_compiler::partition::{shard_tensor, unshard_tensor, PartitionedFunction};
 use weft_compiler::sharding::{local_shape, shard_offset, Mesh};
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::device::simulate;
@@ -32,8 +31,7 @@ use weft_ir::interp::eval_op;
 use weft_ir::limits::MemoryLimit;
 use weft_ir::tensor::HostTensor;
 use weft_ir::Op;
-use weft_runtime::gpu::device_collectives::{self, CollectivePath};
-use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, ProcessComm, TransferStats};
+use weft_runtime::{AnyBackend, DeviceMap, ExecOptions, Executable, TransferStats};
 
 /// Simulated devices available in one process.
 pub const MAX_SIMULATED_DEVICES: usize = 1024;
@@ -61,17 +59,6 @@ pub struct MeshExecutor {
     local: Vec<usize>,
     engine: Engine,
     phases: Vec<(&'static str, Duration)>,
-}
-
-/// Compiles the training step for `mesh`, with the state layouts pinned;
-/// with `auto`, the auto-sharder chooses the layouts (and its memory
-/// budget holds for the partitioned program: [`compile_stable`]).
-fn compile_step(
-    step: &TrainStep,
-    mesh: &Mesh,
-    auto: Option<&AutoShardOptions>,
-) -> Result<(PartitionedFunction, Vec<(&'static str, Duration)>)> {
-    Ok(compile_stable(&Pipeline::for_step(mesh, auto), &step.module, "train_step", step.state.len())?)
 }
 
 impl MeshExecutor {
@@ -111,7 +98,9 @@ impl MeshExecutor {
         processes: Option<&Processes>,
     ) -> Result<MeshExecutor> {
         let ns = step.state.len();
-        let (pf, mut phases) = compile_step(step, mesh, auto)?;
+        // The state layouts pinned; with `auto`, the auto-sharder chooses
+        // them (and its memory budget holds for the partitioned program).
+        let (pf, mut phases) = super::compile::compile(&step.module, "train_step", mesh, auto, Some(step.state.len()))?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
         if let Some(limit) = limit {
             let peak = pf.report().peak_live_bytes as u64;
@@ -140,35 +129,10 @@ impl MeshExecutor {
             }
             MeshBackend::Simulator => Engine::Simulator { state: Vec::new() },
             MeshBackend::Devices(kind) => {
-                if let Some(p) = processes {
-                    let text = weft_ir::device::print_program(&pf.program);
-                    p.check_same(&[("program", text.as_bytes())])?;
-                }
-                let clock = Instant::now();
-                let share = processes.map_or(weft_runtime::HostShare::ALONE, |p| p.host_share());
-                let mut devices = weft_runtime::open_devices_shared(kind, local.len(), share)?;
-                // WEFT_COLLECTIVES=nccl: NCCL on CUDA devices (opt-in; not
-                // bitwise the host path, see weft_runtime::gpu::device_collectives).
-                let path = CollectivePath::from_env()?;
-                let (group, timeout) = match processes {
-                    Some(p) => (Some(p.group().as_ref()), p.timeout()),
-                    None => (None, weft_runtime::comm::DEFAULT_COLLECTIVE_TIMEOUT),
-                };
-                device_collectives::attach(path, &pf.program, &local, &mut devices, group, timeout)?;
-                phases.push(("open devices", clock.elapsed()));
-                let clock = Instant::now();
                 let options = ExecOptions { donate: (0..ns).map(|i| (i, i)).collect(), threads, ..Default::default() };
-                let exe = match processes {
-                    Some(p) => {
-                        let comm =
-                            ProcessComm::new(p.group().clone(), p.owners(n), p.timeout()).with_reduction(p.reduction());
-                        let comm = Box::new(comm);
-                        Executable::with_devices(pf.program.clone(), local.clone(), devices.backends, comm, options)?
-                    }
-                    None => Executable::new(pf.program.clone(), devices.backends, options)?,
-                };
-                phases.push(("executable", clock.elapsed()));
-                Engine::Devices { exe: Box::new(exe), map: devices.map, processes: processes.cloned() }
+                let opened = super::compile::open(&pf, kind, &local, processes, options)?;
+                phases.extend(opened.phases);
+                Engine::Devices { exe: Box::new(opened.exe), map: opened.map, processes: processes.cloned() }
             }
         };
         Ok(MeshExecutor { pf, mesh: mesh.clone(), local, engine, phases })

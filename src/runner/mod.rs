@@ -7,6 +7,7 @@
 //! revision, mesh, device mapping, seed) beside the checkpoints.
 
 mod backend;
+mod compile;
 pub mod config;
 pub mod data;
 pub mod estimate;
@@ -19,11 +20,11 @@ mod session;
 pub mod stages;
 pub mod validate;
 
+pub use backend::Backend;
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
 pub use exec::{Executor, InterpExecutor};
 pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
 pub use metrics::{read_metrics, MetricsWriter};
-pub use backend::Backend;
 pub use session::{executor, run_model_on, run_session, run_session_on, Line};
 
 use crate::checkpoint::MeshSpec;

@@ -13,8 +13,6 @@
 use super::{Backend, Prepared};
 use crate::error::Result;
 use weft_compiler::autoshard::{fmt_bytes, predict_program, AutoShardOptions, StepPrediction};
-use weft_compiler::partition::compile_stable;
-use weft_compiler::pipeline::Pipeline;
 use weft_compiler::sharding::Mesh;
 
 pub mod machine;
@@ -36,8 +34,8 @@ pub fn predict(
         return Ok(predict_program(program, mesh, &model));
     }
     let auto = prepared.auto.as_ref().map(|o| machine_model(backend, mesh, o));
-    let pipeline = Pipeline::for_step(mesh, auto.as_ref());
-    let (pf, _) = compile_stable(&pipeline, &prepared.step.module, "train_step", prepared.step.state.len())?;
+    let state = Some(prepared.step.state.len());
+    let (pf, _) = super::compile::compile(&prepared.step.module, "train_step", mesh, auto.as_ref(), state)?;
     Ok(predict_program(&pf.program, mesh, &model))
 }
 

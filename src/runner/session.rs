@@ -2,11 +2,13 @@
 
 use super::mesh::{MeshBackend, MeshExecutor};
 use super::processes::Processes;
-use super::{mesh_spec, prepare_model, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary};
+use super::Backend;
+use super::{
+    mesh_spec, prepare_model, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary,
+};
 use crate::checkpoint::{CheckpointManager, CheckpointOptions, RestoreTarget, Retention};
 use crate::checkpoint::{Manifest, MeshSpec};
 use crate::error::{Error, Result};
-use super::Backend;
 use crate::models::Model;
 use weft_compiler::sharding::Mesh;
 use weft_ir::limits::MemoryLimit;
@@ -480,7 +482,6 @@ pub(crate) fn train_built(
     }
     Ok(summary)
 }
-
 
 #[allow(clippy::too_many_arguments)]
 fn write_manifest(

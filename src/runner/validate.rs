@@ -336,7 +336,10 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
                 return Err(invalid(
                     "model.heads",
                     heads,
-                    format!("must leave an even head width d_model / heads (rotary embeddings), not {}", d_model / heads),
+                    format!(
+                        "must leave an even head width d_model / heads (rotary embeddings), not {}",
+                        d_model / heads
+                    ),
                 ));
             }
             Some(*batch)

@@ -147,8 +147,7 @@ pub(crate) fn fuse_reduce_scatter(p: &mut DeviceProgram) {
         let Step::ShardSlice { input, output, dims } = step else { continue };
         let split: Vec<usize> = (0..dims.len()).filter(|&d| !dims[d].is_empty()).collect();
         let (Some(j), [d]) = (producer[input.index()], split.as_slice()) else { continue };
-        let Step::Collective { op: Collective::AllReduce { axes, op }, input: x, .. } = &p.steps[j]
-        else {
+        let Step::Collective { op: Collective::AllReduce { axes, op }, input: x, .. } = &p.steps[j] else {
             continue;
         };
         if uses[input.index()] != 1 || *axes != dims[*d] {

@@ -227,7 +227,8 @@ fn merged_axes(fs: &[usize], m: &[Vec<usize>], rule: &OpRule, mesh: &Mesh) -> Ve
         return axes;
     }
     let all: Vec<usize> = fs.iter().flat_map(|&f| m[f].iter().copied()).collect();
-    let single = OpRule { factors: rule.factors.clone(), operands: vec![], results: vec![vec![fs.to_vec()]], kind: rule.kind };
+    let single =
+        OpRule { factors: rule.factors.clone(), operands: vec![], results: vec![vec![fs.to_vec()]], kind: rule.kind };
     if project(&single.results[0], &[&all], &single, mesh).exact() {
         all
     } else {

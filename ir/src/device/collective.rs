@@ -235,11 +235,8 @@ mod tests {
             }
         }
         // Other dtypes are given back untouched.
-        let ints = vec![
-            HostTensor::from_values(&crate::TensorType::new(crate::DType::I32, vec![2]), &[1.0, 2.0])
-                .unwrap();
-            2
-        ];
+        let ints =
+            vec![HostTensor::from_values(&crate::TensorType::new(crate::DType::I32, vec![2]), &[1.0, 2.0]).unwrap(); 2];
         assert!(all_reduce_f32_in_place(ints, ReduceOp::Sum).is_err());
     }
 

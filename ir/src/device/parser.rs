@@ -468,11 +468,14 @@ device_program @main mesh [data=2, model=4] {
         assert_eq!(p.buffers[3].name.as_deref(), Some("h"));
         assert_eq!(p.buffers[2].name, None);
         assert_eq!(p.inputs, vec![BufferId(0), BufferId(1)]);
-        assert_eq!(p.steps[7], Step::Collective {
-            op: Collective::CollectivePermute { pairs: vec![(0, 1), (1, 0)] },
-            input: BufferId(7),
-            output: BufferId(8)
-        });
+        assert_eq!(
+            p.steps[7],
+            Step::Collective {
+                op: Collective::CollectivePermute { pairs: vec![(0, 1), (1, 0)] },
+                input: BufferId(7),
+                output: BufferId(8)
+            }
+        );
         assert_eq!(parse_program(&print_program(&p)).unwrap(), p);
         assert_eq!(p.to_string(), EXAMPLE);
         assert_eq!(EXAMPLE.parse::<DeviceProgram>().unwrap(), p);
@@ -497,24 +500,46 @@ device_program @main mesh [data=2, model=4] {
         let cases = [
             ("", "1:1: expected `device_program`, found end of input"),
             ("device_program f", "1:16: expected a program name `@name`, found `f`"),
-            ("device_program @f mesh [x=0] {\n  return\n}", "1:28: mesh {x=0}: axis 0 must have a name and a size >= 1"),
+            (
+                "device_program @f mesh [x=0] {\n  return\n}",
+                "1:28: mesh {x=0}: axis 0 must have a name and a size >= 1",
+            ),
             ("  input %a : f32[2]\n  return\n}", "2:9: expected a buffer `%N` (N below 16777216), found `%a`"),
-            ("  input %0 : f32[2]\n  input %0 : f32[2]\n  return\n}", "3:9: buffer `%0` is defined twice (first at 2:9)"),
-            ("  %1 = all_reduce %0 {axes = [x], op = prod} : f32[2]\n  return\n}", "2:40: expected a reduction (`sum`, `max` or `min`), found `prod`"),
+            (
+                "  input %0 : f32[2]\n  input %0 : f32[2]\n  return\n}",
+                "3:9: buffer `%0` is defined twice (first at 2:9)",
+            ),
+            (
+                "  %1 = all_reduce %0 {axes = [x], op = prod} : f32[2]\n  return\n}",
+                "2:40: expected a reduction (`sum`, `max` or `min`), found `prod`",
+            ),
             ("  %1 = all_gather %0 {axes = [x]} : f32[4]\n  return\n}", "2:22: `all_gather` needs attribute `dim`"),
-            ("  %1 = all_gather %0 {dim = 0, axis = [x]} : f32[4]\n  return\n}", "2:32: unknown attribute `axis` for `all_gather` (it takes `dim`, `axes`)"),
+            (
+                "  %1 = all_gather %0 {dim = 0, axis = [x]} : f32[4]\n  return\n}",
+                "2:32: unknown attribute `axis` for `all_gather` (it takes `dim`, `axes`)",
+            ),
             ("  %1 = collective_permute %0 {pairs = [(0 1)]} : f32[4]\n  return\n}", "2:43: expected `,`, found `1`"),
-            ("  %1 = neg %0\n  return\n}", "2:14: expected `:` and the local result types (device programs spell out every type)"),
+            (
+                "  %1 = neg %0\n  return\n}",
+                "2:14: expected `:` and the local result types (device programs spell out every type)",
+            ),
             ("  %1 = ngg %0 : f32[2]\n  return\n}", "2:8: unknown op `ngg`; did you mean `neg`?"),
             ("  free %0 %1\n  return\n}", "2:11: expected end of line, found `%1`"),
             ("  return %0\n", "2:12: expected `}`, found end of input"),
             ("  return %0\n}\n}", "4:1: expected end of input after `}`, found `}`"),
             ("  %1 = neg %0 : f32[2]\n", "2:23: expected `return` and `}`, found end of input"),
-            ("  %1 = neg %0 : f32[2] {sharding = [{x}]}\n  return\n}", "2:17: a device program's buffers have local types, without shardings"),
+            (
+                "  %1 = neg %0 : f32[2] {sharding = [{x}]}\n  return\n}",
+                "2:17: a device program's buffers have local types, without shardings",
+            ),
         ];
         let mut wrong = Vec::new();
         for (body, want) in cases {
-            let text = if body.starts_with("device_program") || body.is_empty() { body.to_string() } else { format!("{head}{body}") };
+            let text = if body.starts_with("device_program") || body.is_empty() {
+                body.to_string()
+            } else {
+                format!("{head}{body}")
+            };
             let got = error(&text);
             if got != format!("parse error at {want}") {
                 wrong.push(format!("{text}\n  got: {got}\n want: {want}"));

@@ -117,8 +117,7 @@ pub(crate) fn concatenate(xs: &[&HostTensor], dim: usize) -> Result<HostTensor, 
         return Err(format!("concatenate dimension {dim} is out of range for {}", first.ty()));
     }
     for x in xs {
-        let compatible = x.shape().len() == rank
-            && (0..rank).all(|d| d == dim || x.shape()[d] == first.shape()[d]);
+        let compatible = x.shape().len() == rank && (0..rank).all(|d| d == dim || x.shape()[d] == first.shape()[d]);
         if !compatible {
             return Err(format!("concatenate of {} and {} along dimension {dim}", first.ty(), x.ty()));
         }

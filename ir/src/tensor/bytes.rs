@@ -11,9 +11,9 @@
 //! or 1), other layouts and big-endian machines take the checked,
 //! element-wise path of `weft_ir`.
 
-use std::borrow::Cow;
 use crate::tensor::HostTensor;
 use crate::{DType, IrError, TensorType};
+use std::borrow::Cow;
 use zerocopy::IntoBytes;
 
 /// The tensor's elements as dense little-endian row-major bytes (borrowed

@@ -45,12 +45,12 @@
 //! blocks.
 
 use crate::error::{Error, Result};
+use crate::runner::Backend;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::partition::PartitionedFunction;
-use weft_compiler::pipeline::Pipeline;
 use weft_compiler::sharding::Mesh;
 use weft_compiler::stages::{
     stage_program, Phase, StageBytes, StageFns, StageOp, StagePeak, StagedStep, Task, Trace, TraceEvent,
@@ -58,7 +58,6 @@ use weft_compiler::stages::{
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, Function, Module};
-use crate::runner::Backend;
 use weft_runtime::{AnyBackend, ExecOptions, Executable};
 
 /// One compiled stage function.
@@ -95,7 +94,8 @@ impl Compiled {
             weft_ir::verify_module(&m)?;
             return Ok(Compiled::Interp(m, f.name.clone()));
         }
-        let resident = if backend != Backend::Sim && mesh.num_devices() == 1 { resident.min(f.params.len()) } else { 0 };
+        let resident =
+            if backend != Backend::Sim && mesh.num_devices() == 1 { resident.min(f.params.len()) } else { 0 };
         let n_out = f.results.len();
         let mut m = m;
         if resident > 0 {
@@ -105,15 +105,12 @@ impl Compiled {
             }
             g.results.extend_from_slice(&g.params[..resident]);
         }
-        let pf = Pipeline::for_step(mesh, auto).run(&m, &f.name, &mut |_, _| {})?.0.into_partitioned()?;
+        let (pf, _) = crate::runner::compile::compile(&m, &f.name, mesh, auto, None)?;
         let Some(kind) = kind else { return Ok(Compiled::Sim(Box::new(pf))) };
-        let devices = weft_runtime::open_devices(kind, mesh.num_devices())?;
         let donate = (0..resident).map(|i| (i, n_out + i)).collect();
-        let exe = Executable::new(
-            pf.program.clone(),
-            devices.backends,
-            ExecOptions { threads: Some(1), donate, ..Default::default() },
-        )?;
+        let options = ExecOptions { threads: Some(1), donate, ..Default::default() };
+        let all: Vec<usize> = (0..mesh.num_devices()).collect();
+        let exe = crate::runner::compile::open(&pf, kind, &all, None, options)?.exe;
         Ok(Compiled::Devices(Box::new(pf), Box::new(exe), resident))
     }
 

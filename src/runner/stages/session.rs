@@ -5,8 +5,8 @@
 
 use super::PipelineExecutor;
 use crate::error::{Error, Result};
-use crate::runner::session::{train_built, Built};
 use crate::models::Model;
+use crate::runner::session::{train_built, Built};
 use crate::runner::{prepare_model, Backend, Executor, Line, Overrides, Prepared, RunConfig, RunSummary};
 use weft_compiler::autoshard::AutoShardOptions;
 use weft_compiler::sharding::Mesh;
