@@ -117,7 +117,7 @@ impl StrategyShardings {
     }
 }
 
-/// A parameter as a strategy sees it: its name, shape, and the split its
+/// A parameter as a strategy sees it: its name, shape, and the sharding its
 /// rules give it (`[shardings]`, an annotation in the program, or under
 /// `tp`/`fsdp_tp` the model's tensor-parallel rules), if any.
 #[derive(Clone, Debug, PartialEq)]
@@ -126,27 +126,28 @@ pub struct ParamSpec {
     pub name: String,
     /// Its shape.
     pub shape: Vec<usize>,
-    /// The split its rules give it, one axis list per dimension.
-    pub split: Option<Vec<Vec<String>>>,
+    /// The sharding its rules give it (of the shape's rank).
+    pub split: Option<TensorSharding>,
 }
 
-/// A batch input as a strategy sees it: name, rank, and a split its rules
-/// give it.
+/// A batch input as a strategy sees it: name, rank, and a sharding its
+/// rules give it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BatchSpec {
     /// The input's name.
     pub name: String,
     /// Its rank (dimension 0 is the batch).
     pub rank: usize,
-    /// The split its rules give it.
-    pub split: Option<Vec<Vec<String>>>,
+    /// The sharding its rules give it.
+    pub split: Option<TensorSharding>,
 }
 
 /// The annotations of `strategy` for parameters `params`, batch inputs
 /// `batch` (dimension 0 is the batch), optimizer slot prefixes `slots`
 /// (e.g. `opt.m`), on a mesh with axes `axes`. A parameter's `split` is the
-/// start: FSDP/ZeRO add the data axes to its first dimension the split
-/// leaves free; its optimizer slots take the same split.
+/// start (its open dimensions and unreduced axes kept): FSDP/ZeRO add the
+/// data axes it does not use yet to the first dimension it leaves free;
+/// its optimizer slots take the same sharding.
 pub fn shardings(
     strategy: Strategy,
     params: &[ParamSpec],
@@ -155,21 +156,22 @@ pub fn shardings(
     axes: &[&str],
 ) -> StrategyShardings {
     let mut out = StrategyShardings::default();
+    let slot_names = |name: &str| {
+        let suffix = name.strip_prefix("params.").unwrap_or(name).to_string();
+        slots.iter().map(move |slot| format!("{slot}.{suffix}"))
+    };
     if matches!(strategy, Strategy::None | Strategy::Auto) {
         // Only what rules fix; the rest is left to propagation or the
         // auto-sharder.
         for b in batch {
             if let Some(split) = &b.split {
-                out.inputs.insert(b.name.clone(), sharding(&owned(split)));
+                out.inputs.insert(b.name.clone(), split.clone());
             }
         }
         for p in params {
             if let Some(split) = &p.split {
-                out.inputs.insert(p.name.clone(), sharding(&owned(split)));
-                let suffix = p.name.strip_prefix("params.").unwrap_or(&p.name);
-                for slot in slots {
-                    out.state.insert(format!("{slot}.{suffix}"), sharding(&owned(split)));
-                }
+                out.inputs.insert(p.name.clone(), split.clone());
+                out.state.extend(slot_names(&p.name).map(|n| (n, split.clone())));
             }
         }
         return out;
@@ -189,7 +191,7 @@ pub fn shardings(
     };
     for b in batch {
         if let Some(split) = &b.split {
-            out.inputs.insert(b.name.clone(), sharding(&owned(split)));
+            out.inputs.insert(b.name.clone(), split.clone());
         } else if !shard_axes.is_empty() {
             let mut dims: Vec<Vec<&str>> = vec![vec![]; b.rank];
             if b.rank > 0 {
@@ -203,33 +205,27 @@ pub fn shardings(
     let zero_grads = has("data") && matches!(strategy, Strategy::Zero2 | Strategy::Zero3);
     for p in params {
         let rank = p.shape.len();
-        let dims: Vec<Vec<&str>> = match &p.split {
-            Some(split) => owned(split),
-            None => vec![vec![]; rank],
-        };
-        // The data-axis split for FSDP/ZeRO: dimension 0 when it is free,
-        // else the first free dimension (and none where a rule already
-        // uses a data axis).
-        let uses_shard_axis = dims.iter().flatten().any(|a| shard_axes.contains(a));
-        let data_dim = (0..rank).find(|&d| dims[d].is_empty() && rank >= 1 && !uses_shard_axis);
-        let mut data_dims = dims.clone();
+        let base = p.split.clone().unwrap_or_else(|| TensorSharding::replicated(rank));
+        // The data-axis split for FSDP/ZeRO: the shard axes the base does
+        // not use yet, on dimension 0 when it is free, else the first free
+        // dimension.
+        let used: Vec<&str> = base.dims.iter().flat_map(|d| d.axes.iter().map(String::as_str)).collect();
+        let extra: Vec<&str> = shard_axes.iter().copied().filter(|a| !used.contains(a)).collect();
+        let data_dim = (0..rank).find(|&d| base.dims[d].axes.is_empty() && !extra.is_empty());
+        let mut split = base.clone();
         if let Some(d) = data_dim {
-            for (i, a) in shard_axes.iter().enumerate() {
-                data_dims[d].insert(i, a);
+            for (i, a) in extra.iter().enumerate() {
+                split.dims[d].axes.insert(i, a.to_string());
             }
         }
         // Every parameter and optimizer-state leaf is annotated, replicated
         // where the strategy does not split it: left open, propagation
         // would shard a ZeRO-1/2 parameter like its optimizer state.
-        let param_dims = if fsdp { &data_dims } else { &dims };
-        out.inputs.insert(p.name.clone(), sharding(param_dims));
-        let suffix = p.name.strip_prefix("params.").unwrap_or(&p.name);
-        for slot in slots {
-            let slot_dims = if zero_state || fsdp { &data_dims } else { &dims };
-            out.state.insert(format!("{slot}.{suffix}"), sharding(slot_dims));
-        }
+        out.inputs.insert(p.name.clone(), if fsdp { split.clone() } else { base.clone() });
+        let slot = if zero_state || fsdp { &split } else { &base };
+        out.state.extend(slot_names(&p.name).map(|n| (n, slot.clone())));
         if zero_grads && data_dim.is_some() {
-            out.grads.insert(p.name.clone(), sharding(&data_dims));
+            out.grads.insert(p.name.clone(), split);
         }
     }
     out
@@ -257,8 +253,10 @@ pub fn annotated_module(
 ) -> Result<Module> {
     let mut module = model.arch.module(micro_batches)?;
     let f = model.loss_fn(&module)?;
-    let names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
-    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    // Rules name parameters and batch inputs (the key `rng` is neither).
+    let inputs: Vec<(usize, String)> =
+        (0..f.params.len()).map(|i| (i, f.param_name(i))).filter(|(_, n)| n != "rng").collect();
+    let name_refs: Vec<&str> = inputs.iter().map(|(_, n)| n.as_str()).collect();
     let err = |message: String| Error::Model { what: "[shardings]".into(), message };
     let unmatched = rules.unmatched(&name_refs);
     if !unmatched.is_empty() {
@@ -278,21 +276,19 @@ pub fn annotated_module(
             model.label
         )));
     }
-    let dims = |s: &TensorSharding| -> Vec<Vec<String>> { s.dims.iter().map(|d| d.axes.clone()).collect() };
     let (mut params, mut batch) = (Vec::new(), Vec::new());
-    for (i, name) in names.iter().enumerate() {
-        let ty = f.ty(f.params[i]);
-        let split = match (rules.first(name), &f.value(f.params[i]).sharding) {
+    for (i, name) in &inputs {
+        let ty = f.ty(f.params[*i]);
+        let rank_err = |what: &str, r: &crate::models::rules::Rule<TensorSharding>| {
+            format!("{what}`{}` = \"{}\" has rank {}, but %{name} is {ty}", r.pattern, r.value, r.value.rank())
+        };
+        let split = match (rules.first(name), &f.value(f.params[*i]).sharding) {
             (Some(r), _) => {
                 if r.value.rank() != ty.rank() {
-                    return Err(err(format!(
-                        "`{}` = \"{}\" has rank {}, but %{name} is {ty}",
-                        r.pattern,
-                        r.value,
-                        r.value.rank()
-                    )));
+                    return Err(err(rank_err("", r)));
                 }
-                if let Some(a) = r.value.dims.iter().flat_map(|d| &d.axes).find(|a| !axes.contains(&a.as_str())) {
+                let mut used = r.value.dims.iter().flat_map(|d| &d.axes).chain(&r.value.unreduced);
+                if let Some(a) = used.find(|a| !axes.contains(&a.as_str())) {
                     return Err(err(format!(
                         "`{}` = \"{}\" names the axis `{a}`, which the mesh does not have (its axes: {})",
                         r.pattern,
@@ -300,21 +296,30 @@ pub fn annotated_module(
                         axes.join(", ")
                     )));
                 }
-                Some(dims(&r.value))
+                Some(r.value.clone())
             }
-            (None, Some(s)) => Some(dims(s)),
-            (None, None) if tp && name.starts_with("params.") => model.tp_rules.first(name).map(|r| {
-                r.value
-                    .dims
-                    .iter()
-                    .map(|d| d.axes.iter().filter(|a| axes.contains(&a.as_str())).cloned().collect())
-                    .collect()
-            }),
+            (None, Some(s)) => Some(s.clone()),
+            (None, None) if tp && name.starts_with("params.") => match model.tp_rules.first(name) {
+                Some(r) if r.value.rank() != ty.rank() => {
+                    let message = rank_err("the tensor-parallel rule ", r);
+                    return Err(Error::Model { what: model.label.clone(), message });
+                }
+                // The model's rules use the axes the mesh has.
+                Some(r) => {
+                    let mut s = r.value.clone();
+                    for d in &mut s.dims {
+                        d.axes.retain(|a| axes.contains(&a.as_str()));
+                    }
+                    s.unreduced.retain(|a| axes.contains(&a.as_str()));
+                    Some(s)
+                }
+                None => None,
+            },
             (None, None) => None,
         };
         if name.starts_with("params.") {
             params.push(ParamSpec { name: name.clone(), shape: ty.shape.clone(), split });
-        } else if name != "rng" {
+        } else {
             batch.push(BatchSpec { name: name.clone(), rank: ty.rank(), split });
         }
     }
@@ -322,11 +327,6 @@ pub fn annotated_module(
     let inputs = sh.configure(tc);
     crate::models::model::annotate(&mut module, &model.loss, &inputs)?;
     Ok(module)
-}
-
-/// Axis lists as borrowed names.
-fn owned(d: &[Vec<String>]) -> Vec<Vec<&str>> {
-    d.iter().map(|a| a.iter().map(String::as_str).collect()).collect()
 }
 
 fn sharding(dims: &[Vec<&str>]) -> TensorSharding {
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn strategies_annotate_as_documented() {
-        let split = |d: &[&[&str]]| Some(d.iter().map(|a| a.iter().map(|s| s.to_string()).collect()).collect());
+        let split = |d: &[&[&str]]| Some(TensorSharding::new(d));
         let params = |tp: bool| {
             vec![
                 ParamSpec {

@@ -76,10 +76,25 @@ impl Trainer {
     }
 
     /// Ranges of integer batch inputs (as `[model.inputs]`): values in
-    /// `0..max`.
-    pub fn int_inputs(mut self, ranges: &[(&str, u64)]) -> Trainer {
-        self.model.int_max.extend(ranges.iter().map(|&(n, m)| (n.to_string(), m)));
-        self
+    /// `0..max`. A name that is not an integer input of the loss function,
+    /// or a `max` outside `[1, 2^31]`, is an error.
+    pub fn int_inputs(mut self, ranges: &[(&str, u64)]) -> Result<Trainer> {
+        let module = self.model.arch.module(1)?;
+        let f = self.model.loss_fn(&module)?;
+        for &(name, max) in ranges {
+            let ty = (0..f.params.len()).find(|&i| f.param_name(i) == name).map(|i| f.ty(f.params[i]));
+            let problem = match ty {
+                None => Some(format!("`{name}` is not an input of @{}", self.model.loss)),
+                Some(t) if t.dtype.is_float() => Some(format!("`{name}` is {t}: a range is for integer inputs")),
+                Some(_) if max == 0 || max > 1 << 31 => Some(format!("`{name}`: max = {max} must be in [1, 2^31]")),
+                Some(_) => None,
+            };
+            if let Some(message) = problem {
+                return Err(Error::Model { what: "Trainer::int_inputs".into(), message });
+            }
+            self.model.int_max.insert(name.to_string(), max);
+        }
+        Ok(self)
     }
 
     /// The run's options as a config file writes them, without `[model]`:

@@ -215,7 +215,7 @@ fn every_contract_breach_is_named() {
             INIT,
             "",
             "dp",
-            "an integer input needs its range",
+            "an integer or bool input needs its range",
         ),
         (
             LINEAR.into(),
@@ -225,6 +225,22 @@ fn every_contract_breach_is_named() {
             "`x` is f32[8,4]: a range is for integer inputs",
         ),
         (LINEAR.into(), "init_from = \"nowhere.safetensors\"", "", "dp", "nowhere.safetensors"),
+        (
+            LINEAR
+                .replace("-> (f32[])", "-> (f32[], f32[])")
+                .replace("return %t", "%lr = reduce_sum %e {dims = [0, 1]} : f32[]\n  return %t, %lr"),
+            INIT,
+            "",
+            "dp",
+            "result 1 of @loss is named %lr, a metric the training step logs itself",
+        ),
+        (
+            format!("{LINEAR}func @train_step(%a: f32[]) -> (f32[]) {{\n  return %a\n}}\n"),
+            INIT,
+            "",
+            "dp",
+            "defines @train_step, a name the training step gives a function of its own",
+        ),
     ];
     for (program, extra, tables, strategy, want) in cases {
         let e = error_of(&program, extra, tables, strategy);
@@ -399,4 +415,48 @@ fn micro_batches_and_loss_scaling_apply_to_programs() {
     for (a, b) in l1.iter().zip(&l2) {
         assert!((a / 2.0 - b).abs() <= 1e-5 * b.abs(), "{l1:?} vs {l2:?}");
     }
+}
+
+/// `[shardings]` keeps open dimensions, FSDP adds only the data axes a rule
+/// leaves unused, and the PRNG key is never matched by a pattern.
+#[test]
+fn sharding_rules_compose_with_strategies() {
+    use weft::compiler::train::TrainConfig;
+    use weft::models::{rules::Rules, Init};
+    use weft::strategy::{annotated_module, Strategy};
+    let module = weft::ir::text::parse_and_verify(LINEAR).unwrap();
+    let model = weft::Model::program("linear", module, "loss", Init::Rules(Rules::default())).unwrap();
+    let rules = |pairs: &[(&str, &str)]| {
+        Rules::new(pairs.iter().map(|(p, s)| (p.to_string(), weft::ir::text::parse_sharding(s).unwrap())))
+    };
+    let annotated = |strategy: Strategy, r: &Rules<weft::ir::TensorSharding>| {
+        let mut tc = TrainConfig::default();
+        let m = annotated_module(strategy, &model, 1, r, &mut tc, &["data", "model"]).unwrap();
+        let f = m.function("loss").unwrap();
+        let by_name = |n: &str| {
+            let i = (0..f.params.len()).find(|&i| f.param_name(i) == n).unwrap();
+            f.value(f.params[i]).sharding.as_ref().map(|s| s.to_string()).unwrap_or_default()
+        };
+        (by_name("params.w"), by_name("x"))
+    };
+    let open = rules(&[("x", "[{data}, {?}]")]);
+    assert_eq!(annotated(Strategy::DataParallel, &open).1, "[{data}, {?}]");
+    let tp = rules(&[("params.w", "[{}, {model}]")]);
+    assert_eq!(annotated(Strategy::Fsdp, &tp).0, "[{data}, {model}]", "fsdp adds data beside a model rule");
+    assert_eq!(annotated(Strategy::DataParallel, &tp).0, "[{}, {model}]");
+    assert_eq!(annotated(Strategy::Zero3, &tp).0, "[{data}, {model}]");
+    // A Trainer's input ranges are checked as [model.inputs] is.
+    let t = weft::Trainer::new("linear", weft::ir::text::parse_and_verify(LINEAR).unwrap()).unwrap();
+    let e = t.int_inputs(&[("x", 4)]).err().expect("x is a float input").to_string();
+    assert!(e.contains("a range is for integer inputs"), "{e}");
+}
+
+#[test]
+fn weft_model_refuses_a_toml_output_name() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["model", root().join("examples/configs/mlp.toml").to_str().unwrap(), "-o", "/tmp/x.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("give the program a name such as model.weft"));
 }

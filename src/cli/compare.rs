@@ -59,7 +59,20 @@ pub fn compare(args: &CompareArgs) -> Result<i32> {
     let base = RunConfig::load(&args.config)?;
     let strategies: Vec<Strategy> = match &args.strategies {
         Some(list) => list.split(',').map(|s| s.trim().parse().map_err(Error::Usage)).collect::<Result<_>>()?,
-        None => Strategy::ALL.to_vec(),
+        None => {
+            // `tp` and `fsdp_tp` split layers by the model's tensor-parallel
+            // rules or `[shardings]`: a model with neither leaves them out.
+            let tp = !base.shardings.is_empty() || !base.model.model()?.tp_rules.is_empty();
+            let all = Strategy::ALL.into_iter();
+            let list: Vec<Strategy> =
+                all.filter(|s| tp || !matches!(s, Strategy::TensorParallel | Strategy::FsdpTp)).collect();
+            if !tp {
+                println!(
+                    "the model has no tensor-parallel rules and the config no [shardings]: tp and fsdp_tp left out"
+                );
+            }
+            list
+        }
     };
     let overrides = |s: Strategy| Overrides {
         steps: Some(args.steps),

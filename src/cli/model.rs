@@ -14,9 +14,16 @@ use std::path::Path;
 /// Writes the program to `out` and its config beside it; returns the exit
 /// code.
 pub fn model(config: &Path, out: &Path) -> Result<i32> {
+    if out.extension().is_some_and(|e| e == "toml") {
+        return Err(Error::Usage(format!(
+            "-o {}: the program's config is written beside it as NAME.toml; give the program a name such as model.weft",
+            out.display()
+        )));
+    }
     let c = RunConfig::load(config)?;
+    crate::runner::validate::validate(&c)?;
     let model = c.model.model()?;
-    let k = c.optimizer.micro_batches.max(1);
+    let k = c.step_micro_batches();
     let module = model.arch.module(k)?;
     let mut program = format!(
         "// The model of {} ({}), as a program: `weft train {}` trains it.\n",
@@ -41,6 +48,9 @@ pub fn model(config: &Path, out: &Path) -> Result<i32> {
         Init::Rules(r) => Some(r.iter().map(|r| (r.pattern.clone(), r.value.to_string())).collect::<Vec<_>>()),
         Init::Seeded(_) => None,
         Init::File(p) => {
+            // Resolved against the original config's directory: absolute,
+            // so that the new config finds it too.
+            let p = std::fs::canonicalize(p).map_err(|source| Error::Io { path: p.clone(), source })?;
             tables += &format!("init_from = {}\n", quote(&p.display().to_string()));
             None
         }

@@ -104,8 +104,17 @@ impl Architecture for Program {
 
 /// Names a loss function's inputs may not take: the training step's own
 /// state leaves and metrics.
-const RESERVED: &[&str] = &["step", "grad_norm", "lr", "skipped", "loss_scale", "data_wait_ms"];
-const RESERVED_PREFIXES: &[&str] = &["opt.", "loss_scale.", "data.", "new.", "metrics.", "val_"];
+const RESERVED: &[&str] = &["step", "loss", "grad_norm", "lr", "skipped", "data_wait_ms"];
+const RESERVED_PREFIXES: &[&str] = &["opt.", "loss_scale", "data.", "new.", "metrics.", "val_"];
+
+/// Names the training step gives functions of its own.
+const STEP_FUNCTIONS: &[&str] = &["train_step", "scaled_loss"];
+
+/// Whether `name` is one the training step uses for its own leaves,
+/// metrics or functions.
+fn reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
 
 /// Checks a module against the loss-function contract; `what` names it in
 /// errors (a file, or `the module`).
@@ -124,7 +133,19 @@ pub fn check_contract(module: &Module, loss: &str, what: &str) -> Result<()> {
     if ty.dtype != weft_ir::DType::F32 || !ty.shape.is_empty() {
         return Err(err(format!("the loss (the first result of @{loss}) must be f32[], but it is {ty}{}", at(f))));
     }
+    if let Some(g) = module.functions.iter().find(|g| g.name != loss && STEP_FUNCTIONS.contains(&g.name.as_str())) {
+        return Err(err(format!(
+            "defines @{}, a name the training step gives a function of its own; rename it{}",
+            g.name,
+            at(g)
+        )));
+    }
     for (i, &r) in f.results.iter().enumerate().skip(1) {
+        if let Some(name) = f.value(r).name.as_deref().filter(|n| reserved(n)) {
+            return Err(err(format!(
+                "result {i} of @{loss} is named %{name}, a metric the training step logs itself; rename it"
+            )));
+        }
         if !f.ty(r).shape.is_empty() {
             return Err(err(format!(
                 "result {i} of @{loss} ({}) is {}: results after the loss are logged as metrics and must be scalars",
@@ -146,7 +167,7 @@ pub fn check_contract(module: &Module, loss: &str, what: &str) -> Result<()> {
             if *ty != TensorType::new(weft_ir::DType::U32, vec![2]) {
                 return Err(err(format!("%rng is the PRNG key and must be u32[2], but it is {ty}")));
             }
-        } else if RESERVED.contains(&name.as_str()) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        } else if reserved(&name) {
             return Err(err(format!(
                 "batch input %{name} takes a name the training step uses for its own state or metrics; rename it"
             )));
@@ -249,12 +270,13 @@ impl Model {
                 let v = normal_init(key, &ty.shape, 1.0).to_f64_vec();
                 HostTensor::from_values(ty, &v)?
             } else {
-                let Some(&max) = self.int_max.get(name) else {
+                let Some(&max) = self.int_max.get(name).filter(|&&m| m > 0) else {
                     return Err(Error::Model {
                         what: self.label.clone(),
                         message: format!(
-                            "batch input %{name} is {ty}: an integer input needs its range for the synthetic batch \
-                             ([model.inputs] {name} = {{ max = N }}, values in 0..N), or train on [data]"
+                            "batch input %{name} is {ty}: an integer or bool input needs its range for the synthetic \
+                             batch ([model.inputs] {name} = {{ max = N }}, values in 0..N; 2 for a bool mask), or \
+                             train on [data]"
                         ),
                     });
                 };

@@ -740,6 +740,13 @@ impl RunConfig {
         Ok(crate::models::rules::Rules::new(rules?))
     }
 
+    /// The micro-batches of a step: `pipeline.microbatches` under
+    /// `[pipeline]`, else `optimizer.micro_batches` (at least 1). A
+    /// program's batch inputs are one of them.
+    pub fn step_micro_batches(&self) -> usize {
+        self.pipeline.as_ref().map_or(self.optimizer.micro_batches, |p| p.microbatches).max(1)
+    }
+
     /// The loss scale a fresh state starts from (1 without loss scaling).
     pub fn initial_loss_scale(&self) -> f64 {
         self.loss_scaling.as_ref().map_or(1.0, |l| l.initial_scale)

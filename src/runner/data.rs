@@ -148,12 +148,6 @@ struct Evaluator {
 /// results its metrics.
 fn eval_step(model: &Model) -> Result<TrainStep> {
     let mut module = model.arch.eval_module()?;
-    if model.loss != "train_step" && module.function("train_step").is_some() {
-        return Err(Error::Model {
-            what: model.label.clone(),
-            message: "defines @train_step, the name weft gives the training step; rename it".into(),
-        });
-    }
     let f = module.function_mut(&model.loss).expect("the contract checks the loss function");
     f.name = "train_step".into();
     let f = module.function("train_step").expect("renamed");

@@ -104,8 +104,9 @@ pub fn memory_limit(c: &RunConfig) -> Result<Option<MemoryLimit>> {
 /// function computes (a bound on what the backward pass keeps), for a
 /// step of `micro_batches` micro-batches (one at a time).
 pub fn estimate_program(c: &RunConfig, model: &Model) -> Result<Estimate> {
-    let k = c.optimizer.micro_batches.max(1) as u64;
-    let module = model.arch.module(c.optimizer.micro_batches.max(1))?;
+    let k = c.step_micro_batches();
+    let module = model.arch.module(k)?;
+    let k = k as u64;
     let f = model.loss_fn(&module)?;
     let bytes = |t: &weft_ir::TensorType| mul(&t.shape).saturating_mul(t.dtype.size_bytes() as u64);
     let (mut params, mut batch_bytes) = (0u64, 0u64);

@@ -238,8 +238,13 @@ pub fn prepare_model(c: &RunConfig, model: &Model, axes: &[&str], ov: &Overrides
             let Some(t) = batch.get(name) else { continue };
             if let Some(bad) = t.to_f64_vec().into_iter().find(|&t| !(t >= 0.0 && t < max as f64)) {
                 return Err(Error::Usage(format!(
-                    "--data {}: `{name}` holds {bad}, outside the vocabulary 0..{max}",
-                    p.display()
+                    "--data {}: `{name}` holds {bad}, outside {}",
+                    p.display(),
+                    if matches!(name.as_str(), "tokens" | "targets") {
+                        format!("the vocabulary 0..{max}")
+                    } else {
+                        format!("its range 0..{max} ([model.inputs])")
+                    }
                 )));
             }
         }
