@@ -245,3 +245,85 @@ fn random_mesh_texts_never_panic() {
         }
     }
 }
+
+/// Property: random program-model tables — `[model.init]` rules,
+/// `[shardings]` rules, `[model.inputs]` ranges, loss names and strategies,
+/// each drawn from valid values and edge cases — never panic: every case
+/// trains or is a named error.
+#[test]
+fn random_program_tables_never_panic() {
+    let program = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/models/mlp.weft");
+    let (mut trained, mut refused) = (0, 0);
+    // Mostly a valid value, sometimes an edge case.
+    let either = |r: &mut Rng, good: &[&'static str], bad: &[&'static str]| {
+        if r.chance(85) {
+            r.pick(good)
+        } else {
+            r.pick(bad)
+        }
+    };
+    for seed in 1..=300u64 {
+        let mut r = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        let mesh = either(&mut r, &["data=2,model=2", "data=2", "data=4"], &["model=2", "data=3", ""]);
+        let strategy = either(&mut r, &["dp", "fsdp", "zero1", "zero3", "none", "auto"], &["tp", "fsdp_tp"]);
+        let mut s = format!("steps = 1\nmesh = \"{mesh}\"\nstrategy = \"{strategy}\"\n");
+        s += &format!("[model]\nprogram = \"{}\"\n", program.display());
+        if r.chance(5) {
+            s += &format!("loss = \"{}\"\n", r.pick(&["loss", "forward", ""]));
+        }
+        if r.chance(5) {
+            s += &format!(
+                "[model.inputs]\n{} = {{ max = {} }}\n",
+                r.pick(&["x", "tokens", "\"\""]),
+                int(&mut r, &["4"])
+            );
+        }
+        if r.chance(95) {
+            s += "[model.init]\n";
+            for _ in 0..r.below(3) {
+                let pat = either(&mut r, &["\"params.*.b_up\"", "\"params.l0.*\""], &["\"nothing\"", "\"[\""]);
+                let f = either(
+                    &mut r,
+                    &["zeros", "ones", "normal(0.02)", "uniform(-1, 1)", "constant(2)"],
+                    &["normal(-1)", "uniform(1, 0)", "normal(nan)", "normal", "fan_in(3)", "", "normal(1e400)"],
+                );
+                s += &format!("{pat} = \"{f}\"\n");
+            }
+            s += &format!("\"params.*\" = \"{}\"\n", either(&mut r, &["fan_in", "normal(0.1)"], &["gauss"]));
+        }
+        if r.chance(50) {
+            s += "[shardings]\n";
+            for _ in 0..r.below(3) + 1 {
+                let pat = either(
+                    &mut r,
+                    &["\"params.*.w_up\"", "\"params.*.w_down\"", "\"x\"", "\"params.*.b_up\""],
+                    &["\"zz\"", "\"*\""],
+                );
+                let sh = either(
+                    &mut r,
+                    &["[{}, {model}]", "[{model}, {}]", "[{data}, {?}]", "[{}, {}]", "[{?}, {?}]"],
+                    &["[{model}]", "[{}]", "[{expert}, {}]", "[{data", "[{data}, {data}]", "[]"],
+                );
+                s += &format!("{pat} = \"{sh}\"\n");
+            }
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let Ok(mut c) = RunConfig::from_toml(&s) else { return "unparsable" };
+            c.memory_limit = Some("256MiB".into());
+            if validate(&c).is_err() {
+                return "invalid";
+            }
+            match run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}) {
+                Ok(_) => "trained",
+                Err(_) => "refused",
+            }
+        }));
+        match outcome {
+            Ok("trained") => trained += 1,
+            Ok(_) => refused += 1,
+            Err(_) => panic!("seed {seed} panicked on the config\n{s}"),
+        }
+    }
+    assert!(trained >= 20 && refused >= 100, "trained {trained}, refused {refused}");
+    eprintln!("program tables: trained {trained}, refused {refused}");
+}
