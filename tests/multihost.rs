@@ -234,20 +234,24 @@ fn a_host_cut_off_the_network_stops_both_sides_within_the_timeout() {
     }
     let out = child.wait_with_output().unwrap();
     assert!(left.is_empty(), "weft processes {left:?} still run {stopped_in:?} after the cut");
-    // Each of h1's processes waited the timeout in whatever the cut met (a
-    // step's collective, a checkpoint's exchange) and named a process of
-    // h2 among those that never sent.
+    // h1's processes waited the timeout in whatever the cut met (a step's
+    // collective, a checkpoint's exchange), and each that spoke named a
+    // process of h2 among those that never sent. The first to stop aborts
+    // the job (MPI_Abort), which may kill its peer on h1 before that one
+    // writes its line; at least one of them speaks.
     let err = String::from_utf8_lossy(&out.stderr);
+    let mut spoke = 0;
     for rank in [0, 1] {
-        let line = err
-            .lines()
-            .find(|l| l.starts_with(&format!("error: process {rank} of 4: ")))
-            .unwrap_or_else(|| panic!("process {rank} said nothing: {err}"));
+        let Some(line) = err.lines().find(|l| l.starts_with(&format!("error: process {rank} of 4: "))) else {
+            continue;
+        };
+        spoke += 1;
         assert!(line.contains(&format!("process {rank} waited 5s in ")), "{line}");
         let named = line.split("for process(es) [").nth(1).and_then(|r| r.split(']').next()).unwrap_or("");
         let named: Vec<usize> = named.split(", ").filter_map(|q| q.parse().ok()).collect();
         assert!(named.iter().any(|q| [2, 3].contains(q)), "process {rank} names no process of h2: {line}");
     }
+    assert!(spoke >= 1, "no process of h1 named the cut: {err}");
     // The newest checkpoint committed before the cut validates and resumes.
     let newest = std::fs::read_dir(&k)
         .unwrap()
