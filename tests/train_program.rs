@@ -144,6 +144,13 @@ const LINEAR: &str = "func @loss(%params.w: f32[4,2], %x: f32[8,4], %y: f32[8,2]
   return %t
 }
 ";
+/// [`LINEAR`] with integer targets (converted in the program).
+fn int_targets() -> String {
+    LINEAR
+        .replace("%y: f32[8,2]", "%y: i32[8,2]")
+        .replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf")
+}
+
 const INIT: &str = "[model.init]\n\"params.*\" = \"normal(0.1)\"";
 
 #[test]
@@ -151,9 +158,7 @@ fn the_error_cases_base_program_trains() {
     let s = train_text(LINEAR, INIT, "", "dp").unwrap();
     assert_eq!(s.metrics.len(), 2);
     // An integer input with a range draws its synthetic values below it.
-    let ints = LINEAR
-        .replace("%y: f32[8,2]", "%y: i32[8,2]")
-        .replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf");
+    let ints = int_targets();
     let s = train_text(&ints, "[model.inputs]\ny = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"", "", "fsdp")
         .unwrap();
     assert!(s.metrics[0].1["loss"] > 0.0);
@@ -208,15 +213,7 @@ fn every_contract_breach_is_named() {
         (LINEAR.into(), INIT, "", "tp", "strategy `tp` splits layers by the model's tensor-parallel rules"),
         (LINEAR.into(), "compute = \"bf16\"", "", "dp", "a program's dtypes are its own"),
         (LINEAR.into(), "kind = \"mlp\"", "", "dp", "give one or the other"),
-        (
-            LINEAR
-                .replace("%y: f32[8,2]", "%y: i32[8,2]")
-                .replace("%e = sub %p, %y", "%yf = convert %y : f32[8,2]\n  %e = sub %p, %yf"),
-            INIT,
-            "",
-            "dp",
-            "an integer or bool input needs its range",
-        ),
+        (int_targets(), INIT, "", "dp", "an integer or bool input needs its range"),
         (
             LINEAR.into(),
             "[model.inputs]\nx = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"",
