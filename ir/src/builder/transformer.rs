@@ -18,7 +18,7 @@ impl FunctionBuilder {
         self.scope("rotary_embedding", || {
             let Some(t) = self.float_input("rotary_embedding", x) else { return self.poison() };
             let r = t.rank();
-            if r < 2 || t.shape[r - 1] % 2 != 0 || !(base > 1.0) {
+            if r < 2 || t.shape[r - 1] % 2 != 0 || base.is_nan() || base <= 1.0 {
                 self.fail(
                     "rotary_embedding",
                     format!("needs x[..., T, D] with D even and base > 1, got {t}, base {base}"),
