@@ -552,6 +552,35 @@ mod tests {
         assert_eq!(e, "model.dropout = -0.5: must be a finite number in [0, 1)");
     }
 
+    /// The defaults the key table states are the ones a config gets: every
+    /// key whose default is a plain value (`10`, `1e-4`, `false`, `` `sgd` ``)
+    /// is compared with the parsed config's value (keys a config leaves
+    /// unset, `None`, are skipped).
+    #[test]
+    fn the_key_table_states_the_config_defaults() {
+        let text = "steps = 1\n[model]\nkind = \"gpt\"\n[optimizer]\n[checkpoint]\ndir = \"x\"\n[loss_scaling]\n";
+        let json = serde_json::to_value(RunConfig::from_toml(text).unwrap()).unwrap();
+        let mut checked = Vec::new();
+        for k in KEYS {
+            let Some(got) = k.key.split('.').try_fold(&json, |v, part| v.get(part)).filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let stated = k.default.trim_matches('`');
+            let want = match serde_json::from_str::<serde_json::Value>(stated) {
+                Ok(v) => v,
+                Err(_) if k.default.starts_with('`') && k.default.ends_with('`') => serde_json::json!(stated),
+                Err(_) => continue,
+            };
+            let same = match (got.as_f64(), want.as_f64()) {
+                (Some(a), Some(b)) => a == b,
+                _ => *got == want,
+            };
+            assert!(same, "{}: the key table says the default is {}, a config gets {got}", k.key, k.default);
+            checked.push(k.key);
+        }
+        assert!(checked.len() >= 20, "only {checked:?} compared");
+    }
+
     #[test]
     fn the_spec_lists_every_key() {
         let spec = include_str!("../../specs/training.md");
