@@ -18,7 +18,7 @@ use crate::models::{rules::Rules, Model, Shardings};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use weft_compiler::train::TrainConfig;
+use weft_compiler::train::{InputRole, TrainConfig};
 use weft_ir::{Module, TensorSharding};
 
 /// A parallelism strategy.
@@ -255,7 +255,7 @@ pub fn annotated_module(
     let f = model.loss_fn(&module)?;
     // Rules name parameters and batch inputs (the key `rng` is neither).
     let inputs: Vec<(usize, String)> =
-        (0..f.params.len()).map(|i| (i, f.param_name(i))).filter(|(_, n)| n != "rng").collect();
+        (0..f.params.len()).map(|i| (i, f.param_name(i))).filter(|(_, n)| InputRole::of(n) != InputRole::Key).collect();
     let name_refs: Vec<&str> = inputs.iter().map(|(_, n)| n.as_str()).collect();
     let err = |message: String| Error::Model { what: "[shardings]".into(), message };
     let unmatched = rules.unmatched(&name_refs);
@@ -299,7 +299,7 @@ pub fn annotated_module(
                 Some(r.value.clone())
             }
             (None, Some(s)) => Some(s.clone()),
-            (None, None) if tp && name.starts_with("params.") => match model.tp_rules.first(name) {
+            (None, None) if tp && InputRole::of(name) == InputRole::Param => match model.tp_rules.first(name) {
                 Some(r) if r.value.rank() != ty.rank() => {
                     let message = rank_err("the tensor-parallel rule ", r);
                     return Err(Error::Model { what: model.label.clone(), message });
@@ -317,7 +317,7 @@ pub fn annotated_module(
             },
             (None, None) => None,
         };
-        if name.starts_with("params.") {
+        if InputRole::of(name) == InputRole::Param {
             params.push(ParamSpec { name: name.clone(), shape: ty.shape.clone(), split });
         } else {
             batch.push(BatchSpec { name: name.clone(), rank: ty.rank(), split });

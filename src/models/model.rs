@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use weft_compiler::train::InputRole;
 use weft_ir::tensor::{read_safetensors, HostTensor};
 use weft_ir::{Function, Module, TensorSharding, TensorType};
 
@@ -158,12 +159,13 @@ pub fn check_contract(module: &Module, loss: &str, what: &str) -> Result<()> {
     for i in 0..f.params.len() {
         let name = f.param_name(i);
         let ty = f.ty(f.params[i]);
-        if name.starts_with("params.") {
+        let role = InputRole::of(&name);
+        if role == InputRole::Param {
             trained += 1;
             if !ty.dtype.is_float() {
                 return Err(err(format!("parameter %{name} is {ty}: trained parameters (params.*) must be floats")));
             }
-        } else if name == "rng" {
+        } else if role == InputRole::Key {
             if *ty != TensorType::new(weft_ir::DType::U32, vec![2]) {
                 return Err(err(format!("%rng is the PRNG key and must be u32[2], but it is {ty}")));
             }
@@ -223,7 +225,7 @@ impl Model {
         let f = self.loss_fn(module)?;
         Ok((0..f.params.len())
             .map(|i| (f.param_name(i), f.ty(f.params[i]).clone()))
-            .filter(|(n, _)| n.starts_with("params."))
+            .filter(|(n, _)| InputRole::of(n) == InputRole::Param)
             .collect())
     }
 

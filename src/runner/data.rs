@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 use weft_compiler::sharding::Mesh;
-use weft_compiler::train::{Metrics, TrainStep, Tree};
+use weft_compiler::train::{InputRole, Metrics, TrainStep, Tree};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, TensorType};
 use weft_runtime::BackendKind;
@@ -191,7 +191,7 @@ impl Evaluator {
         let rows = step
             .batch
             .iter()
-            .find(|(n, _)| !n.starts_with("params.") && n != "rng")
+            .find(|(n, _)| InputRole::of(n) == InputRole::Batch)
             .and_then(|(_, t)| t.shape.first().copied())
             .unwrap_or(0);
         let exec: Box<dyn Executor> = match backend {
@@ -210,7 +210,7 @@ impl Evaluator {
     /// Mean loss (and other results) over the evaluation batches, named `val_*`.
     fn evaluate(&mut self, train: &TrainStep, exec: &mut dyn Executor) -> Result<Metrics> {
         let mut inputs: Tree = exec.global_params(train)?;
-        if self.step.batch.iter().any(|(n, _)| n == "rng") {
+        if self.step.batch.iter().any(|(n, _)| InputRole::of(n) == InputRole::Key) {
             // A program's PRNG key (dropout): evaluation uses a fixed one.
             inputs.insert("rng".into(), HostTensor::from_u32(&[2], vec![0, 0])?);
         }

@@ -12,6 +12,7 @@
 use super::config::{ModelConfig, RunConfig};
 use crate::error::Result;
 use crate::models::Model;
+use weft_compiler::train::InputRole;
 use weft_ir::limits::MemoryLimit;
 
 /// The parts of a run's memory estimate, in bytes (saturating).
@@ -112,10 +113,10 @@ pub fn estimate_program(c: &RunConfig, model: &Model) -> Result<Estimate> {
     let (mut params, mut batch_bytes) = (0u64, 0u64);
     for i in 0..f.params.len() {
         let ty = f.ty(f.params[i]);
-        if f.param_name(i).starts_with("params.") {
-            params = params.saturating_add(mul(&ty.shape));
-        } else {
-            batch_bytes = batch_bytes.saturating_add(bytes(ty).saturating_mul(k));
+        match InputRole::of(&f.param_name(i)) {
+            InputRole::Param => params = params.saturating_add(mul(&ty.shape)),
+            InputRole::Batch => batch_bytes = batch_bytes.saturating_add(bytes(ty).saturating_mul(k)),
+            InputRole::Key => {}
         }
     }
     let activation_bytes = module

@@ -16,6 +16,6 @@ mod step;
 
 pub use host::{check_tree, Metrics, Tree};
 pub use optim::{broadcast_scalar, clip_by_global_norm, Optimizer, Schedule};
-pub use state::{StateLeaf, StateRole};
+pub use state::{InputRole, StateLeaf, StateRole};
 pub(crate) use step::{all_finite_f32, is_one};
 pub use step::{build_train_step, LossScaling, TrainConfig, TrainStep};

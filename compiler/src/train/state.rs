@@ -2,6 +2,31 @@
 
 use weft_ir::{TensorSharding, TensorType};
 
+/// What a parameter of a loss function is, by its name (the contract of
+/// `specs/training.md`): the one place that reads the names.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum InputRole {
+    /// A trained parameter (`params.*`).
+    Param,
+    /// The PRNG key (`rng`, `u32[2]`).
+    Key,
+    /// A batch input (any other name; dimension 0 is the batch).
+    Batch,
+}
+
+impl InputRole {
+    /// The role of a loss-function parameter named `name`.
+    pub fn of(name: &str) -> InputRole {
+        if name.starts_with("params.") {
+            InputRole::Param
+        } else if name == "rng" {
+            InputRole::Key
+        } else {
+            InputRole::Batch
+        }
+    }
+}
+
 /// What a state leaf is for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StateRole {

@@ -1,7 +1,7 @@
 //! Building `train_step` from a loss function.
 
 use super::optim::{broadcast_scalar, clip_by_global_norm, Optimizer, Schedule};
-use super::state::{StateLeaf, StateRole};
+use super::state::{InputRole, StateLeaf, StateRole};
 use crate::autodiff::{value_and_grad, GradOptions};
 use crate::emit::Emitter;
 use crate::CompilerError;
@@ -125,11 +125,12 @@ pub fn build_train_step(m: &Module, loss: &Function, cfg: &TrainConfig) -> Resul
         return Err(err(loss, "micro_batches must be at least 1".into()));
     }
     let names: Vec<String> = (0..loss.params.len()).map(|i| loss.param_name(i)).collect();
-    let param_pos: Vec<usize> = (0..names.len()).filter(|&i| names[i].starts_with("params.")).collect();
+    let role = |i: usize| InputRole::of(&names[i]);
+    let param_pos: Vec<usize> = (0..names.len()).filter(|&i| role(i) == InputRole::Param).collect();
     if param_pos.is_empty() {
         return Err(err(loss, "the loss function has no trainable parameters (parameters named `params.*`)".into()));
     }
-    let rng_pos = names.iter().position(|n| n == "rng");
+    let rng_pos = (0..names.len()).find(|&i| role(i) == InputRole::Key);
     if let Some(i) = rng_pos {
         let t = loss.ty(loss.params[i]);
         if *t != TensorType::new(DType::U32, vec![2]) {
