@@ -28,7 +28,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::models::{init::InitFn, rules::Rules, Init, Model};
+use crate::models::{init::parse_rules, rules::Rules, Init, Model};
 use crate::runner::processes::Launch;
 use crate::runner::{run_model_on, Line, Overrides, RunConfig, RunSummary};
 use std::path::PathBuf;
@@ -62,10 +62,9 @@ impl Trainer {
     /// and `normal(STD)`, `uniform(LO, HI)`, `zeros`, `ones`,
     /// `constant(V)`, `fan_in`; the first match wins.
     pub fn init(mut self, rules: &[(&str, &str)]) -> Result<Trainer> {
-        let parsed: std::result::Result<Vec<(String, InitFn)>, String> =
-            rules.iter().map(|(p, f)| Ok((p.to_string(), f.parse()?))).collect();
-        let parsed = parsed.map_err(|message| Error::Model { what: "Trainer::init".into(), message })?;
-        self.model.init = Init::Rules(Rules::new(parsed));
+        let rules = parse_rules(rules.iter().copied())
+            .map_err(|message| Error::Model { what: "Trainer::init".into(), message })?;
+        self.model.init = Init::Rules(rules);
         Ok(self)
     }
 
@@ -79,21 +78,7 @@ impl Trainer {
     /// `0..max`. A name that is not an integer input of the loss function,
     /// or a `max` outside `[1, 2^31]`, is an error.
     pub fn int_inputs(mut self, ranges: &[(&str, u64)]) -> Result<Trainer> {
-        let module = self.model.arch.module(1)?;
-        let f = self.model.loss_fn(&module)?;
-        for &(name, max) in ranges {
-            let ty = (0..f.params.len()).find(|&i| f.param_name(i) == name).map(|i| f.ty(f.params[i]));
-            let problem = match ty {
-                None => Some(format!("`{name}` is not an input of @{}", self.model.loss)),
-                Some(t) if t.dtype.is_float() => Some(format!("`{name}` is {t}: a range is for integer inputs")),
-                Some(_) if max == 0 || max > 1 << 31 => Some(format!("`{name}`: max = {max} must be in [1, 2^31]")),
-                Some(_) => None,
-            };
-            if let Some(message) = problem {
-                return Err(Error::Model { what: "Trainer::int_inputs".into(), message });
-            }
-            self.model.int_max.insert(name.to_string(), max);
-        }
+        self.model.set_int_ranges(ranges.iter().copied(), "Trainer::int_inputs")?;
         Ok(self)
     }
 
@@ -122,8 +107,8 @@ impl Trainer {
     /// `weft train` prints.
     pub fn run(&self, log: &mut dyn FnMut(Line)) -> Result<RunSummary> {
         let launch = Launch::from_environment()?;
+        // `run_model_on` validates the options before anything is built.
         let c = self.overrides.apply(self.config.clone());
-        crate::runner::validate::validate(&c)?;
         run_model_on(&c, &self.model, &self.overrides, launch.processes.as_ref(), log)
     }
 }

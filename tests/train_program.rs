@@ -223,6 +223,20 @@ fn every_contract_breach_is_named() {
         ),
         (LINEAR.into(), "init_from = \"nowhere.safetensors\"", "", "dp", "nowhere.safetensors"),
         (
+            LINEAR.into(),
+            "[model.inputs]\nz = { max = 3 }\n[model.init]\n\"params.*\" = \"zeros\"",
+            "",
+            "dp",
+            "`z` is not an input of @loss",
+        ),
+        (
+            int_targets(),
+            "[model.inputs]\ny = { max = 0 }\n[model.init]\n\"params.*\" = \"zeros\"",
+            "",
+            "dp",
+            "`y`: max = 0 must be in [1, 2^31]",
+        ),
+        (
             LINEAR
                 .replace("-> (f32[])", "-> (f32[], f32[])")
                 .replace("return %t", "%lr = reduce_sum %e {dims = [0, 1]} : f32[]\n  return %t, %lr"),

@@ -119,6 +119,17 @@ impl InitFn {
     }
 }
 
+/// Rules from `(pattern, init function)` text pairs, in order (as
+/// `[model.init]` and [`crate::Trainer::init`] write them); a function
+/// that does not parse is an error naming its pattern.
+pub fn parse_rules<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Rules<InitFn>, String> {
+    let rules: Result<Vec<(String, InitFn)>, String> = pairs
+        .into_iter()
+        .map(|(pat, f)| Ok((pat.to_string(), f.parse().map_err(|e| format!("\"{pat}\": {e}"))?)))
+        .collect();
+    Ok(Rules::new(rules?))
+}
+
 /// The initial parameters `params` (name, type) by `rules` from `seed`.
 /// A parameter no rule covers, or a rule that covers no parameter, is an
 /// error that names them.

@@ -185,15 +185,13 @@ pub fn check_contract(module: &Module, loss: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Loads a program file (`[model] program`), parses and verifies it, and
-/// checks the loss-function contract. Errors name the file and, where
-/// there is one, the line and column.
-pub fn load_program(path: &Path, loss: &str) -> Result<Module> {
+/// Loads a program file (`[model] program`): parses and verifies it.
+/// Errors name the file and, where there is one, the line and column.
+/// ([`Model::program`] checks the loss-function contract.)
+pub fn load_program(path: &Path) -> Result<Module> {
     let text = crate::error::read_to_string(path)?;
-    let module = weft_ir::text::parse_and_verify(&text)
-        .map_err(|e| Error::Model { what: path.display().to_string(), message: e.to_string() })?;
-    check_contract(&module, loss, &path.display().to_string())?;
-    Ok(module)
+    weft_ir::text::parse_and_verify(&text)
+        .map_err(|e| Error::Model { what: path.display().to_string(), message: e.to_string() })
 }
 
 impl Model {
@@ -210,6 +208,28 @@ impl Model {
             tp_rules: Rules::default(),
             int_max: BTreeMap::new(),
         })
+    }
+
+    /// Sets the ranges of integer batch inputs (`[model.inputs]`): values
+    /// in `0..max`. A name that is not an input of the loss function, a
+    /// float input, or a `max` outside `[1, 2^31]` is an error of `what`.
+    pub fn set_int_ranges<'a>(&mut self, ranges: impl IntoIterator<Item = (&'a str, u64)>, what: &str) -> Result<()> {
+        let module = self.arch.module(1)?;
+        let f = self.loss_fn(&module)?;
+        for (name, max) in ranges {
+            let ty = (0..f.params.len()).find(|&i| f.param_name(i) == name).map(|i| f.ty(f.params[i]));
+            let problem = match ty {
+                None => Some(format!("`{name}` is not an input of @{}", self.loss)),
+                Some(t) if t.dtype.is_float() => Some(format!("`{name}` is {t}: a range is for integer inputs")),
+                Some(_) if max == 0 || max > 1 << 31 => Some(format!("`{name}`: max = {max} must be in [1, 2^31]")),
+                Some(_) => None,
+            };
+            if let Some(message) = problem {
+                return Err(Error::Model { what: what.to_string(), message });
+            }
+            self.int_max.insert(name.to_string(), max);
+        }
+        Ok(())
     }
 
     /// The loss function of `module` (made by this model).

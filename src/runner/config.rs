@@ -584,7 +584,7 @@ impl ModelConfig {
     /// The model this table describes: a built-in one, or the program it
     /// names (read, verified and checked against the loss contract).
     pub fn model(&self) -> crate::Result<crate::models::Model> {
-        use crate::models::{init::InitFn, model, rules::Rules, Init, Model};
+        use crate::models::{init, model, Init, Model};
         if let Some(cfg) = self.mlp().map_err(crate::Error::Usage)? {
             return Ok(Model::mlp(&cfg));
         }
@@ -598,7 +598,7 @@ impl ModelConfig {
         let ModelConfig::Program { program, loss, init, init_from, inputs } = self else {
             unreachable!("four kinds of model table")
         };
-        let module = model::load_program(program, loss)?;
+        let module = model::load_program(program)?;
         let err = |message: String| crate::Error::Model { what: "[model]".into(), message };
         let init = match init_from {
             Some(_) if !init.is_empty() => {
@@ -606,30 +606,12 @@ impl ModelConfig {
             }
             Some(p) => Init::File(p.clone()),
             None => {
-                let rules: Result<Vec<(String, InitFn)>, String> = init
-                    .iter()
-                    .map(|(pat, f)| Ok((pat.clone(), f.parse().map_err(|e| format!("[model.init] \"{pat}\": {e}"))?)))
-                    .collect();
-                Init::Rules(Rules::new(rules.map_err(err)?))
+                let pairs = init.iter().map(|(p, f)| (p.as_str(), f.as_str()));
+                Init::Rules(init::parse_rules(pairs).map_err(|e| err(format!("[model.init] {e}")))?)
             }
         };
-        let f = module.function(loss).expect("the contract checks @loss").clone();
         let mut m = Model::program(format!("program {}", program.display()), module, loss, init)?;
-        for (name, r) in inputs {
-            let found = (0..f.params.len()).find(|&i| f.param_name(i) == *name);
-            match found.map(|i| f.ty(f.params[i]).clone()) {
-                None => return Err(err(format!("[model.inputs] names `{name}`, which is not an input of @{loss}"))),
-                Some(ty) if ty.dtype.is_float() => {
-                    return Err(err(format!("[model.inputs] `{name}` is {ty}: a range is for integer inputs")));
-                }
-                Some(_) if r.max == 0 || r.max > 1 << 31 => {
-                    return Err(err(format!("[model.inputs] `{name}`: max = {} must be in [1, 2^31]", r.max)));
-                }
-                Some(_) => {
-                    m.int_max.insert(name.clone(), r.max);
-                }
-            }
-        }
+        m.set_int_ranges(inputs.iter().map(|(n, r)| (n.as_str(), r.max)), "[model.inputs]")?;
         Ok(m)
     }
 
