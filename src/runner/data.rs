@@ -159,30 +159,6 @@ fn eval_step(model: &Model) -> Result<TrainStep> {
     Ok(TrainStep { module, state: Vec::new(), batch, metrics })
 }
 
-/// The batch `b` cut along dimension 0 into parts of `rows` rows (`b`
-/// itself when it has `rows` rows).
-fn cut_rows(b: Tree, rows: usize) -> Result<Vec<Tree>> {
-    let total = b.values().next().map_or(rows, |t| t.shape()[0]);
-    if total == rows || rows == 0 {
-        return Ok(vec![b]);
-    }
-    (0..total / rows)
-        .map(|p| {
-            b.iter()
-                .map(|(name, t)| {
-                    let ty = t.ty();
-                    let per_row: usize = ty.shape[1..].iter().product();
-                    let v = t.to_f64_vec();
-                    let mut shape = ty.shape.clone();
-                    shape[0] = rows;
-                    let part = &v[p * rows * per_row..(p + 1) * rows * per_row];
-                    Ok((name.clone(), HostTensor::from_values(&TensorType::new(ty.dtype, shape), part)?))
-                })
-                .collect()
-        })
-        .collect()
-}
-
 impl Evaluator {
     fn new(model: &Model, backend: Backend, val: Split, batches: usize) -> Result<Evaluator> {
         let step = eval_step(model)?;
@@ -203,7 +179,13 @@ impl Evaluator {
                 Box::new(MeshExecutor::new(&step, &one, MeshBackend::Devices(kind), Some(1))?)
             }
         };
-        let batches = (0..batches as u64).map(|b| cut_rows(val.batch(b)?, rows)).collect::<Result<_>>()?;
+        // Each batch in parts of the evaluated function's rows (one part for
+        // the built-in models, whose evaluation takes a whole batch).
+        let whole = val.batch_size();
+        let rows = if rows == 0 { whole } else { rows };
+        let batches = (0..batches as u64)
+            .map(|b| (0..whole / rows).map(|p| val.rows(b, p * rows..(p + 1) * rows)).collect::<Result<_>>())
+            .collect::<Result<_>>()?;
         Ok(Evaluator { step, exec, batches })
     }
 
