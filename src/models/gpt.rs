@@ -224,6 +224,26 @@ impl super::model::Architecture for GptConfig {
             ("params.*".into(), InitFn::Normal(0.02)),
         ]
     }
+    fn element_counts(&self) -> Option<super::ElementCounts> {
+        use super::elements as mul;
+        let GptConfig { vocab, seq, d_model, heads, layers, batch, tie_embeddings, .. } = *self;
+        let c2 = mul(&[d_model, d_model]);
+        // Per block: 12 C^2 weights and 9 C gains and biases.
+        let block = c2.saturating_mul(12).saturating_add(mul(&[9, d_model]));
+        let params = mul(&[layers])
+            .saturating_mul(block)
+            .saturating_add(mul(&[if tie_embeddings { 1 } else { 2 }, vocab, d_model]))
+            .saturating_add(mul(&[seq, d_model]))
+            .saturating_add(mul(&[2, d_model]));
+        let tokens = mul(&[batch, seq]);
+        // Per block: about 16 C values per token (qkv, attention out, MLP 4C
+        // twice, norms) and the heads x T x T attention scores and
+        // probabilities; then the logits and their softmax.
+        let per_block = tokens.saturating_mul(mul(&[16, d_model])).saturating_add(mul(&[2, batch, heads, seq, seq]));
+        let activations =
+            mul(&[layers]).saturating_mul(per_block).saturating_add(tokens.saturating_mul(mul(&[2, vocab])));
+        Some(super::ElementCounts { params, batch: tokens.saturating_mul(2), activations })
+    }
 }
 
 /// Megatron's tensor-parallel split of the GPT: the QKV projection and the

@@ -118,6 +118,16 @@ impl super::model::Architecture for MlpConfig {
     fn init_rules(&self) -> Vec<(String, super::init::InitFn)> {
         vec![("params.*".into(), super::init::InitFn::FanIn)]
     }
+    fn element_counts(&self) -> Option<super::ElementCounts> {
+        use super::elements as mul;
+        let MlpConfig { layers, d, h, batch, .. } = *self;
+        Some(super::ElementCounts {
+            params: mul(&[layers, 2, d, h]),
+            batch: mul(&[2, batch, d]),
+            // Per layer: the input, the pre-activation and the activation.
+            activations: mul(&[layers, batch]).saturating_mul((d as u64).saturating_add(mul(&[2, h]))),
+        })
+    }
 }
 
 /// Megatron's tensor-parallel split of the MLP: `w1` column-parallel

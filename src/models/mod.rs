@@ -14,7 +14,7 @@ pub mod mlp;
 pub mod model;
 pub mod rules;
 
-pub use model::{Architecture, Init, Model};
+pub use model::{Architecture, ElementCounts, Init, Model};
 
 use std::collections::BTreeMap;
 use weft_ir::prng::Key;
@@ -24,6 +24,11 @@ use weft_ir::{DType, TensorSharding};
 /// Shardings to annotate on parameters and batch inputs, by name
 /// (`params.layers.0.w1`, `x`). Unnamed values are left for propagation.
 pub type Shardings = BTreeMap<String, TensorSharding>;
+
+/// The product of sizes, saturating (element counts of estimates).
+pub fn elements(xs: &[usize]) -> u64 {
+    xs.iter().fold(1u64, |a, &x| a.saturating_mul(x as u64))
+}
 
 /// Normal(0, std²) values for a leaf, drawn from `fold_in(key, leaf index)`
 /// by the Box–Muller transform over two uniform streams (the host twin of

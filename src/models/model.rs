@@ -43,12 +43,31 @@ pub trait Architecture: Send + Sync {
     fn synthetic_batch(&self, _micro_batches: usize, _seed: u64) -> Option<Tree> {
         None
     }
+    /// What a run of the whole batch holds, counted from the model's sizes
+    /// where it has a formula of its own (the built-in MLP and GPT); `None`:
+    /// the memory estimate counts the module's values instead.
+    fn element_counts(&self) -> Option<ElementCounts> {
+        None
+    }
     /// The model's initialisation as name rules, where it is not rules
     /// itself (the built-in MLP's and GPT's: the same distributions),
     /// for `weft model`.
     fn init_rules(&self) -> Vec<(String, InitFn)> {
         Vec::new()
     }
+}
+
+/// Elements (4 bytes each in the estimate) a run of a model holds: its
+/// parameters, one batch, and the activations one step keeps for its
+/// backward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElementCounts {
+    /// Trained parameters.
+    pub params: u64,
+    /// The batch's inputs.
+    pub batch: u64,
+    /// Activations kept for the backward pass.
+    pub activations: u64,
 }
 
 /// How a model's parameters start.

@@ -1,6 +1,6 @@
-//! What a training run will need in memory, estimated from the config
-//! alone (checked arithmetic, before anything is built or allocated), and
-//! compared with the memory limit.
+//! What a training run will need in memory, estimated from the config and
+//! the model's sizes or module (checked arithmetic, before anything is
+//! compiled or allocated), and compared with the memory limit.
 //!
 //! The estimate is a lower bound of what the run holds at once on the host
 //! (all simulated devices share it): the initial parameters, the initial
@@ -9,9 +9,9 @@
 //! After compilation the partitioned program's static peak per device is
 //! checked too ([`super::MeshExecutor::with_limit`]).
 
-use super::config::{ModelConfig, RunConfig};
+use super::config::RunConfig;
 use crate::error::Result;
-use crate::models::Model;
+use crate::models::{elements, Model};
 use weft_compiler::train::InputRole;
 use weft_ir::limits::MemoryLimit;
 
@@ -40,10 +40,6 @@ impl Estimate {
     }
 }
 
-fn mul(xs: &[usize]) -> u64 {
-    xs.iter().fold(1u64, |a, &x| a.saturating_mul(x as u64))
-}
-
 /// The optimizer's slots per parameter (AdamW 2, SGD with momentum 1).
 fn slot_count(c: &RunConfig) -> u64 {
     match c.optimizer.kind.as_str() {
@@ -53,68 +49,38 @@ fn slot_count(c: &RunConfig) -> u64 {
     }
 }
 
-/// Estimates the memory of a run of `c` (whose sizes are validated).
-pub fn estimate(c: &RunConfig) -> Estimate {
-    let slots = slot_count(c);
-    let (params, batch_elems, act_elems) = match c.model {
-        ModelConfig::Mlp { layers, d, h, batch, .. } => {
-            let params = mul(&[layers, 2, d, h]);
-            let batch_elems = mul(&[2, batch, d]);
-            // Per layer: the input, the pre-activation and the activation.
-            let acts = mul(&[layers, batch]).saturating_mul((d as u64).saturating_add(mul(&[2, h])));
-            (params, batch_elems, acts)
-        }
-        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, tie_embeddings, .. } => {
-            let c2 = mul(&[d_model, d_model]);
-            // Per block: 12 C^2 weights and 9 C gains and biases.
-            let block = c2.saturating_mul(12).saturating_add(mul(&[9, d_model]));
-            let params = mul(&[layers])
-                .saturating_mul(block)
-                .saturating_add(mul(&[if tie_embeddings { 1 } else { 2 }, vocab, d_model]))
-                .saturating_add(mul(&[seq, d_model]))
-                .saturating_add(mul(&[2, d_model]));
-            let tokens = mul(&[batch, seq]);
-            let batch_elems = tokens.saturating_mul(2);
-            // Per block: about 16 C values per token (qkv, attention out,
-            // MLP 4C twice, norms) and the heads x T x T attention scores
-            // and probabilities; then the logits and their softmax.
-            let per_block =
-                tokens.saturating_mul(mul(&[16, d_model])).saturating_add(mul(&[2, batch, heads, seq, seq]));
-            let acts = mul(&[layers]).saturating_mul(per_block).saturating_add(tokens.saturating_mul(mul(&[2, vocab])));
-            (params, batch_elems, acts)
-        }
-        // Counted from the program itself ([`estimate_program`]).
-        ModelConfig::Program { .. } | ModelConfig::Llama { .. } => (0, 0, 0),
-    };
-    Estimate {
-        params,
-        state_bytes: params.saturating_mul(1 + slots).saturating_mul(4),
-        batch_bytes: batch_elems.saturating_mul(4),
-        activation_bytes: act_elems.saturating_mul(4),
-    }
-}
-
 /// The run's memory limit: `memory_limit` (from the config or
 /// `--memory-limit`), else `WEFT_MEMORY_LIMIT`, else the machine's memory.
 pub fn memory_limit(c: &RunConfig) -> Result<Option<MemoryLimit>> {
     Ok(MemoryLimit::resolve(c.memory_limit.as_deref(), "memory_limit (--memory-limit)")?)
 }
 
-/// Estimates the memory of a run of `c` on a program model: its
-/// parameters and batch exactly, and as activations every value its loss
-/// function computes (a bound on what the backward pass keeps), for a
-/// step of `micro_batches` micro-batches (one at a time).
-pub fn estimate_program(c: &RunConfig, model: &Model) -> Result<Estimate> {
+/// Estimates the memory of a run of `model` under `c` (whose sizes are
+/// validated): the model's own count from its sizes where it has one (the
+/// built-in MLP and GPT, [`crate::models::Architecture::element_counts`]),
+/// else counted from its module — its parameters and batch exactly, and
+/// as activations every value the module computes (a bound on what the
+/// backward pass keeps), for one of the step's micro-batches at a time.
+pub fn estimate(c: &RunConfig, model: &Model) -> Result<Estimate> {
+    let state = |params: u64| params.saturating_mul(1 + slot_count(c)).saturating_mul(4);
+    if let Some(n) = model.arch.element_counts() {
+        return Ok(Estimate {
+            params: n.params,
+            state_bytes: state(n.params),
+            batch_bytes: n.batch.saturating_mul(4),
+            activation_bytes: n.activations.saturating_mul(4),
+        });
+    }
     let k = c.step_micro_batches();
     let module = model.arch.module(k)?;
     let k = k as u64;
     let f = model.loss_fn(&module)?;
-    let bytes = |t: &weft_ir::TensorType| mul(&t.shape).saturating_mul(t.dtype.size_bytes() as u64);
+    let bytes = |t: &weft_ir::TensorType| elements(&t.shape).saturating_mul(t.dtype.size_bytes() as u64);
     let (mut params, mut batch_bytes) = (0u64, 0u64);
     for i in 0..f.params.len() {
         let ty = f.ty(f.params[i]);
         match InputRole::of(&f.param_name(i)) {
-            InputRole::Param => params = params.saturating_add(mul(&ty.shape)),
+            InputRole::Param => params = params.saturating_add(elements(&ty.shape)),
             InputRole::Batch => batch_bytes = batch_bytes.saturating_add(bytes(ty).saturating_mul(k)),
             InputRole::Key => {}
         }
@@ -124,21 +90,13 @@ pub fn estimate_program(c: &RunConfig, model: &Model) -> Result<Estimate> {
         .iter()
         .flat_map(|g| g.values.iter().filter(|v| !matches!(v.def, weft_ir::ValueDef::Param(_))))
         .fold(0u64, |a, v| a.saturating_add(bytes(&v.ty)));
-    Ok(Estimate {
-        params,
-        state_bytes: params.saturating_mul(1 + slot_count(c)).saturating_mul(4),
-        batch_bytes,
-        activation_bytes,
-    })
+    Ok(Estimate { params, state_bytes: state(params), batch_bytes, activation_bytes })
 }
 
 /// Errors if the estimate of a run of `model` under `c` exceeds the limit.
 pub fn check(c: &RunConfig, model: &Model, limit: Option<&MemoryLimit>) -> Result<()> {
     let Some(limit) = limit else { return Ok(()) };
-    let e = match c.model {
-        ModelConfig::Program { .. } | ModelConfig::Llama { .. } => estimate_program(c, model)?,
-        _ => estimate(c),
-    };
+    let e = estimate(c, model)?;
     let kind = &model.label;
     let what = format!(
         "the run ({kind} with {} parameters: state {}, batch {}, activations {}, with host copies)",
@@ -158,13 +116,13 @@ mod tests {
     fn the_estimate_counts_parameters_exactly() {
         let c = RunConfig::from_toml("steps = 1\n[model]\nkind = \"mlp\"\nlayers = 2\nd = 16\nh = 32\nbatch = 8\n")
             .unwrap();
-        let e = estimate(&c);
+        let e = estimate(&c, &c.model.model().unwrap()).unwrap();
         assert_eq!(e.params, 2 * 2 * 16 * 32);
         assert_eq!(e.state_bytes, e.params * 4);
         let p = crate::models::mlp::param_shapes(&c.model.mlp().unwrap().unwrap());
         assert_eq!(e.params, p.iter().map(|(_, s)| s.iter().product::<usize>() as u64).sum::<u64>());
         let g = RunConfig::from_toml("steps = 1\n[model]\nkind = \"gpt\"\n[optimizer]\nkind = \"adamw\"\n").unwrap();
-        let e = estimate(&g);
+        let e = estimate(&g, &g.model.model().unwrap()).unwrap();
         let p = crate::models::gpt::param_shapes(&g.model.gpt().unwrap().unwrap());
         assert_eq!(e.params, p.iter().map(|(_, s)| s.iter().product::<usize>() as u64).sum::<u64>());
         assert_eq!(e.state_bytes, e.params * 3 * 4);
