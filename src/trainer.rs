@@ -123,6 +123,5 @@ fn options_config(name: &str, toml_text: &str) -> Result<RunConfig> {
     let mut model = toml::Table::new();
     model.insert("program".into(), toml::Value::String(format!("<{name}>")));
     table.insert("model".into(), toml::Value::Table(model));
-    RunConfig::from_toml(&toml::to_string(&table).expect("a table serializes"))
-        .map_err(|e| Error::Usage(format!("Trainer options: {e}")))
+    table.try_into().map_err(|e| Error::Usage(format!("Trainer options: {e}")))
 }

@@ -471,3 +471,16 @@ fn weft_model_refuses_a_toml_output_name() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("give the program a name such as model.weft"));
 }
+
+/// The Trainer's options are a config without `[model]`: an unknown key, a
+/// `[model]` table, or a value out of range is a named error.
+#[test]
+fn bad_trainer_options_are_named_errors() {
+    let t = || weft::Trainer::new("linear", weft::ir::text::parse_and_verify(LINEAR).unwrap()).unwrap();
+    let e = t().options("stepz = 3").err().expect("an unknown key").to_string();
+    assert!(e.contains("Trainer options") && e.contains("stepz"), "{e}");
+    let e = t().options("steps = 3\n[model]\nkind = \"mlp\"").err().expect("a model table").to_string();
+    assert!(e.contains("no [model] table"), "{e}");
+    let e = t().init(&[("params.*", "zeros")]).unwrap().options("steps = 0").unwrap().run(&mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("steps"), "{e}");
+}
