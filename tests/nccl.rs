@@ -19,10 +19,11 @@
 //! `CI=true` (the same rule as `tests/train_gpu.rs`; CI builds without
 //! `cuda`, so it never compiles them).
 //!
-//! NOT YET RUN ON A GPU. To verify (see `specs/runtime.md` §2b; NCCL must
-//! be loadable as `libnccl.so`: with pip's `nvidia-nccl-cu12`, symlink
-//! `libnccl.so -> libnccl.so.2` and put its directory on
-//! `LD_LIBRARY_PATH`):
+//! Run on one H200 (NCCL 2.28.9, 2026-11-27): all five pass; the world-size
+//! G > 1 cases need two GPUs and have not run. To verify (see
+//! `specs/runtime.md` §2b; NCCL must be loadable as `libnccl.so`: with
+//! pip's `nvidia-nccl-cu12` or `-cu13`, symlink `libnccl.so -> libnccl.so.2`
+//! and put its directory on `LD_LIBRARY_PATH`):
 //!
 //! ```text
 //! specs/verify-nccl.sh

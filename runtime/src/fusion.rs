@@ -22,7 +22,12 @@
 //! every parameter each step (`w - broadcast(lr) * g`); fused, the spread
 //! value is a register or a cache-sized block instead of a whole tensor
 //! written and read back once per parameter. A chain's inputs may then
-//! include rank-0 buffers, read only by its broadcast nodes.
+//! include rank-0 buffers, read only by its broadcast nodes. A GPU backend
+//! also asks for *broadcasts* ([`FusionOptions::broadcasts`]): any
+//! `broadcast_in_dim` that keeps its operand's dimension order (a bias
+//! spread over rows, a layer norm's statistics spread over features), whose
+//! operand, of another shape, is then a chain input read through the
+//! broadcast's index map.
 
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
@@ -81,18 +86,25 @@ pub struct FusionOptions {
     /// type, to write its result into
     /// ([`crate::Backend::compute_fused_into`]).
     pub in_place: bool,
+    /// Also take any `broadcast_in_dim` that keeps its operand's dimension
+    /// order (increasing `dims`) into chains: its operand, of another
+    /// shape, becomes a chain input read through the broadcast's index
+    /// map (a bias or a layer norm's statistics spread over rows).
+    pub broadcasts: bool,
 }
 
 impl FusionOptions {
     /// No fusion.
     pub const NONE: FusionOptions =
-        FusionOptions { elementwise: false, splats: false, reductions: false, in_place: false };
+        FusionOptions { elementwise: false, splats: false, reductions: false, in_place: false, broadcasts: false };
     /// Elementwise chains only (what every fusing backend understands).
     pub const ELEMENTWISE: FusionOptions =
-        FusionOptions { elementwise: true, splats: false, reductions: false, in_place: false };
+        FusionOptions { elementwise: true, splats: false, reductions: false, in_place: false, broadcasts: false };
     /// Elementwise chains with their splats, ended by their reductions,
-    /// computed in place where they can.
-    pub const ALL: FusionOptions = FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true };
+    /// computed in place where they can (what the fast CPU backend takes;
+    /// not broadcasts).
+    pub const ALL: FusionOptions =
+        FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true, broadcasts: false };
 }
 
 /// Whether `op` spreads one value over its result: a scalar broadcast
@@ -105,10 +117,19 @@ pub fn is_splat(op: &Op) -> bool {
     }
 }
 
+/// Whether `op` is a `broadcast_in_dim` that keeps its operand's
+/// dimensions in order (what [`FusionOptions::broadcasts`] takes).
+pub fn is_ordered_broadcast(op: &Op) -> bool {
+    matches!(op, Op::BroadcastInDim { dims, .. } if dims.windows(2).all(|w| w[0] < w[1]))
+}
+
 fn fusible(s: &Step, opts: FusionOptions) -> Option<(&Op, &[BufferId], BufferId)> {
     match s {
         Step::Compute { op, inputs, outputs }
-            if outputs.len() == 1 && (op.is_elementwise() || (opts.splats && is_splat(op))) =>
+            if outputs.len() == 1
+                && (op.is_elementwise()
+                    || (opts.splats && is_splat(op))
+                    || (opts.broadcasts && is_ordered_broadcast(op))) =>
         {
             Some((op, inputs, outputs[0]))
         }
@@ -172,6 +193,9 @@ fn chain_at(
     let fits = |op: &Op, ins: &[BufferId]| {
         if is_splat(op) {
             ins.iter().all(|&b| p.ty(b).shape.is_empty())
+        } else if matches!(op, Op::BroadcastInDim { .. }) {
+            // An ordered broadcast (`fusible` checked): any operand shape.
+            true
         } else {
             ins.iter().all(|&b| &p.ty(b).shape == shape)
         }
@@ -353,5 +377,31 @@ mod tests {
         let mut q = p.clone();
         q.outputs.push(BufferId(6));
         assert!(plan_fusion_with(&q, FusionOptions::ALL).iter().all(|c| !c.intermediates.contains(&BufferId(6))));
+    }
+
+    /// Broadcasts join chains only when asked ([`FusionOptions::broadcasts`],
+    /// which the CPU's [`FusionOptions::ALL`] leaves out), and only those
+    /// that keep dimension order.
+    #[test]
+    fn ordered_broadcasts_join_chains_only_when_asked() {
+        let t = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
+        let program = |dims: Vec<usize>| DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)].into(),
+            buffers: vec![t(&[3, 3]), t(&[3]), t(&[3, 3]), t(&[3, 3]), t(&[3, 3])],
+            inputs: vec![BufferId(0), BufferId(1)],
+            outputs: vec![BufferId(4)],
+            steps: vec![
+                compute(Op::BroadcastInDim { dims, shape: vec![3, 3] }, &[1], 2),
+                compute(Op::Binary(BinaryOp::Add), &[0, 2], 3),
+                compute(Op::Unary(UnaryOp::Neg), &[3], 4),
+            ],
+        };
+        let asked = FusionOptions { broadcasts: true, ..FusionOptions::ELEMENTWISE };
+        let c = plan_fusion_with(&program(vec![1]), asked);
+        assert_eq!((c.len(), c[0].steps.clone(), c[0].inputs.clone()), (1, 0..=2, vec![BufferId(1), BufferId(0)]));
+        assert_eq!(plan_fusion_with(&program(vec![1]), FusionOptions::ALL)[0].steps, 1..=2);
+        assert!(is_ordered_broadcast(&Op::BroadcastInDim { dims: vec![0, 2], shape: vec![2, 2, 2] }));
+        assert!(!is_ordered_broadcast(&Op::BroadcastInDim { dims: vec![1, 0], shape: vec![2, 2] }));
     }
 }

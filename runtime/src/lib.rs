@@ -36,6 +36,7 @@ pub mod fast;
 pub mod fusion;
 pub mod gpu;
 pub mod process;
+mod strided;
 pub mod verify;
 
 pub use crate::gpu::{CubeBuffer, CubeclBackend};

@@ -114,34 +114,67 @@ pub fn combine(op: &Collective, blocks: Vec<HostTensor>) -> Result<Vec<HostTenso
         },
         _ => blocks,
     };
-    let blocks = &blocks[..];
+    let shape = blocks.first().map(|b| b.shape().to_vec()).unwrap_or_default();
+    combine_with(op, blocks, &shape, &mut |op, xs| eval1(op, xs))
+}
+
+/// One op on values of some kind (for [`combine_with`]).
+pub type OpEval<'a, T, E> = dyn FnMut(&Op, &[&T]) -> Result<T, E> + 'a;
+
+/// [`combine`]'s arithmetic for values of any kind: `eval` computes one op
+/// (a binary op of the reduction, a `slice`, a `concatenate`) on values
+/// of the contributions' `shape`. [`combine`] is this with the
+/// interpreter; a device that holds every member's buffer (logical
+/// devices sharing one GPU) runs it with its own kernels, and since those
+/// are bitwise the interpreter's, so is the result.
+pub fn combine_with<T: Clone, E: From<String>>(
+    op: &Collective,
+    blocks: Vec<T>,
+    shape: &[usize],
+    eval: &mut OpEval<'_, T, E>,
+) -> Result<Vec<T>, E> {
+    let n = blocks.len();
+    // Block `i` of `n` along `dim` of a value of shape `shape`.
+    let block_op = |shape: &[usize], dim: usize, i: usize| {
+        let size = shape[dim] / n;
+        let start = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
+        let limit = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
+        Op::Slice { start, limit, stride: vec![1; shape.len()] }
+    };
+    let fold = |op: ReduceOp, eval: &mut OpEval<'_, T, E>| {
+        let bin = Op::Binary(combiner(op));
+        let (first, rest) = blocks.split_first().ok_or_else(|| E::from("a group has at least one member".into()))?;
+        rest.iter().try_fold(first.clone(), |acc, b| eval(&bin, &[&acc, b]))
+    };
     match op {
         Collective::AllGather { dim, .. } => {
-            let refs: Vec<&HostTensor> = blocks.iter().collect();
-            let all = concat(&refs, *dim)?;
+            let refs: Vec<&T> = blocks.iter().collect();
+            let all = eval(&Op::Concatenate { dim: *dim }, &refs)?;
             Ok(vec![all; n])
         }
         Collective::AllReduce { op, .. } => {
-            let sum = reduce_in_rank_order(blocks, *op)?;
+            let sum = fold(*op, eval)?;
             Ok(vec![sum; n])
         }
         Collective::ReduceScatter { dim, op, .. } => {
-            let sum = reduce_in_rank_order(blocks, *op)?;
-            (0..n).map(|r| block(&sum, *dim, r, n)).collect()
+            let sum = fold(*op, eval)?;
+            (0..n).map(|r| eval(&block_op(shape, *dim, r), &[&sum])).collect()
         }
         Collective::AllToAll { split_dim, concat_dim, .. } => {
-            let pieces: Vec<Vec<HostTensor>> = blocks
+            let pieces: Vec<Vec<T>> = blocks
                 .iter()
-                .map(|b| (0..n).map(|j| block(b, *split_dim, j, n)).collect())
+                .map(|b| (0..n).map(|j| eval(&block_op(shape, *split_dim, j), &[b])).collect())
                 .collect::<Result<_, _>>()?;
             (0..n)
                 .map(|r| {
-                    let received: Vec<&HostTensor> = pieces.iter().map(|p| &p[r]).collect();
-                    concat(&received, *concat_dim)
+                    let received: Vec<&T> = pieces.iter().map(|p| &p[r]).collect();
+                    eval(&Op::Concatenate { dim: *concat_dim }, &received)
                 })
                 .collect()
         }
-        Collective::CollectivePermute { .. } => Err("collective_permute has no groups; use `permute`".to_string()),
+        Collective::CollectivePermute { .. } => {
+            Err(E::from("collective_permute has no groups; use `permute`".to_string()))
+        }
     }
 }
 

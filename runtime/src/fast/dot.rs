@@ -16,6 +16,7 @@
 
 use super::halves::{narrow, widen};
 use super::pool::Pool;
+use crate::strided::collapse;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DotDims, MatmulLayout};
@@ -36,25 +37,6 @@ fn batch_offsets(shape: &[usize], strides: &[isize]) -> Vec<isize> {
         offsets = offsets.iter().flat_map(|&o| (0..n).map(move |i| o + i as isize * s)).collect();
     }
     offsets
-}
-
-/// Collapses consecutive dims `dims` of a view (shape, strides) into one
-/// (extent, stride), if they are laid out as one.
-fn collapse(shape: &[usize], strides: &[isize], dims: std::ops::Range<usize>) -> Option<isize> {
-    let mut stride: Option<isize> = None;
-    let mut expect: Option<isize> = None;
-    for d in dims.rev() {
-        if shape[d] == 1 {
-            continue;
-        }
-        match expect {
-            None => stride = Some(strides[d]),
-            Some(e) if e == strides[d] => {}
-            Some(_) => return None,
-        }
-        expect = Some(strides[d] * shape[d] as isize);
-    }
-    Some(stride.unwrap_or(0))
 }
 
 fn strided(view: &ArrayViewD<'_, impl Sized>, groups: [usize; 3]) -> Option<Strided3> {

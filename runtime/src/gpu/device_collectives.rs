@@ -1,12 +1,13 @@
-//! Device-native collectives: the opt-in path that keeps a collective's
-//! data on the GPU (NCCL on CUDA, [`super::nccl`]), and how a run turns it
-//! on.
+//! Device-native collectives: the paths that keep a collective's data on
+//! the GPU, and how a run turns them on.
 //!
-//! By default every collective is staged through the host and folded in
-//! rank order with the interpreter's arithmetic ([`crate::comm`]), so a run
-//! on GPUs is bit for bit the run on the CPU, on any number of processes.
-//! That is the contract weft keeps unless told otherwise, and it is why
-//! NCCL is **opt-in** (`WEFT_COLLECTIVES=nccl`) rather than the default on
+//! By default a collective is folded in rank order with the interpreter's
+//! arithmetic, so a run on GPUs is bit for bit the run on the CPU, on any
+//! number of processes. Among logical devices of one GPU that fold runs on
+//! the GPU itself ([`super::shared_collectives`], on by default on CUDA);
+//! any other group is staged through the host ([`crate::comm`]). That is
+//! the contract weft keeps unless told otherwise, and it is why NCCL
+//! ([`super::nccl`]) is **opt-in** (`WEFT_COLLECTIVES=nccl`) rather than the default on
 //! CUDA: an NCCL all-reduce sums in the order its algorithm (ring or tree,
 //! split into chunks and channels chosen from the message size, the
 //! topology and `NCCL_*` settings) dictates, which is not the rank-order
@@ -106,10 +107,42 @@ pub fn attach(
     timeout: Duration,
 ) -> Result<(), RuntimeError> {
     match path {
-        CollectivePath::Host => Ok(()),
+        CollectivePath::Host => {
+            attach_shared(local, devices, timeout);
+            Ok(())
+        }
         CollectivePath::Nccl => attach_nccl(program, local, devices, processes, timeout),
     }
 }
+
+/// Gives the logical devices that share a GPU their meeting point
+/// ([`super::shared_collectives`]; CUDA only: on wgpu each logical device
+/// has a CubeCL server, and so a memory, of its own).
+#[cfg(feature = "cuda")]
+fn attach_shared(local: &[usize], devices: &mut Devices, timeout: Duration) {
+    use super::shared_collectives::SharedGpuCollectives;
+    use crate::any::AnyBackend;
+    use std::sync::Arc;
+    if devices.map.kind != crate::BackendKind::Cuda {
+        return;
+    }
+    for p in 0..devices.map.physical.len() {
+        let on_p = devices.map.logical_on(p);
+        if on_p.len() < 2 {
+            continue;
+        }
+        let meeting = Arc::new(SharedGpuCollectives::new(on_p.iter().map(|&i| local[i]), timeout));
+        for &i in &on_p {
+            match &mut devices.backends[i] {
+                AnyBackend::Cuda(b) => b.set_native_collectives(meeting.clone()),
+                _ => unreachable!("a device map of kind cuda opens cuda devices"),
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn attach_shared(_: &[usize], _: &mut Devices, _: Duration) {}
 
 #[cfg(feature = "cuda")]
 fn attach_nccl(

@@ -4,21 +4,27 @@
 //! matrices, `lhs: [B, M, K]` (batch, free, contracting dimensions) and
 //! `rhs: [B, K, N]` (batch, contracting, free), with one strided copy each
 //! (none when already in that order); the `[B, M, N]` product is already
-//! in StableHLO's result order. Float products use cubek-matmul (its
-//! unit-tiled routine, which runs on every device including software
-//! Vulkan) with `f32` accumulation, as the contract asks, and half types
-//! round once at the end; when cubek declines a problem, and for integer
-//! dots, the tiled kernel of `kernels_matmul.rs` runs instead.
+//! in StableHLO's result order. Float products use cubek-matmul with `f32`
+//! accumulation, as the contract asks, and half types round once at the
+//! end: `f32` products its unit-tiled routine (exact `f32` arithmetic, on
+//! every device including software Vulkan; no TF32), half-type products
+//! its tensor-core routines where the device has them ([`Routine`]); when
+//! cubek declines a problem, and for integer dots, the tiled kernel of
+//! `kernels_matmul.rs` runs instead.
 
+use super::kernels_convert::to_float;
 use super::kernels_matmul::{matmul_tiled, TILE};
 use super::layout::{fill_value, strides};
 use super::ops::{round_to, with_storage};
-use super::storage::Storage;
+use super::storage::{Rounding, Storage};
 use super::{layout, CubeBuffer, CubeclBackend};
 use crate::error::RuntimeError;
+use crate::strided::collapse;
+use cubecl::ir::StorageType;
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 use cubecl::zspace::{Shape, Strides};
-use cubek::matmul::definition::MatmulElems;
+use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
 use cubek::matmul::launch::{launch_ref, Strategy};
 use cubek::std::InputBinding;
 use weft_ir::{DType, DotDims, MatmulLayout, TensorType};
@@ -36,6 +42,150 @@ fn accumulator(d: DType) -> DType {
     }
 }
 
+/// How a product runs on a device. Chosen once per device, dtype and
+/// shape by the rules of [`candidates`] (measured on an H200, see
+/// BENCHMARKS.md and `runtime/examples/gpu_gemm.rs`): the first candidate
+/// the device accepts. Never by timing, so one device always runs one
+/// routine, and a rerun gives the same bits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Routine {
+    /// cubek's unit-tiled routine on the `f32` storage: exact `f32`
+    /// arithmetic (no TF32), on every device.
+    Unit,
+    /// Tensor cores (cubek's double-buffered `mma` routine) on half-type
+    /// operands read from their `f32` storage and staged as the half type
+    /// (exact: the stored values are the half type's), `f32` accumulation.
+    TensorCores,
+    /// Tensor cores fed by the tensor memory accelerator (cubek's
+    /// double-buffered TMA routine), on operands first packed into the half
+    /// type: two conversion launches, paid back on large products only.
+    TensorCoresPacked,
+    /// weft's tiled kernel (integers, and whatever cubek declines).
+    Tiled,
+}
+
+/// Products of at least this many flops (`2·b·m·n·k`) pack their half-type
+/// operands for [`Routine::TensorCoresPacked`] (on the H200: 206 TFLOP/s
+/// against 107 staged at 4096³, but two more launches, which cost more
+/// than they save on a 256×512×2048 product).
+const PACK_FLOPS: f64 = 8.0e9;
+
+/// The routines to try for a product of `dtype` with layout `p`, best
+/// first.
+fn candidates<R: Runtime>(be: &CubeclBackend<R>, dtype: DType, p: &MatmulLayout) -> Vec<Routine> {
+    if !dtype.is_float() {
+        return vec![Routine::Tiled];
+    }
+    let mut v = Vec::new();
+    if let Some(h) = half_storage(dtype) {
+        let f32s = f32::as_type_native_unchecked().storage_type();
+        let mm = &be.client.properties().features.matmul;
+        if mm.mma.iter().chain(&mm.cmma).any(|c| c.a_type == h && c.b_type == h && c.cd_type == f32s) {
+            if 2.0 * (p.b * p.m * p.n * p.k) as f64 >= PACK_FLOPS {
+                v.push(Routine::TensorCoresPacked);
+            }
+            v.push(Routine::TensorCores);
+        }
+    }
+    v.extend([Routine::Unit, Routine::Tiled]);
+    v
+}
+
+/// The storage type of the half type `d` (`None` for other dtypes).
+fn half_storage(d: DType) -> Option<StorageType> {
+    match d {
+        DType::BF16 => Some(half::bf16::as_type_native_unchecked().storage_type()),
+        DType::F16 => Some(half::f16::as_type_native_unchecked().storage_type()),
+        _ => None,
+    }
+}
+
+/// An operand as the product reads it: a `[b, rows, cols]` view of `buf`
+/// with `strides` - the operand's own buffer read in place when its
+/// batch, row and column dimension groups each collapse to one stride and
+/// rows or columns are contiguous (a transposed matrix, as `x^T @ dy` and
+/// `dy @ w^T` give), else a dense copy.
+struct Operand<R: Runtime> {
+    buf: CubeBuffer<R>,
+    shape: [usize; 3],
+    strides: [usize; 3],
+    /// The operand and its permutation, to copy it dense on demand.
+    src: CubeBuffer<R>,
+    perm: Vec<usize>,
+}
+
+impl<R: Runtime> Operand<R> {
+    /// `x` permuted by `perm` as a `[b, rows, cols]` view; `groups` counts
+    /// the batch, row and column dimensions.
+    fn new(be: &CubeclBackend<R>, x: &CubeBuffer<R>, perm: &[usize], groups: [usize; 3], shape: [usize; 3]) -> Self {
+        let dense = strides(&shape);
+        let (buf, st) = match in_place(&x.ty.shape, perm, groups, shape) {
+            Some(st) if st[..] != dense[..] => (x.clone(), st),
+            _ => (as_batch(be, x, perm, shape), [dense[0], dense[1], dense[2]]),
+        };
+        Operand { buf, shape, strides: st, src: x.clone(), perm: perm.to_vec() }
+    }
+
+    fn is_dense(&self) -> bool {
+        self.strides[..] == strides(&self.shape)[..]
+    }
+
+    /// The same operand copied dense.
+    fn dense(&self, be: &CubeclBackend<R>) -> Operand<R> {
+        let st = strides(&self.shape);
+        let buf = if self.is_dense() { self.buf.clone() } else { as_batch(be, &self.src, &self.perm, self.shape) };
+        Operand {
+            buf,
+            shape: self.shape,
+            strides: [st[0], st[1], st[2]],
+            src: self.src.clone(),
+            perm: self.perm.clone(),
+        }
+    }
+
+    fn binding(&self, handle: &Handle) -> TensorBinding<R> {
+        // SAFETY: `handle` holds the operand's elements laid out with
+        // these strides (its own buffer's, or a dense copy's).
+        unsafe {
+            TensorBinding::from_raw_parts(
+                handle.clone(),
+                Strides::from(self.strides.to_vec()),
+                Shape::from(self.shape.to_vec()),
+            )
+        }
+    }
+}
+
+/// The strides of `x` (a dense buffer of `shape`) permuted by `perm` and
+/// viewed as `[b, rows, cols]` (`groups` dimensions each), if each group
+/// collapses to one stride and rows or columns are contiguous.
+fn in_place(shape: &[usize], perm: &[usize], groups: [usize; 3], ext: [usize; 3]) -> Option<[usize; 3]> {
+    let st = strides(shape);
+    let ps: Vec<usize> = perm.iter().map(|&d| shape[d]).collect();
+    let pst: Vec<isize> = perm.iter().map(|&d| st[d] as isize).collect();
+    let mut s = [0usize; 3];
+    let mut at = 0;
+    for j in 0..3 {
+        s[j] = usize::try_from(collapse(&ps, &pst, at..at + groups[j])?).ok()?;
+        at += groups[j];
+    }
+    // A group of extent 1 has no stride of its own: give it a dense one.
+    if ext[2] == 1 {
+        s[2] = 1;
+    }
+    if ext[1] == 1 {
+        s[1] = if s[2] == 1 { ext[2] } else { 1 };
+    }
+    if ext[0] == 1 {
+        s[0] = ext[1] * ext[2];
+    }
+    (s[2] == 1 || s[1] == 1).then_some(s)
+}
+
+/// What picks a product's routine: dtype, `[b, m, n, k]` and the
+/// operands' strides.
+pub(super) type RoutineKey = (DType, [usize; 4], [usize; 3], [usize; 3]);
+
 /// Computes `dot_general` into a new buffer of type `ty`.
 pub(super) fn dot_general<R: Runtime>(
     be: &CubeclBackend<R>,
@@ -48,56 +198,142 @@ pub(super) fn dot_general<R: Runtime>(
     if p.k == 0 {
         return fill_value(be, ty, 0.0);
     }
-    let l3 = as_batch(be, l, &p.lhs_perm, [p.b, p.m, p.k]);
-    let r3 = as_batch(be, r, &p.rhs_perm, [p.b, p.k, p.n]);
+    let (nb, nc) = (dims.lhs_batch.len(), dims.lhs_contract.len());
+    let lo = Operand::new(be, l, &p.lhs_perm, [nb, l.ty.shape.len() - nb - nc, nc], [p.b, p.m, p.k]);
+    let ro = Operand::new(be, r, &p.rhs_perm, [nb, nc, r.ty.shape.len() - nb - nc], [p.b, p.k, p.n]);
     let acc_ty = TensorType::new(accumulator(ty.dtype), vec![p.b, p.m, p.n]);
     let acc = be.empty(&acc_ty);
-    let done = ty.dtype.is_float() && cubek_matmul(be, &l3, &r3, &acc, &p);
-    if !done {
-        tiled(be, &l3, &r3, &acc, &p);
+    let key = (ty.dtype, [p.b, p.m, p.n, p.k], lo.strides, ro.strides);
+    let known = be.lock_routines().get(&key).copied();
+    match known {
+        Some((routine, true)) => {
+            run(be, routine, &lo.dense(be), &ro.dense(be), &acc, ty.dtype);
+        }
+        Some((routine, false)) => {
+            run(be, routine, &lo, &ro, &acc, ty.dtype);
+        }
+        None => {
+            // The first routine the device takes, on the operands in place
+            // or else copied dense (the tiled kernel takes everything).
+            let (ld, rd) = (lo.dense(be), ro.dense(be));
+            let in_place = lo.is_dense() && ro.is_dense();
+            let chosen = candidates(be, ty.dtype, &p)
+                .into_iter()
+                .find_map(|routine| {
+                    if run(be, routine, &lo, &ro, &acc, ty.dtype) {
+                        Some((routine, false))
+                    } else if !in_place && run(be, routine, &ld, &rd, &acc, ty.dtype) {
+                        Some((routine, true))
+                    } else {
+                        None
+                    }
+                })
+                .expect("the tiled kernel takes every product");
+            be.lock_routines().insert(key, chosen);
+        }
     }
     Ok(if acc_ty.dtype == ty.dtype { acc.view(ty.clone()) } else { round_to(be, &acc, ty) })
 }
 
-fn binding<R: Runtime>(x: &CubeBuffer<R>, shape: [usize; 3]) -> TensorBinding<R> {
-    let st = strides(&shape);
-    // SAFETY: `x` holds a dense row-major tensor of exactly this shape.
-    unsafe { TensorBinding::from_raw_parts(x.handle.clone(), Strides::from(st), Shape::from(shape.to_vec())) }
-}
-
-/// Runs cubek-matmul's unit routine; false if it declines the problem.
-fn cubek_matmul<R: Runtime>(
+/// Runs `routine` into `out`; false if the device declines it.
+fn run<R: Runtime>(
     be: &CubeclBackend<R>,
-    l: &CubeBuffer<R>,
-    r: &CubeBuffer<R>,
+    routine: Routine,
+    l: &Operand<R>,
+    r: &Operand<R>,
     out: &CubeBuffer<R>,
-    p: &MatmulLayout,
+    dtype: DType,
 ) -> bool {
-    let elem = with_storage!(out.ty.dtype, N => N::as_type_native_unchecked());
-    let storage = elem.storage_type();
-    let lhs = InputBinding::Normal(binding(l, [p.b, p.m, p.k]), storage);
-    let rhs = InputBinding::Normal(binding(r, [p.b, p.k, p.n]), storage);
-    let mut dtypes = MatmulElems::from_single_dtype(elem);
-    let strategy = Strategy::SimpleUnit(Default::default());
-    launch_ref(&strategy, &be.client, lhs, rhs, binding(out, [p.b, p.m, p.n]), &mut dtypes).is_ok()
+    let f32s = f32::as_type_native_unchecked().storage_type();
+    let [b, m, k] = l.shape;
+    let n = r.shape[2];
+    let out_binding = || -> TensorBinding<R> {
+        // SAFETY: `out` is a dense `[b, m, n]` buffer.
+        unsafe {
+            TensorBinding::from_raw_parts(
+                out.handle.clone(),
+                Strides::from(strides(&[b, m, n])),
+                Shape::from(vec![b, m, n]),
+            )
+        }
+    };
+    match routine {
+        Routine::Tiled => {
+            let (l, r) = (l.dense(be), r.dense(be));
+            tiled(be, &l.buf, &r.buf, out, [b, m, k, n]);
+            true
+        }
+        Routine::Unit => {
+            let elem = with_storage!(out.ty.dtype, N => N::as_type_native_unchecked());
+            let storage = elem.storage_type();
+            let lhs = InputBinding::Normal(l.binding(&l.buf.handle), storage);
+            let rhs = InputBinding::Normal(r.binding(&r.buf.handle), storage);
+            let mut dtypes = MatmulElems::from_single_dtype(elem);
+            let strategy = Strategy::SimpleUnit(Default::default());
+            launch_ref(&strategy, &be.client, lhs, rhs, out_binding(), &mut dtypes).is_ok()
+        }
+        Routine::TensorCores => {
+            let h = half_storage(dtype).expect("tensor cores for half types only");
+            let lhs = InputBinding::Normal(l.binding(&l.buf.handle), f32s);
+            let rhs = InputBinding::Normal(r.binding(&r.buf.handle), f32s);
+            let mut dtypes = MatmulElems {
+                lhs_global: f32s,
+                rhs_global: f32s,
+                acc_global: f32s,
+                lhs_stage: h,
+                rhs_stage: h,
+                acc_stage: f32s,
+                lhs_register: h,
+                rhs_register: h,
+                acc_register: f32s,
+            };
+            let strategy = Strategy::DoubleCyclicMma(Default::default());
+            launch_ref(&strategy, &be.client, lhs, rhs, out_binding(), &mut dtypes).is_ok()
+        }
+        Routine::TensorCoresPacked => {
+            let h = half_storage(dtype).expect("tensor cores for half types only");
+            // Packing keeps the layout: element for element, the same strides.
+            let (lh, rh) = (pack(be, &l.buf, dtype), pack(be, &r.buf, dtype));
+            let lhs = InputBinding::Normal(l.binding(&lh), h);
+            let rhs = InputBinding::Normal(r.binding(&rh), h);
+            let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems { lhs: h, rhs: h, out: f32s });
+            let strategy = Strategy::DoubleTmaMma(Default::default());
+            launch_ref(&strategy, &be.client, lhs, rhs, out_binding(), &mut dtypes).is_ok()
+        }
+    }
 }
 
-/// The tiled fallback kernel.
+/// `x`'s values (stored as `f32`, exactly representable in the half type
+/// `d`) packed into a new buffer of `d` itself.
+fn pack<R: Runtime>(be: &CubeclBackend<R>, x: &CubeBuffer<R>, d: DType) -> Handle {
+    let n = x.len().max(1);
+    let handle = be.client.empty(n * 2);
+    // SAFETY: `handle` holds `n` two-byte elements.
+    let out = unsafe { ArrayArg::from_raw_parts(handle.clone(), n) };
+    let (count, dim) = be.grid(n);
+    match d {
+        DType::BF16 => to_float::launch::<f32, half::bf16, R>(&be.client, count, dim, x.arg(), out, Rounding::None),
+        _ => to_float::launch::<f32, half::f16, R>(&be.client, count, dim, x.arg(), out, Rounding::None),
+    }
+    handle
+}
+
+/// The tiled fallback kernel, on dense `[b, m, k]` and `[b, k, n]` operands.
 fn tiled<R: Runtime>(
     be: &CubeclBackend<R>,
     l: &CubeBuffer<R>,
     r: &CubeBuffer<R>,
     out: &CubeBuffer<R>,
-    p: &MatmulLayout,
+    [b, m, k, n]: [usize; 4],
 ) {
     let max = u16::MAX as usize;
     let count = CubeCount::Static(
-        p.n.div_ceil(TILE).clamp(1, max) as u32,
-        p.m.div_ceil(TILE).clamp(1, max) as u32,
-        p.b.clamp(1, max) as u32,
+        n.div_ceil(TILE).clamp(1, max) as u32,
+        m.div_ceil(TILE).clamp(1, max) as u32,
+        b.clamp(1, max) as u32,
     );
     let dim = CubeDim::new_2d(TILE as u32, TILE as u32);
-    let dims: Vec<u32> = [p.b, p.m, p.k, p.n].iter().map(|&v| v as u32).collect();
+    let dims: Vec<u32> = [b, m, k, n].iter().map(|&v| v as u32).collect();
     let (mh, ml) = be.meta(&dims);
     // SAFETY: `ml` u32 values were just written to `mh`.
     let meta = unsafe { ArrayArg::from_raw_parts(mh, ml) };

@@ -227,7 +227,7 @@ pub fn int_binary<I: Int>(
 }
 
 #[cube]
-fn compare_op<N: Numeric>(a: N, b: N, #[comptime] op: Cmp) -> bool {
+pub(super) fn compare_op<N: Numeric>(a: N, b: N, #[comptime] op: Cmp) -> bool {
     match op {
         Cmp::Eq => a == b,
         // Not `a != b`: naga compiles it to an ordered comparison, false

@@ -1,26 +1,54 @@
 //! The fused elementwise kernel: a whole chain per element, in registers.
 //!
 //! The chain arrives as a compile-time expression ([`FusedExpr`]): a list
-//! of nodes, each an input read or a float op on earlier nodes, followed by
-//! its rounding. The kernel walks the list at expansion time (the loop is
+//! of nodes, each an input read (of the thread's element, of a rank-0
+//! input's only element - a splat - or through a broadcast's index map),
+//! or an op on earlier nodes (float ops, comparisons, selects, boolean
+//! not), followed by its rounding. Boolean inputs arrive in a sequence of
+//! their own (stored as `u32`) and live in registers as 0 and 1. The kernel walks the list at expansion time (the loop is
 //! unrolled), keeping node values in a `Sequence` of registers, so each
 //! distinct chain compiles to straight-line code: one load per input, the
 //! ops, one store.
 
-use super::elementwise::{float_binary_op, float_unary_op, BinaryF, UnaryF};
+use super::elementwise::{compare_op, float_binary_op, float_unary_op, BinaryF, Cmp, UnaryF};
+use super::math::{is_inf, is_nan};
 use super::round::apply_rounding;
 use super::storage::Rounding;
 use cubecl::prelude::*;
 
-/// One node of a fused expression; operands index earlier nodes.
+/// One node of a fused expression; operands index earlier nodes. Boolean
+/// values (comparisons, masks) live in the float registers as 0 and 1.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum FusedOp {
-    /// Load of input `k` at the thread's element.
+    /// Load of float input `k` at the thread's element.
     Input(usize),
+    /// Load of float input `k`'s only element (a rank-0 input spread over
+    /// the chain: a splat).
+    Scalar(usize),
+    /// Load of float input `k` through a broadcast: the element at
+    /// `Σ ((i / pitch) % extent) * stride` over the `(pitch, extent,
+    /// stride)` of each result dimension the operand varies along.
+    Broadcast(usize, Vec<(usize, usize, usize)>),
+    /// [`FusedOp::Input`] of boolean input `k` (stored 0/1).
+    Mask(usize),
+    /// [`FusedOp::Scalar`] of boolean input `k`.
+    MaskScalar(usize),
+    /// [`FusedOp::Broadcast`] of boolean input `k`.
+    MaskBroadcast(usize, Vec<(usize, usize, usize)>),
     /// A float unary op.
     Unary(UnaryF, usize),
     /// A float binary op.
     Binary(BinaryF, usize, usize),
+    /// A comparison, as 0/1.
+    Compare(Cmp, usize, usize),
+    /// `select(pred, on_true, on_false)`.
+    Select(usize, usize, usize),
+    /// Logical not of a 0/1 value.
+    Not(usize),
+    /// Whether a float is not zero (NaN is), as 0/1: a float to `bool`.
+    NonZero(usize),
+    /// Whether a float is finite, as 0/1.
+    IsFinite(usize),
 }
 
 /// A fused chain: the nodes with their result rounding; the last is the
@@ -32,17 +60,56 @@ pub struct FusedExpr {
 }
 
 #[cube]
-fn eval_node<F: Float>(inputs: &Sequence<Array<F>>, regs: &Sequence<F>, i: usize, #[comptime] op: FusedOp) -> F {
+#[allow(clippy::needless_range_loop)] // an unrolled loop over a compile-time list
+fn at(i: usize, #[comptime] map: Vec<(usize, usize, usize)>) -> usize {
+    let mut at = 0usize;
+    let n = comptime![map.len()];
+    #[unroll]
+    for j in 0..n {
+        let (pitch, extent, stride) = comptime![map[j]];
+        at += ((i / pitch) % extent) * stride;
+    }
+    at
+}
+
+#[cube]
+fn flag<F: Float>(b: bool) -> F {
+    select(b, F::new(1.0), F::new(0.0))
+}
+
+#[cube]
+fn eval_node<F: Float>(
+    inputs: &Sequence<Array<F>>,
+    masks: &Sequence<Array<u32>>,
+    regs: &Sequence<F>,
+    i: usize,
+    #[comptime] op: FusedOp,
+) -> F {
     match op {
         FusedOp::Input(k) => inputs.index(k)[i],
+        FusedOp::Scalar(k) => inputs.index(k)[0],
+        FusedOp::Broadcast(k, map) => inputs.index(k)[at(i, map)],
+        FusedOp::Mask(k) => F::cast_from(masks.index(k)[i]),
+        FusedOp::MaskScalar(k) => F::cast_from(masks.index(k)[0]),
+        FusedOp::MaskBroadcast(k, map) => F::cast_from(masks.index(k)[at(i, map)]),
         FusedOp::Unary(u, a) => float_unary_op::<F>(*regs.index(a), u),
         FusedOp::Binary(b, x, y) => float_binary_op::<F>(*regs.index(x), *regs.index(y), b),
+        FusedOp::Compare(c, x, y) => flag::<F>(compare_op::<F>(*regs.index(x), *regs.index(y), c)),
+        FusedOp::Select(p, t, f) => select(*regs.index(p) != F::new(0.0), *regs.index(t), *regs.index(f)),
+        FusedOp::Not(a) => F::new(1.0) - *regs.index(a),
+        FusedOp::NonZero(a) => flag::<F>(!(*regs.index(a) == F::new(0.0))),
+        FusedOp::IsFinite(a) => flag::<F>(!(is_nan::<F>(*regs.index(a)) || is_inf::<F>(*regs.index(a)))),
     }
 }
 
-/// `out[i] = expr(inputs[..][i])`.
+/// `out[i] = expr(inputs[..][i], masks[..][i])`.
 #[cube(launch)]
-pub fn fused_float<F: Float>(inputs: &Sequence<Array<F>>, out: &mut Array<F>, #[comptime] expr: FusedExpr) {
+pub fn fused_float<F: Float>(
+    inputs: &Sequence<Array<F>>,
+    masks: &Sequence<Array<u32>>,
+    out: &mut Array<F>,
+    #[comptime] expr: FusedExpr,
+) {
     let i = ABSOLUTE_POS;
     if i < out.len() {
         let mut regs = Sequence::<F>::new();
@@ -50,7 +117,7 @@ pub fn fused_float<F: Float>(inputs: &Sequence<Array<F>>, out: &mut Array<F>, #[
         #[unroll]
         for k in 0..n {
             let (op, rnd) = comptime![expr.nodes[k].clone()];
-            let v = eval_node::<F>(inputs, &regs, i, op);
+            let v = eval_node::<F>(inputs, masks, &regs, i, op);
             regs.push(apply_rounding::<F>(v, rnd));
         }
         out[i] = *regs.index(n - 1);

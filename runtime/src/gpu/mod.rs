@@ -10,12 +10,15 @@
 //! Layout: `storage.rs` (dtype to storage type), `round.rs` and `math.rs`
 //! (scalar helpers), `elementwise.rs`, `kernels_copy.rs`,
 //! `kernels_convert.rs`, `kernels_reduce.rs`, `kernels_matmul.rs`,
-//! `kernels_fused.rs` (the kernels), and `ops.rs`, `layout.rs`,
+//! `kernels_fused.rs` (the kernels), `constants.rs` (constants computed
+//! once per device), and `ops.rs`, `layout.rs`,
 //! `reduce.rs`, `dot.rs`, `fused.rs` (the host side that maps each [`Op`],
-//! or fused chain, onto them). `device_collectives.rs` is the opt-in path
-//! that runs collectives on device memory, `nccl.rs` (with the `cuda`
-//! feature) its NCCL implementation.
+//! or fused chain, onto them). `device_collectives.rs` is the path that
+//! runs collectives on device memory: `shared_collectives.rs` among the
+//! logical devices of one GPU (bitwise the host path, the default on
+//! CUDA), `nccl.rs` (with the `cuda` feature, opt-in) across GPUs.
 
+mod constants;
 #[cfg(feature = "cuda")]
 pub mod cuda_devices;
 pub mod device_collectives;
@@ -34,6 +37,7 @@ pub mod nccl;
 mod ops;
 mod reduce;
 mod round;
+pub mod shared_collectives;
 mod storage;
 pub mod wgpu_devices;
 
@@ -55,6 +59,9 @@ use weft_ir::{DType, Op, TensorType};
 /// Threads per cube for one-thread-per-element kernels.
 const BLOCK: u32 = 256;
 
+/// The most distinct metadata arrays a device keeps uploaded.
+const META_KEPT: usize = 16_384;
+
 /// One logical device on a CubeCL runtime.
 pub struct CubeclBackend<R: Runtime> {
     client: ComputeClient<R>,
@@ -64,6 +71,21 @@ pub struct CubeclBackend<R: Runtime> {
     fusion: bool,
     /// The device-native collectives, when the run asked for them.
     native: Option<Arc<dyn NativeCollectives<R>>>,
+    /// What the device keeps between launches (boxed: the backend is one
+    /// variant of `AnyBackend`, and these are large).
+    kept: Box<Kept<R>>,
+}
+
+/// What a logical device keeps between launches.
+struct Kept<R: Runtime> {
+    /// Constants already computed ([`constants`]).
+    constants: constants::ConstantCache<R>,
+    /// The matmul routine each product (dtype, `[b, m, n, k]`, operand
+    /// strides) runs ([`dot::Routine`]), chosen at its first run, and
+    /// whether its operands are copied dense first.
+    routines: std::sync::Mutex<std::collections::HashMap<dot::RoutineKey, (dot::Routine, bool)>>,
+    /// Kernel metadata arrays already on the device ([`CubeclBackend::meta`]).
+    meta: std::sync::Mutex<std::collections::HashMap<Vec<u32>, Handle>>,
 }
 
 /// A buffer on a CubeCL device: a memory handle and the IR type of what it
@@ -117,7 +139,19 @@ impl<R: Runtime> CubeclBackend<R> {
         // for 16- and 32-bit floats only; wgpu passes f64 ones through and
         // gets garbage back.
         let f64_math = f64_ok && !R::name(&client).starts_with("wgpu");
-        CubeclBackend { client, label: label.into(), f64_ok, f64_math, fusion: true, native: None }
+        CubeclBackend {
+            client,
+            label: label.into(),
+            f64_ok,
+            f64_math,
+            fusion: true,
+            native: None,
+            kept: Box::new(Kept {
+                constants: Default::default(),
+                routines: Default::default(),
+                meta: Default::default(),
+            }),
+        }
     }
 
     /// Runs the collectives `native` takes on device memory from now on
@@ -130,6 +164,30 @@ impl<R: Runtime> CubeclBackend<R> {
     pub fn with_fusion(mut self, on: bool) -> CubeclBackend<R> {
         self.fusion = on;
         self
+    }
+
+    /// How many constants this device keeps computed, and their bytes
+    /// (at most 128 MiB).
+    pub fn cached_constants(&self) -> (usize, usize) {
+        self.kept.constants.stats()
+    }
+
+    /// The matmul routine each product run so far took: dtype, `[b, m, n,
+    /// k]` and the routine's name, with "(operands copied dense)" where
+    /// they could not be read in place (for benchmarks and reports).
+    pub fn matmul_routines(&self) -> Vec<(DType, [usize; 4], String)> {
+        let name = |(r, dense): &(dot::Routine, bool)| {
+            format!("{r:?}{}", if *dense { " (operands copied dense)" } else { "" })
+        };
+        let mut v: Vec<_> = self.lock_routines().iter().map(|(k, r)| (k.0, k.1, name(r))).collect();
+        v.sort_by_key(|a| (a.0.to_string(), a.1));
+        v
+    }
+
+    fn lock_routines(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<dot::RoutineKey, (dot::Routine, bool)>> {
+        self.kept.routines.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The compute client.
@@ -161,9 +219,20 @@ impl<R: Runtime> CubeclBackend<R> {
         (cubecl::calculate_cube_count_elemwise(&self.client, n.max(1), dim), dim)
     }
 
-    /// A small `u32` array on the device (kernel metadata).
+    /// A small `u32` array on the device (kernel metadata: shapes and
+    /// strides). A program's layouts repeat every step, and kernels only
+    /// read these arrays, so each distinct one is uploaded once per device
+    /// (up to [`META_KEPT`] of them) instead of once per launch.
     fn meta(&self, values: &[u32]) -> (Handle, usize) {
-        (self.client.create_from_slice(u32::as_bytes(values)), values.len())
+        let mut kept = self.kept.meta.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = kept.get(values) {
+            return (h.clone(), values.len());
+        }
+        let h = self.client.create_from_slice(u32::as_bytes(values));
+        if kept.len() < META_KEPT {
+            kept.insert(values.to_vec(), h.clone());
+        }
+        (h, values.len())
     }
 }
 
@@ -209,7 +278,10 @@ impl<R: Runtime> Backend for CubeclBackend<R> {
 
     fn fusion(&self) -> FusionOptions {
         if self.fusion {
-            FusionOptions::ELEMENTWISE
+            // Splats and broadcasts join chains: a spread value is read
+            // where it is used, not a tensor written and read back, and a
+            // launch fewer.
+            FusionOptions { splats: true, broadcasts: true, ..FusionOptions::ELEMENTWISE }
         } else {
             FusionOptions::NONE
         }

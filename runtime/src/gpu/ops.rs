@@ -9,7 +9,7 @@
 use super::elementwise::{self as ew, BinaryF, BinaryI, Cmp, UnaryF, UnaryI};
 use super::kernels_convert as cv;
 use super::storage::{Rounding, Storage};
-use super::{dot, layout, reduce, CubeBuffer, CubeclBackend};
+use super::{constants, dot, layout, reduce, CubeBuffer, CubeclBackend};
 use crate::backend::Backend;
 use crate::error::RuntimeError;
 use cubecl::prelude::*;
@@ -84,12 +84,11 @@ pub(super) fn compute<R: Runtime>(
     if out_ty.num_elements() == 0 {
         return Ok(be.empty(&out_ty));
     }
+    if constants::cacheable(op) {
+        return be.kept.constants.get_or(be, op, &out_ty, |be| value(be, op, &out_ty));
+    }
     match op {
-        Op::Constant(lit) => match &lit.data {
-            LiteralData::Splat(v) => layout::fill_value(be, &out_ty, *v),
-            LiteralData::Dense(_) => be.upload(&HostTensor::from_literal(lit)?),
-        },
-        Op::Iota { dim, ty } => layout::iota(be, ty, *dim),
+        Op::Constant(_) | Op::Iota { .. } => value(be, op, &out_ty),
         Op::Unary(u) => Ok(unary(be, *u, xs[0], &out_ty)),
         Op::Binary(b) => Ok(binary(be, *b, xs[0], xs[1], &out_ty)),
         Op::Compare(c) => Ok(compare(be, *c, xs[0], xs[1], &out_ty)),
@@ -105,6 +104,18 @@ pub(super) fn compute<R: Runtime>(
         Op::Reshape { .. } | Op::ShardingConstraint { .. } | Op::Reshard { .. } | Op::Call { .. } => {
             unreachable!("handled above")
         }
+    }
+}
+
+/// The value of a constant-making op (a `constant` or an `iota`).
+fn value<R: Runtime>(be: &CubeclBackend<R>, op: &Op, ty: &TensorType) -> Result<CubeBuffer<R>, RuntimeError> {
+    match op {
+        Op::Constant(lit) => match &lit.data {
+            LiteralData::Splat(v) => layout::fill_value(be, ty, *v),
+            LiteralData::Dense(_) => be.upload(&HostTensor::from_literal(lit)?),
+        },
+        Op::Iota { dim, ty } => layout::iota(be, ty, *dim),
+        _ => unreachable!("only constants and iotas have values of their own"),
     }
 }
 
@@ -234,16 +245,21 @@ fn compare<R: Runtime>(
 ) -> CubeBuffer<R> {
     let out = be.empty(ty);
     let (count, dim) = be.grid(out.len());
-    let cmp = match op {
+    let cmp = compare_kind(op);
+    with_storage!(a.ty.dtype, N => ew::compare::launch::<N, R>(&be.client, count, dim, a.arg(), b.arg(), out.arg(), cmp));
+    out
+}
+
+/// The kernel comparison of a compare op.
+pub(super) fn compare_kind(op: CompareOp) -> Cmp {
+    match op {
         CompareOp::Eq => Cmp::Eq,
         CompareOp::Ne => Cmp::Ne,
         CompareOp::Lt => Cmp::Lt,
         CompareOp::Le => Cmp::Le,
         CompareOp::Gt => Cmp::Gt,
         CompareOp::Ge => Cmp::Ge,
-    };
-    with_storage!(a.ty.dtype, N => ew::compare::launch::<N, R>(&be.client, count, dim, a.arg(), b.arg(), out.arg(), cmp));
-    out
+    }
 }
 
 fn select<R: Runtime>(

@@ -1,6 +1,6 @@
 //! Fused elementwise chains give the results of unfused execution, never
 //! allocate their intermediates, and fall back node by node where the
-//! fused kernel does not apply.
+//! fused kernel does not apply (integers, a `bool` result).
 
 use crate::common::{wgpu_devices_or_skip, wgpu_or_skip, Rng};
 use weft_ir::device::{Buffer, BufferId, DeviceProgram, Step};
@@ -85,7 +85,7 @@ fn be_clone(
 }
 
 #[test]
-fn chains_with_comparisons_run_node_by_node() {
+fn chains_with_comparisons_and_selects_fuse() {
     let Some(be) = wgpu_or_skip() else { return };
     let mut rng = Rng::new(31);
     let p = chain(DType::F32, 1000, true);
@@ -119,5 +119,166 @@ fn transcendental_chains_on_logical_devices() {
     assert_eq!(gpu.fused_chains, 1);
     for d in 0..2 {
         check_close(&gpu.outputs[d][0], &cpu.outputs[d][0], 1e-5, 1e-6).unwrap();
+    }
+}
+
+/// `out = (x * 0.1 + broadcast(s)) max -inf - 3.3`, in dtype `d`: two
+/// splat constants (one not representable, so rounded to `d`), a scalar
+/// broadcast of an input and an infinite constant, all in one chain.
+fn splat_chain(d: DType, n: usize) -> DeviceProgram {
+    format!(
+        "device_program @splats mesh [x=1] {{
+  input %0 : {d}[{n}]
+  input %1 : {d}[]
+  %2 = constant 0.1 : {d}[{n}]
+  %3 = mul %0, %2 : {d}[{n}]
+  %4 = broadcast_in_dim %1 {{dims = []}} : {d}[{n}]
+  %5 = add %3, %4 : {d}[{n}]
+  %6 = constant -inf : {d}[{n}]
+  %7 = max %5, %6 : {d}[{n}]
+  %8 = constant 3.3 : {d}[{n}]
+  %9 = sub %7, %8 : {d}[{n}]
+  return %9
+}}
+"
+    )
+    .parse()
+    .unwrap()
+}
+
+/// Splats (constants and scalar broadcasts) join the chains that read them
+/// on the GPU, still bit for bit the CPU; the rank-0 constants are computed
+/// once per device and reused by the next run.
+#[test]
+fn splats_fuse_and_constants_are_computed_once() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(32);
+    let n = 5_003;
+    for d in [DType::F32, DType::BF16] {
+        let p = splat_chain(d, n);
+        let x = crate::common::random(&mut rng, &TensorType::new(d, vec![n]), -4.0, 4.0);
+        let s = crate::common::random(&mut rng, &TensorType::new(d, vec![]), -4.0, 4.0);
+        let cpu = run(CpuBackend::new(), &p, &x, &s);
+        let gpu_be = be_clone(&be);
+        let program_inputs = vec![vec![x.clone(), s.clone()]];
+        let first = run_program_stats(&p, std::slice::from_ref(&gpu_be), program_inputs.clone()).unwrap();
+        assert_eq!(first.fused_chains, 1, "{d}: the whole program is one chain");
+        assert_eq!(gpu_be.cached_constants().0, 3, "{d}: three rank-0 constants kept");
+        let again = run_program_stats(&p, std::slice::from_ref(&gpu_be), program_inputs).unwrap();
+        assert_eq!(gpu_be.cached_constants().0, 3, "{d}: nothing new to keep");
+        let unfused = run(be_clone(&be).with_fusion(false), &p, &x, &s);
+        for (what, got) in [("fused", &first), ("fused, cached constants", &again), ("unfused", &unfused)] {
+            assert!(
+                got.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]),
+                "{d} {what}: {:?}",
+                check_close(&got.outputs[0][0], &cpu.outputs[0][0], 0.0, 0.0)
+            );
+        }
+        // Unfused, the full-size constants are kept and handed out again.
+        let unfused_be = be_clone(&be).with_fusion(false);
+        let a = run_program_stats(&p, std::slice::from_ref(&unfused_be), vec![vec![x.clone(), s.clone()]]).unwrap();
+        assert_eq!(unfused_be.cached_constants(), (3, 3 * n * 4), "{d}: three constants of {n} f32-stored elements");
+        assert!(a.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]));
+    }
+}
+
+/// `out = (x - s) * b + c - 0.5` with `s: [4,6]`, `b: [5]` and `c: [4,1]`
+/// each spread over `x: [4,6,5]` by a `broadcast_in_dim` (the last through
+/// a unit dimension): one chain on the GPU, bit for bit the CPU.
+#[test]
+fn broadcasts_fuse_into_chains() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(33);
+    for d in [DType::F32, DType::BF16] {
+        let p: DeviceProgram = format!(
+            "device_program @broadcasts mesh [x=1] {{
+  input %0 : {d}[4,6,5]
+  input %1 : {d}[4,6]
+  input %2 : {d}[5]
+  input %3 : {d}[4,1]
+  %4 = broadcast_in_dim %1 {{dims = [0, 1]}} : {d}[4,6,5]
+  %5 = sub %0, %4 : {d}[4,6,5]
+  %6 = broadcast_in_dim %2 {{dims = [2]}} : {d}[4,6,5]
+  %7 = mul %5, %6 : {d}[4,6,5]
+  %8 = broadcast_in_dim %3 {{dims = [0, 1]}} : {d}[4,6,5]
+  %9 = add %7, %8 : {d}[4,6,5]
+  %10 = constant 0.5 : {d}[4,6,5]
+  %11 = sub %9, %10 : {d}[4,6,5]
+  return %11
+}}
+"
+        )
+        .parse()
+        .unwrap();
+        let ins: Vec<HostTensor> = [vec![4, 6, 5], vec![4, 6], vec![5], vec![4, 1]]
+            .into_iter()
+            .map(|s| crate::common::random(&mut rng, &TensorType::new(d, s), -4.0, 4.0))
+            .collect();
+        let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+        let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+        assert_eq!(gpu.fused_chains, 1, "{d}: the whole program is one chain");
+        assert!(
+            gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]),
+            "{d}: {:?}",
+            check_close(&gpu.outputs[0][0], &cpu.outputs[0][0], 0.0, 0.0)
+        );
+    }
+}
+
+/// Comparisons, selects, `not`, `is_finite`, conversions from and to
+/// `bool` and a broadcast boolean mask, with NaN and infinities among the
+/// values: one chain on the GPU, bit for bit the CPU. A chain whose result
+/// is a `bool` runs node by node, with the same bits.
+#[test]
+fn mixed_boolean_chains_fuse() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(34);
+    for d in [DType::F32, DType::BF16] {
+        let p: DeviceProgram = format!(
+            "device_program @mixed mesh [x=1] {{
+  input %0 : {d}[4,6,5]
+  input %1 : {d}[4,6,5]
+  input %2 : bool[6,5]
+  %3 = constant 0.0 : {d}[4,6,5]
+  %4 = gt %0, %3 : bool[4,6,5]
+  %5 = select %4, %1, %3 : {d}[4,6,5]
+  %6 = broadcast_in_dim %2 {{dims = [1, 2]}} : bool[4,6,5]
+  %7 = not %6 : bool[4,6,5]
+  %8 = constant -inf : {d}[4,6,5]
+  %9 = select %7, %8, %5 : {d}[4,6,5]
+  %10 = is_finite %9 : bool[4,6,5]
+  %11 = convert %10 : {d}[4,6,5]
+  %12 = add %11, %9 : {d}[4,6,5]
+  %13 = convert %0 : bool[4,6,5]
+  %14 = convert %13 : {d}[4,6,5]
+  %15 = mul %12, %14 : {d}[4,6,5]
+  return %15
+}}
+"
+        )
+        .parse()
+        .unwrap();
+        let mut x = crate::common::random(&mut rng, &TensorType::new(d, vec![4, 6, 5]), -2.0, 2.0);
+        let mut v = x.to_f64_vec();
+        (v[0], v[1], v[2], v[3]) = (f64::NAN, f64::INFINITY, 0.0, -0.0);
+        x = HostTensor::from_values(&x.ty(), &v).unwrap();
+        let g = crate::common::random(&mut rng, &TensorType::new(d, vec![4, 6, 5]), -2.0, 2.0);
+        let mask = HostTensor::from_bool(&[6, 5], (0..30).map(|i| i % 3 != 0).collect()).unwrap();
+        let ins = vec![x, g, mask];
+        let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+        let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins.clone()]).unwrap();
+        assert_eq!(gpu.fused_chains, 1, "{d}: the whole program is one chain");
+        assert!(
+            gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]),
+            "{d}: {:?}",
+            check_close(&gpu.outputs[0][0], &cpu.outputs[0][0], 0.0, 0.0)
+        );
+        // Ending at the `bool` (%13 returned): node by node, same bits.
+        let mut q = p.clone();
+        q.steps.truncate(q.steps.iter().position(|s| format!("{s:?}").contains("BufferId(14)")).unwrap());
+        q.outputs = vec![weft_ir::device::BufferId(13)];
+        let cpu = run_program_stats(&q, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+        let gpu = run_program_stats(&q, &[be_clone(&be)], vec![ins]).unwrap();
+        assert!(gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]), "{d}: the bool chain");
     }
 }

@@ -19,4 +19,5 @@ mod fusion;
 mod native;
 mod processes;
 mod programs;
+mod shared_gpu;
 mod verify_errors;

@@ -97,3 +97,27 @@ fn dot_general_with_batch_and_permuted_dims() {
     let b = HostTensor::from_f32(&[0, 3], vec![]).unwrap();
     check_op(&be, &Op::DotGeneral(DotDims::matmul()), &[a, b], true, 0.0, 0.0);
 }
+
+/// The transposed products of a training step (`x^T @ dy`, `dy @ w^T`,
+/// both at once) read their operands in place, with no dense copy, and
+/// still equal the CPU's to rounding.
+#[test]
+fn transposed_matrix_operands_are_read_in_place() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(23);
+    let (m, k, n) = (37, 29, 23);
+    let atol = k as f64 * rtol(DType::F32) * 0.5;
+    let cases = [
+        (dot(&[], &[], &[0], &[0]), [k, m], [k, n]),
+        (dot(&[], &[], &[1], &[1]), [m, k], [n, k]),
+        (dot(&[], &[], &[0], &[1]), [k, m], [n, k]),
+    ];
+    for (op, a, b) in cases {
+        let a = random(&mut rng, &ty(DType::F32, &a), -1.0, 1.0);
+        let b = random(&mut rng, &ty(DType::F32, &b), -1.0, 1.0);
+        check_op(&be, &op, &[a, b], false, rtol(DType::F32), atol);
+    }
+    let routines = be.matmul_routines();
+    assert_eq!(routines.len(), 3, "{routines:?}");
+    assert!(routines.iter().all(|(_, _, r)| !r.contains("copied dense")), "{routines:?}");
+}
