@@ -206,11 +206,18 @@ pub(super) fn dot_general<R: Runtime>(
     let key = (ty.dtype, [p.b, p.m, p.n, p.k], lo.strides, ro.strides);
     let known = be.lock_routines().get(&key).copied();
     match known {
+        // The routine took this product before; should it decline now,
+        // the tiled kernel still computes it.
         Some((routine, true)) => {
-            run(be, routine, &lo.dense(be), &ro.dense(be), &acc, ty.dtype);
+            let (ld, rd) = (lo.dense(be), ro.dense(be));
+            if !run(be, routine, &ld, &rd, &acc, ty.dtype) {
+                run(be, Routine::Tiled, &ld, &rd, &acc, ty.dtype);
+            }
         }
         Some((routine, false)) => {
-            run(be, routine, &lo, &ro, &acc, ty.dtype);
+            if !run(be, routine, &lo, &ro, &acc, ty.dtype) {
+                run(be, Routine::Tiled, &lo, &ro, &acc, ty.dtype);
+            }
         }
         None => {
             // The first routine the device takes, on the operands in place
@@ -338,4 +345,27 @@ fn tiled<R: Runtime>(
     // SAFETY: `ml` u32 values were just written to `mh`.
     let meta = unsafe { ArrayArg::from_raw_parts(mh, ml) };
     with_storage!(out.ty.dtype, N => matmul_tiled::launch::<N, R>(&be.client, count, dim, l.arg(), r.arg(), out.arg(), meta));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_place;
+
+    #[test]
+    fn which_operand_views_are_read_in_place() {
+        // `x^T` of a [k, m] = [29, 37] buffer as [1, m, k]: columns
+        // contiguous (column-major), read in place.
+        assert_eq!(in_place(&[29, 37], &[1, 0], [0, 1, 1], [1, 37, 29]), Some([37 * 29, 1, 37]));
+        // The identity: row-major.
+        assert_eq!(in_place(&[4, 5, 6], &[0, 1, 2], [1, 1, 1], [4, 5, 6]), Some([30, 6, 1]));
+        // Attention's `q @ k^T` on [b, t, h, d] with batch (b, h): the batch
+        // dimensions do not collapse to one stride.
+        assert_eq!(in_place(&[2, 8, 4, 16], &[0, 2, 1, 3], [2, 1, 1], [8, 8, 16]), None);
+        // Neither rows nor columns contiguous: a [2, 3, 4] buffer read as
+        // rows of dimension 0 and columns of dimension 1 (dimension 2 the
+        // batch).
+        assert_eq!(in_place(&[2, 3, 4], &[2, 0, 1], [1, 1, 1], [4, 2, 3]), None);
+        // A unit row dimension takes a dense stride.
+        assert_eq!(in_place(&[1, 5], &[0, 1], [0, 1, 1], [1, 1, 5]), Some([5, 5, 1]));
+    }
 }
