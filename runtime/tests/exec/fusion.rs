@@ -214,15 +214,26 @@ fn broadcasts_fuse_into_chains() {
             .into_iter()
             .map(|s| crate::common::random(&mut rng, &TensorType::new(d, s), -4.0, 4.0))
             .collect();
-        let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
-        let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
-        assert_eq!(gpu.fused_chains, 1, "{d}: the whole program is one chain");
-        assert!(
-            gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]),
-            "{d}: {:?}",
-            check_close(&gpu.outputs[0][0], &cpu.outputs[0][0], 0.0, 0.0)
-        );
+        one_chain_bitwise(&be, &p, ins, d);
     }
+}
+
+/// Runs `p` on the CPU and on the GPU: one fused chain there, bit for bit
+/// the CPU's result.
+fn one_chain_bitwise(
+    be: &weft_runtime::CubeclBackend<cubecl::wgpu::WgpuRuntime>,
+    p: &DeviceProgram,
+    ins: Vec<HostTensor>,
+    d: DType,
+) {
+    let cpu = run_program_stats(p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+    let gpu = run_program_stats(p, &[be_clone(be)], vec![ins]).unwrap();
+    assert_eq!(gpu.fused_chains, 1, "{d}: the whole program is one chain");
+    assert!(
+        gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]),
+        "{d}: {:?}",
+        check_close(&gpu.outputs[0][0], &cpu.outputs[0][0], 0.0, 0.0)
+    );
 }
 
 /// Comparisons, selects, `not`, `is_finite`, conversions from and to
@@ -265,14 +276,7 @@ fn mixed_boolean_chains_fuse() {
         let g = crate::common::random(&mut rng, &TensorType::new(d, vec![4, 6, 5]), -2.0, 2.0);
         let mask = HostTensor::from_bool(&[6, 5], (0..30).map(|i| i % 3 != 0).collect()).unwrap();
         let ins = vec![x, g, mask];
-        let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
-        let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins.clone()]).unwrap();
-        assert_eq!(gpu.fused_chains, 1, "{d}: the whole program is one chain");
-        assert!(
-            gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]),
-            "{d}: {:?}",
-            check_close(&gpu.outputs[0][0], &cpu.outputs[0][0], 0.0, 0.0)
-        );
+        one_chain_bitwise(&be, &p, ins.clone(), d);
         // Ending at the `bool` (%13 returned): node by node, same bits.
         let mut q = p.clone();
         q.steps.truncate(q.steps.iter().position(|s| format!("{s:?}").contains("BufferId(14)")).unwrap());
