@@ -1,10 +1,12 @@
 //! `dot_general` on the device.
 //!
-//! As in the interpreter, both operands are rearranged to a batch of
-//! matrices, `lhs: [B, M, K]` (batch, free, contracting dimensions) and
-//! `rhs: [B, K, N]` (batch, contracting, free), with one strided copy each
-//! (none when already in that order); the `[B, M, N]` product is already
-//! in StableHLO's result order. Float products use cubek-matmul with `f32`
+//! As in the interpreter, both operands are seen as a batch of matrices,
+//! `lhs: [B, M, K]` (batch, free, contracting dimensions) and `rhs: [B, K,
+//! N]` (batch, contracting, free); the `[B, M, N]` product is already in
+//! StableHLO's result order. An operand whose three dimension groups each
+//! collapse to one stride, rows or columns contiguous (a transposed
+//! matrix), is read in place through those strides ([`Operand`]); any
+//! other is rearranged with one strided copy first. Float products use cubek-matmul with `f32`
 //! accumulation, as the contract asks, and half types round once at the
 //! end: `f32` products its unit-tiled routine (exact `f32` arithmetic, on
 //! every device including software Vulkan; no TF32), half-type products
