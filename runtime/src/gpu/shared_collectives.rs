@@ -97,23 +97,27 @@ impl<R: Runtime> SharedGpuCollectives<R> {
             self.arrived.notify_all();
         }
         let start = Instant::now();
+        let timeout = |missing: Vec<usize>| RuntimeError::CollectiveTimeout {
+            device: call.device(),
+            step: call.step,
+            collective: call.op.name().into(),
+            waited: start.elapsed(),
+            missing,
+        };
+        let mut missing = Vec::new();
         loop {
-            let m = meetings.get_mut(&key).expect("a meeting lasts until every member has left");
+            // Gone: another member timed out waiting for the same devices.
+            let Some(m) = meetings.get_mut(&key) else { return Err(timeout(missing)) };
             if m.outputs.is_some() {
                 break;
             }
+            missing = m.inputs.iter().enumerate().filter(|(_, b)| b.is_none()).map(|(r, _)| call.group[r]).collect();
             let waited = start.elapsed();
             if waited >= self.timeout {
-                let missing = m.inputs.iter().enumerate().filter(|(_, b)| b.is_none()).map(|(r, _)| call.group[r]);
-                let missing = missing.collect();
+                // Every member waiting here gives up with this one.
                 meetings.remove(&key);
-                return Err(RuntimeError::CollectiveTimeout {
-                    device: call.device(),
-                    step: call.step,
-                    collective: call.op.name().into(),
-                    waited,
-                    missing,
-                });
+                self.arrived.notify_all();
+                return Err(timeout(missing));
             }
             meetings = self.arrived.wait_timeout(meetings, self.timeout - waited).unwrap_or_else(|e| e.into_inner()).0;
         }

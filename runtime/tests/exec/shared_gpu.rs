@@ -116,3 +116,38 @@ fn a_meeting_that_never_completes_times_out_with_the_missing_devices() {
         other => panic!("expected a timeout, got {other}"),
     }
 }
+
+/// Two of three members waiting when the first gives up: both get the
+/// named timeout (the second from the meeting the first closed), neither
+/// panics or waits on.
+#[test]
+fn members_waiting_together_time_out_together() {
+    use weft_runtime::comm::CollectiveCall;
+    use weft_runtime::gpu::device_collectives::NativeCollectives;
+    use weft_runtime::Backend;
+    let Some(one) = wgpu_or_skip() else { return };
+    let meeting: Arc<SharedGpuCollectives<cubecl::wgpu::WgpuRuntime>> =
+        Arc::new(SharedGpuCollectives::new(0..3, Duration::from_millis(300)));
+    let op = weft_ir::device::Collective::AllReduce { axes: vec!["x".into()], op: weft_ir::ReduceOp::Sum };
+    let x = one.upload(&HostTensor::from_f32(&[2], vec![1.0, 2.0]).unwrap()).unwrap();
+    let start = std::time::Instant::now();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let members: Vec<_> = (0..2)
+            .map(|rank| {
+                let (meeting, op, x, one) = (meeting.clone(), &op, x.clone(), &one);
+                s.spawn(move || {
+                    let call = CollectiveCall { step: 3, op, group: &[0, 1, 2], rank };
+                    match meeting.run(one, call, &x).expect("a group on this GPU meets here") {
+                        Ok(_) => panic!("a meeting of two of three members completed"),
+                        Err(e) => e.to_string(),
+                    }
+                })
+            })
+            .collect();
+        members.into_iter().map(|m| m.join().expect("no panic")).collect()
+    });
+    assert!(start.elapsed() < Duration::from_secs(5), "both gave up at about the timeout");
+    for e in &errors {
+        assert!(e.contains("[2]") && e.contains("never arrived"), "{e}");
+    }
+}
