@@ -33,11 +33,16 @@ pub fn combiner(op: ReduceOp) -> BinaryOp {
     }
 }
 
-/// Left fold of the blocks in rank order: `((b0 op b1) op b2) ...`.
-fn reduce_in_rank_order(blocks: &[HostTensor], op: ReduceOp) -> Result<HostTensor, String> {
+/// Left fold of the blocks in rank order, `((b0 op b1) op b2) ...`, with
+/// `eval` computing the combining binary op.
+fn fold_in_rank_order<T: Clone, E: From<String>>(
+    blocks: &[T],
+    op: ReduceOp,
+    eval: &mut OpEval<'_, T, E>,
+) -> Result<T, E> {
     let bin = Op::Binary(combiner(op));
-    let (first, rest) = blocks.split_first().expect("a group has at least one member");
-    rest.iter().try_fold(first.clone(), |acc, b| eval1(&bin, &[&acc, b]))
+    let (first, rest) = blocks.split_first().ok_or_else(|| E::from("a group has at least one member".to_string()))?;
+    rest.iter().try_fold(first.clone(), |acc, b| eval(&bin, &[&acc, b]))
 }
 
 /// The accumulated array, and the other members' arrays.
@@ -45,7 +50,7 @@ type Folded = (ndarray::ArrayD<f32>, Vec<ndarray::ArrayD<f32>>);
 
 /// The rank-order fold of `f32` contributions into member 0's storage, with
 /// the interpreter's scalar op (the same arithmetic in the same order as
-/// [`reduce_in_rank_order`], so the same bits), without allocating.
+/// [`fold_in_rank_order`], so the same bits), without allocating.
 /// Returns the accumulated array and the other members' arrays, or gives
 /// the blocks back for other dtypes, layouts or mismatched shapes.
 fn fold_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Folded, Vec<HostTensor>> {
@@ -81,18 +86,18 @@ fn all_reduce_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Vec<
     Ok(std::iter::once(first).chain(rest).map(HostTensor::F32).collect())
 }
 
-/// Block `i` of `n` equal blocks of `t` along `dim`.
-pub fn block(t: &HostTensor, dim: usize, i: usize, n: usize) -> Result<HostTensor, String> {
-    let shape = t.shape();
+/// The `slice` that takes block `i` of `n` equal blocks along `dim` of a
+/// value of shape `shape`.
+fn block_op(shape: &[usize], dim: usize, i: usize, n: usize) -> Op {
     let size = shape[dim] / n;
-    let start: Vec<usize> = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
-    let limit: Vec<usize> = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
-    let stride = vec![1; shape.len()];
-    eval1(&Op::Slice { start, limit, stride }, &[t])
+    let start = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
+    let limit = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
+    Op::Slice { start, limit, stride: vec![1; shape.len()] }
 }
 
-fn concat(blocks: &[&HostTensor], dim: usize) -> Result<HostTensor, String> {
-    eval1(&Op::Concatenate { dim }, blocks)
+/// Block `i` of `n` equal blocks of `t` along `dim`.
+pub fn block(t: &HostTensor, dim: usize, i: usize, n: usize) -> Result<HostTensor, String> {
+    eval1(&block_op(t.shape(), dim, i, n), &[t])
 }
 
 /// What each member of one group receives, given the members'
@@ -134,18 +139,6 @@ pub fn combine_with<T: Clone, E: From<String>>(
     eval: &mut OpEval<'_, T, E>,
 ) -> Result<Vec<T>, E> {
     let n = blocks.len();
-    // Block `i` of `n` along `dim` of a value of shape `shape`.
-    let block_op = |shape: &[usize], dim: usize, i: usize| {
-        let size = shape[dim] / n;
-        let start = (0..shape.len()).map(|d| if d == dim { i * size } else { 0 }).collect();
-        let limit = (0..shape.len()).map(|d| if d == dim { (i + 1) * size } else { shape[d] }).collect();
-        Op::Slice { start, limit, stride: vec![1; shape.len()] }
-    };
-    let fold = |op: ReduceOp, eval: &mut OpEval<'_, T, E>| {
-        let bin = Op::Binary(combiner(op));
-        let (first, rest) = blocks.split_first().ok_or_else(|| E::from("a group has at least one member".into()))?;
-        rest.iter().try_fold(first.clone(), |acc, b| eval(&bin, &[&acc, b]))
-    };
     match op {
         Collective::AllGather { dim, .. } => {
             let refs: Vec<&T> = blocks.iter().collect();
@@ -153,17 +146,17 @@ pub fn combine_with<T: Clone, E: From<String>>(
             Ok(vec![all; n])
         }
         Collective::AllReduce { op, .. } => {
-            let sum = fold(*op, eval)?;
+            let sum = fold_in_rank_order(&blocks, *op, eval)?;
             Ok(vec![sum; n])
         }
         Collective::ReduceScatter { dim, op, .. } => {
-            let sum = fold(*op, eval)?;
-            (0..n).map(|r| eval(&block_op(shape, *dim, r), &[&sum])).collect()
+            let sum = fold_in_rank_order(&blocks, *op, eval)?;
+            (0..n).map(|r| eval(&block_op(shape, *dim, r, n), &[&sum])).collect()
         }
         Collective::AllToAll { split_dim, concat_dim, .. } => {
             let pieces: Vec<Vec<T>> = blocks
                 .iter()
-                .map(|b| (0..n).map(|j| eval(&block_op(shape, *split_dim, j), &[b])).collect())
+                .map(|b| (0..n).map(|j| eval(&block_op(shape, *split_dim, j, n), &[b])).collect())
                 .collect::<Result<_, _>>()?;
             (0..n)
                 .map(|r| {
@@ -188,11 +181,11 @@ pub fn combine_pieces(op: &Collective, pieces: Vec<HostTensor>) -> Result<HostTe
     match op {
         Collective::ReduceScatter { op, .. } => match fold_f32_in_place(pieces, *op) {
             Ok((sum, _)) => Ok(HostTensor::F32(sum)),
-            Err(pieces) => reduce_in_rank_order(&pieces, *op),
+            Err(pieces) => fold_in_rank_order(&pieces, *op, &mut |op, xs| eval1(op, xs)),
         },
         Collective::AllToAll { concat_dim, .. } => {
             let refs: Vec<&HostTensor> = pieces.iter().collect();
-            concat(&refs, *concat_dim)
+            eval1(&Op::Concatenate { dim: *concat_dim }, &refs)
         }
         other => Err(format!("{} is not combined from pieces", other.name())),
     }
@@ -260,7 +253,7 @@ mod tests {
             ]
         };
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-            let fold = reduce_in_rank_order(&blocks(), op).unwrap();
+            let fold: HostTensor = fold_in_rank_order(&blocks(), op, &mut |op, xs| eval1(op, xs)).unwrap();
             let fast = all_reduce_f32_in_place(blocks(), op).unwrap();
             assert_eq!(fast.len(), 3);
             for r in &fast {
