@@ -15,7 +15,7 @@
 //! a constant is computed afresh each time, as before (same values either
 //! way, so results never depend on what is cached). That memory is outside
 //! the executor's per-device accounting of live buffers (`specs/runtime.md`
-//! §3 says so).
+//! §5 says so).
 
 use super::{CubeBuffer, CubeclBackend, Storage};
 use crate::error::RuntimeError;
@@ -59,15 +59,10 @@ impl<R: Runtime> Default for ConstantCache<R> {
     }
 }
 
-/// Whether `op` makes a value from its attributes alone (a splat
-/// `constant` or an `iota`) and so can be cached.
-pub(super) fn cacheable(op: &Op) -> bool {
-    Key::of(op, &TensorType::new(weft_ir::DType::F32, vec![])).is_some()
-}
-
 impl<R: Runtime> ConstantCache<R> {
-    /// The value of the cacheable `op` with result type `ty`: the kept
-    /// buffer, or `make`'s (kept when it fits under [`LIMIT`]).
+    /// The value of `op` (a `constant` or an `iota`) with result type `ty`:
+    /// the kept buffer, or `make`'s (kept when it is a splat constant or an
+    /// iota and fits under [`LIMIT`]; a dense constant is always `make`'s).
     pub(super) fn get_or(
         &self,
         be: &CubeclBackend<R>,

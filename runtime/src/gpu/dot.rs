@@ -6,13 +6,13 @@
 //! StableHLO's result order. An operand whose three dimension groups each
 //! collapse to one stride, rows or columns contiguous (a transposed
 //! matrix), is read in place through those strides ([`Operand`]); any
-//! other is rearranged with one strided copy first. Float products use cubek-matmul with `f32`
-//! accumulation, as the contract asks, and half types round once at the
-//! end: `f32` products its unit-tiled routine (exact `f32` arithmetic, on
-//! every device including software Vulkan; no TF32), half-type products
-//! its tensor-core routines where the device has them ([`Routine`]); when
-//! cubek declines a problem, and for integer dots, the tiled kernel of
-//! `kernels_matmul.rs` runs instead.
+//! other is rearranged with one strided copy first. Float products use
+//! cubek-matmul with `f32` accumulation, as the contract asks, and half
+//! types round once at the end: `f32` products its unit-tiled routine
+//! (exact `f32` arithmetic, on every device including software Vulkan; no
+//! TF32), half-type products its tensor-core routines where the device
+//! has them ([`Routine`]); when cubek declines a problem, and for integer
+//! dots, the tiled kernel of `kernels_matmul.rs` runs instead.
 
 use super::kernels_convert::to_float;
 use super::kernels_matmul::{matmul_tiled, TILE};
@@ -223,19 +223,21 @@ pub(super) fn dot_general<R: Runtime>(
         }
         None => {
             // The first routine the device takes, on the operands in place
-            // or else copied dense (the tiled kernel takes everything).
-            let (ld, rd) = (lo.dense(be), ro.dense(be));
-            let in_place = lo.is_dense() && ro.is_dense();
+            // or else copied dense (copied once, and only if a routine
+            // declines them in place; the tiled kernel takes everything).
+            let both_dense = lo.is_dense() && ro.is_dense();
+            let mut dense: Option<(Operand<R>, Operand<R>)> = None;
             let chosen = candidates(be, ty.dtype, &p)
                 .into_iter()
                 .find_map(|routine| {
                     if run(be, routine, &lo, &ro, &acc, ty.dtype) {
-                        Some((routine, false))
-                    } else if !in_place && run(be, routine, &ld, &rd, &acc, ty.dtype) {
-                        Some((routine, true))
-                    } else {
-                        None
+                        return Some((routine, false));
                     }
+                    if both_dense {
+                        return None;
+                    }
+                    let (ld, rd) = dense.get_or_insert_with(|| (lo.dense(be), ro.dense(be)));
+                    run(be, routine, ld, rd, &acc, ty.dtype).then_some((routine, true))
                 })
                 .expect("the tiled kernel takes every product");
             be.lock_routines().insert(key, chosen);

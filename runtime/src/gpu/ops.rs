@@ -9,7 +9,7 @@
 use super::elementwise::{self as ew, BinaryF, BinaryI, Cmp, UnaryF, UnaryI};
 use super::kernels_convert as cv;
 use super::storage::{Rounding, Storage};
-use super::{constants, dot, layout, reduce, CubeBuffer, CubeclBackend};
+use super::{dot, layout, reduce, CubeBuffer, CubeclBackend};
 use crate::backend::Backend;
 use crate::error::RuntimeError;
 use cubecl::prelude::*;
@@ -84,11 +84,8 @@ pub(super) fn compute<R: Runtime>(
     if out_ty.num_elements() == 0 {
         return Ok(be.empty(&out_ty));
     }
-    if constants::cacheable(op) {
-        return be.kept.constants.get_or(be, op, &out_ty, |be| value(be, op, &out_ty));
-    }
     match op {
-        Op::Constant(_) | Op::Iota { .. } => value(be, op, &out_ty),
+        Op::Constant(_) | Op::Iota { .. } => be.kept.constants.get_or(be, op, &out_ty, |be| value(be, op, &out_ty)),
         Op::Unary(u) => Ok(unary(be, *u, xs[0], &out_ty)),
         Op::Binary(b) => Ok(binary(be, *b, xs[0], xs[1], &out_ty)),
         Op::Compare(c) => Ok(compare(be, *c, xs[0], xs[1], &out_ty)),
