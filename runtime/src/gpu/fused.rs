@@ -8,7 +8,7 @@
 //! storage, a `bool` result) run node by node.
 
 use super::elementwise::{BinaryF, UnaryF};
-use super::kernels_fused::{fused_float, FusedExpr, FusedOp};
+use super::kernels_fused::{fused_float, Access, FusedExpr, FusedOp, Source};
 use super::ops::{binary_float_op, compare_kind, unary_float_op, with_float};
 use super::storage::{Rounding, Storage};
 use super::{CubeBuffer, CubeclBackend};
@@ -39,14 +39,6 @@ enum FusedOpKind {
     /// The op, and whether it is an f64 transcendental the device lacks.
     Unary(UnaryF, bool),
     Binary(BinaryF, bool),
-}
-
-/// How the kernel reads a chain input: from the float inputs or the
-/// boolean masks, at this index of its sequence.
-#[derive(Copy, Clone)]
-enum Source {
-    Float(usize),
-    Mask(usize),
 }
 
 /// The expression of `chain` if it can run as one kernel: its storage type,
@@ -90,15 +82,8 @@ fn expression<R: Runtime>(
     let mut nodes: Vec<(FusedOp, Rounding)> = inputs
         .iter()
         .zip(&sources)
-        .map(|(b, s)| {
-            let whole = b.len() == len;
-            let op = match *s {
-                Source::Float(k) if whole => FusedOp::Input(k),
-                Source::Float(k) => FusedOp::Scalar(k),
-                Source::Mask(k) if whole => FusedOp::Mask(k),
-                Source::Mask(k) => FusedOp::MaskScalar(k),
-            };
-            (op, Rounding::None)
+        .map(|(b, &s)| {
+            (FusedOp::Load(s, if b.len() == len { Access::Element } else { Access::Scalar }), Rounding::None)
         })
         .collect();
     let reg = |a: &Arg| match *a {
@@ -115,11 +100,7 @@ fn expression<R: Runtime>(
             (Op::Constant(_), Some(k)) => FusedOp::Unary(UnaryF::Id, k),
             (Op::BroadcastInDim { dims, .. }, _) => match node.args[0] {
                 Arg::Input(k) if inputs[k].len() != len => {
-                    let map = index_map(&inputs[k].ty.shape, dims, &node.ty.shape);
-                    match sources[k] {
-                        Source::Float(j) => FusedOp::Broadcast(j, map),
-                        Source::Mask(j) => FusedOp::MaskBroadcast(j, map),
-                    }
+                    FusedOp::Load(sources[k], Access::Broadcast(index_map(&inputs[k].ty.shape, dims, &node.ty.shape)))
                 }
                 // A rank-0 operand or one of the result's own shape (the
                 // broadcast keeps dimension order): the value as it is.

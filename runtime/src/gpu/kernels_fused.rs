@@ -5,10 +5,10 @@
 //! input's only element - a splat - or through a broadcast's index map),
 //! or an op on earlier nodes (float ops, comparisons, selects, boolean
 //! not), followed by its rounding. Boolean inputs arrive in a sequence of
-//! their own (stored as `u32`) and live in registers as 0 and 1. The kernel walks the list at expansion time (the loop is
-//! unrolled), keeping node values in a `Sequence` of registers, so each
-//! distinct chain compiles to straight-line code: one load per input, the
-//! ops, one store.
+//! their own (stored as `u32`) and live in registers as 0 and 1. The
+//! kernel walks the list at expansion time (the loop is unrolled), keeping
+//! node values in a `Sequence` of registers, so each distinct chain
+//! compiles to straight-line code: one load per input, the ops, one store.
 
 use super::elementwise::{compare_op, float_binary_op, float_unary_op, BinaryF, Cmp, UnaryF};
 use super::math::{is_inf, is_nan};
@@ -16,25 +16,34 @@ use super::round::apply_rounding;
 use super::storage::Rounding;
 use cubecl::prelude::*;
 
+/// Which input sequence a load reads, and the input's index in it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A float input.
+    Float(usize),
+    /// A boolean input (stored 0/1).
+    Mask(usize),
+}
+
+/// Which element of its input a load reads for the thread's element `i`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Element `i` (an input of the chain's shape).
+    Element,
+    /// The only element (a rank-0 input spread over the chain: a splat).
+    Scalar,
+    /// Through a broadcast: the element at `Σ ((i / pitch) % extent) *
+    /// stride` over the `(pitch, extent, stride)` of each result dimension
+    /// the operand varies along.
+    Broadcast(Vec<(usize, usize, usize)>),
+}
+
 /// One node of a fused expression; operands index earlier nodes. Boolean
 /// values (comparisons, masks) live in the float registers as 0 and 1.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum FusedOp {
-    /// Load of float input `k` at the thread's element.
-    Input(usize),
-    /// Load of float input `k`'s only element (a rank-0 input spread over
-    /// the chain: a splat).
-    Scalar(usize),
-    /// Load of float input `k` through a broadcast: the element at
-    /// `Σ ((i / pitch) % extent) * stride` over the `(pitch, extent,
-    /// stride)` of each result dimension the operand varies along.
-    Broadcast(usize, Vec<(usize, usize, usize)>),
-    /// [`FusedOp::Input`] of boolean input `k` (stored 0/1).
-    Mask(usize),
-    /// [`FusedOp::Scalar`] of boolean input `k`.
-    MaskScalar(usize),
-    /// [`FusedOp::Broadcast`] of boolean input `k`.
-    MaskBroadcast(usize, Vec<(usize, usize, usize)>),
+    /// A load of an input.
+    Load(Source, Access),
     /// A float unary op.
     Unary(UnaryF, usize),
     /// A float binary op.
@@ -61,15 +70,21 @@ pub struct FusedExpr {
 
 #[cube]
 #[allow(clippy::needless_range_loop)] // an unrolled loop over a compile-time list
-fn at(i: usize, #[comptime] map: Vec<(usize, usize, usize)>) -> usize {
-    let mut at = 0usize;
-    let n = comptime![map.len()];
-    #[unroll]
-    for j in 0..n {
-        let (pitch, extent, stride) = comptime![map[j]];
-        at += ((i / pitch) % extent) * stride;
+fn index(i: usize, #[comptime] access: Access) -> usize {
+    match access {
+        Access::Element => i,
+        Access::Scalar => 0usize,
+        Access::Broadcast(map) => {
+            let mut at = 0usize;
+            let n = comptime![map.len()];
+            #[unroll]
+            for j in 0..n {
+                let (pitch, extent, stride) = comptime![map[j]];
+                at += ((i / pitch) % extent) * stride;
+            }
+            at
+        }
     }
-    at
 }
 
 #[cube]
@@ -86,12 +101,8 @@ fn eval_node<F: Float>(
     #[comptime] op: FusedOp,
 ) -> F {
     match op {
-        FusedOp::Input(k) => inputs.index(k)[i],
-        FusedOp::Scalar(k) => inputs.index(k)[0],
-        FusedOp::Broadcast(k, map) => inputs.index(k)[at(i, map)],
-        FusedOp::Mask(k) => F::cast_from(masks.index(k)[i]),
-        FusedOp::MaskScalar(k) => F::cast_from(masks.index(k)[0]),
-        FusedOp::MaskBroadcast(k, map) => F::cast_from(masks.index(k)[at(i, map)]),
+        FusedOp::Load(Source::Float(k), access) => inputs.index(k)[index(i, access)],
+        FusedOp::Load(Source::Mask(k), access) => F::cast_from(masks.index(k)[index(i, access)]),
         FusedOp::Unary(u, a) => float_unary_op::<F>(*regs.index(a), u),
         FusedOp::Binary(b, x, y) => float_binary_op::<F>(*regs.index(x), *regs.index(y), b),
         FusedOp::Compare(c, x, y) => flag::<F>(compare_op::<F>(*regs.index(x), *regs.index(y), c)),
