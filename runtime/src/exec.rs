@@ -75,7 +75,8 @@ pub fn run_program_stats<B: Backend>(
     let ctx = RunCtx { program, plan: &plan, comm: &comm };
     let mut devices = Vec::with_capacity(n);
     for (d, (backend, ins)) in backends.iter().zip(inputs).enumerate() {
-        let mut dev = DeviceRun { device: d, backend, slots: Slots::new(program), transfers: Default::default() };
+        let mut dev =
+            DeviceRun { device: d, backend, slots: Slots::new(program), transfers: Default::default(), trace: None };
         for (&b, t) in program.inputs.iter().zip(ins) {
             let buf = backend.upload_owned(t).map_err(|e| input_err(d, program, b, e))?;
             dev.slots.put(b, buf);

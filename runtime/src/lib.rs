@@ -20,7 +20,7 @@
 //! - [`exec`]: [`run_program`] runs a device program once on borrowed
 //!   devices in the calling thread;
 //!   [`fusion`] lets GPU backends run chains of elementwise steps as one
-//!   kernel.
+//!   kernel; [`trace`]: the spans of a traced run (`weft train --trace`).
 #![warn(missing_docs)]
 
 pub mod any;
@@ -37,6 +37,7 @@ pub mod fusion;
 pub mod gpu;
 pub mod process;
 mod strided;
+pub mod trace;
 pub mod verify;
 
 pub use crate::gpu::{CubeBuffer, CubeclBackend};
@@ -52,4 +53,5 @@ pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};
 pub use executable::{shard_slice_op, ExecOptions, ExecStats, Executable, TransferStats};
 pub use fast::FastCpuBackend;
 pub use process::{ProcessComm, ProcessGroup, ThreadGroup};
+pub use trace::{Span, SpanKind, Trace, TraceMode};
 pub use verify::{verify_program, ProgramInfo};

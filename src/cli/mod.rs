@@ -81,7 +81,7 @@ pub enum Command {
     },
     /// Run an experiment from a TOML config: build the model's training
     /// step, shard it over the mesh, train, checkpoint and log metrics.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Write a config's model as a program to edit (`-o model.weft`) and,
     /// beside it (`model.toml`), the config that trains that program: its
     /// initialisation, input ranges and tensor-parallel rules as tables.

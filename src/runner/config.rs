@@ -41,6 +41,11 @@
 //! microbatches = 8
 //! schedule = "1f1b"           # or "gpipe"
 //! split = [2, 1, 1, 2]        # optional; default: chosen by cost
+//!
+//! [trace]                     # optional; or `--trace FILE`
+//! file = "runs/mlp/trace.json" # Chrome trace-event JSON (opens in Perfetto)
+//! steps = "1..3"              # default: the run's second and third steps
+//! sync = false                # true: each span waits for its device (GPU times)
 //! ```
 //!
 //! Unknown keys are errors (a typo never silently does nothing), and every
@@ -126,6 +131,24 @@ pub struct RunConfig {
     /// the positions of a `stage` mesh axis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<PipelineSection>,
+    /// A step trace (`[trace]`, `--trace`; see `super::trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSection>,
+}
+
+/// `[trace]`: where to write a step trace, of which steps, and whether
+/// each span waits for its device.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSection {
+    /// The Chrome trace-event JSON file.
+    pub file: PathBuf,
+    /// `"N"` or `"A..B"`; default the run's second and third steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<String>,
+    /// Wait for the device after every span (GPU device times).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sync: bool,
 }
 
 /// `[pipeline]`: stages, microbatches, schedule, an optional split.

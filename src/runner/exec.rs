@@ -66,6 +66,13 @@ pub trait Executor {
     }
     /// Where it runs: backend, mesh, the mapping of logical devices.
     fn describe(&self) -> String;
+    /// Traces the next steps' device work (`Some`) or stops (`None`);
+    /// executors without devices of their own ignore it.
+    fn set_trace(&mut self, _mode: Option<weft_runtime::TraceMode>) {}
+    /// The device spans of the last traced step, if it recorded any.
+    fn take_trace(&mut self) -> Option<weft_runtime::Trace> {
+        None
+    }
 }
 
 /// The prefix of the parameter leaves of a training state.

@@ -248,6 +248,19 @@ fn keep_local<T>(all: Vec<T>, local: &[usize]) -> Vec<T> {
 }
 
 impl Executor for MeshExecutor {
+    fn set_trace(&mut self, mode: Option<weft_runtime::TraceMode>) {
+        if let Engine::Devices { exe, .. } = &mut self.engine {
+            exe.set_trace(mode);
+        }
+    }
+
+    fn take_trace(&mut self) -> Option<weft_runtime::Trace> {
+        match &mut self.engine {
+            Engine::Devices { exe, .. } => exe.take_trace(),
+            Engine::Simulator { .. } => None,
+        }
+    }
+
     fn load(&mut self, step: &TrainStep, state: &Tree) -> Result<()> {
         step.check_state(state)?;
         let mut per_device: Vec<Vec<HostTensor>> = vec![Vec::new(); self.local.len()];

@@ -18,10 +18,11 @@ pub mod processes;
 pub mod report;
 mod session;
 pub mod stages;
+pub mod trace;
 pub mod validate;
 
 pub use backend::Backend;
-pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig};
+pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig, TraceSection};
 pub use exec::{Executor, InterpExecutor};
 pub use mesh::{MeshBackend, MeshExecutor, MAX_SIMULATED_DEVICES};
 pub use metrics::{read_metrics, MetricsWriter};
@@ -110,6 +111,18 @@ pub struct Overrides {
     /// No progress bar (warnings and the run's description still print).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Write a step trace (Chrome trace-event JSON; opens in Perfetto) of
+    /// the steps `--trace-steps` names.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// The steps to trace: `N` or `A..B` (default: the run's second and
+    /// third).
+    #[arg(long)]
+    pub trace_steps: Option<String>,
+    /// In a trace, wait for the device after every op, so that a GPU's
+    /// spans are its device times (slower).
+    #[arg(long)]
+    pub trace_sync: bool,
 }
 
 impl Overrides {
@@ -154,6 +167,18 @@ impl Overrides {
         }
         if let (Some(e), Some(k)) = (self.checkpoint_every, c.checkpoint.as_mut()) {
             k.every = e;
+        }
+        // `--trace-steps` or `--trace-sync` with no trace file leaves an
+        // empty `trace.file`, which validation names.
+        if self.trace.is_some() || self.trace_steps.is_some() || self.trace_sync {
+            let t = c.trace.get_or_insert(TraceSection { file: PathBuf::new(), steps: None, sync: false });
+            if let Some(f) = &self.trace {
+                t.file = f.clone();
+            }
+            if let Some(s) = &self.trace_steps {
+                t.steps = Some(s.clone());
+            }
+            t.sync |= self.trace_sync;
         }
         c
     }
@@ -318,6 +343,7 @@ pub fn run_steps(
     mut feed: Option<&mut data::Feed>,
     mut on_step: impl FnMut(u64, &mut dyn Executor) -> Result<()>,
     quiet: bool,
+    mut trace: Option<&mut trace::TraceWriter>,
 ) -> Result<RunSummary> {
     let total = c.steps;
     let bar = if quiet {
@@ -336,17 +362,30 @@ pub fn run_steps(
     let (mut evals, mut batch_digests) = (Vec::new(), Vec::new());
     let start = std::time::Instant::now();
     for s in first..total {
-        let (fed, val) = match feed.as_deref_mut() {
-            Some(f) => (Some(f.next_batch()?), f.evaluate_at(s, total, &prepared.step, exec)?),
-            None => (None, None),
+        let traced = trace.as_deref().and_then(|t| t.mode_for(s));
+        let t0 = std::time::Instant::now();
+        let fed = match feed.as_deref_mut() {
+            Some(f) => Some(f.next_batch()?),
+            None => None,
         };
+        let t1 = std::time::Instant::now();
+        let val = match feed.as_deref_mut() {
+            Some(f) => f.evaluate_at(s, total, &prepared.step, exec)?,
+            None => None,
+        };
+        let evaluated = val.is_some();
+        exec.set_trace(traced);
         let clock = std::time::Instant::now();
         // A feed reads only the rows of the batch the executor's devices need.
         let mut m = match (&fed, feed.as_deref()) {
             (Some((b, _, _)), Some(f)) => exec.step_rows(&prepared.step, b, f.rows())?,
             _ => exec.step(&prepared.step, &prepared.batch)?,
         };
-        step_secs.push(clock.elapsed().as_secs_f64());
+        let ran = std::time::Instant::now();
+        step_secs.push((ran - clock).as_secs_f64());
+        if traced.is_some() {
+            exec.set_trace(None);
+        }
         if let Some((_, waited, digest)) = &fed {
             m.insert("data_wait_ms".into(), waited.as_secs_f64() * 1e3);
             batch_digests.push(*digest);
@@ -362,8 +401,29 @@ pub fn run_steps(
         let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_message(format!("loss {:.6}  {:.1} steps/s", m["loss"], rate));
         bar.inc(1);
-        all.push((s, m));
+        let t2 = std::time::Instant::now();
         on_step(s + 1, exec)?;
+        let t3 = std::time::Instant::now();
+        if let (Some(t), Some(_)) = (trace.as_deref_mut(), traced) {
+            let args = serde_json::json!({ "train_step": s, "loss": m.get("loss") });
+            t.host("data wait", "data", t0, t1, serde_json::json!({ "train_step": s }));
+            if evaluated {
+                t.host("evaluate", "evaluate", t1, clock, serde_json::json!({ "train_step": s }));
+            }
+            t.host(&format!("step {s}"), "step", clock, ran, args);
+            t.host("metrics", "metrics", ran, t2, serde_json::json!({ "train_step": s }));
+            t.host("checkpoint", "checkpoint", t2, t3, serde_json::json!({ "train_step": s }));
+            if let Some(d) = exec.take_trace() {
+                t.devices(s, d);
+            }
+            if t.is_last(s) {
+                t.write()?;
+            }
+        }
+        all.push((s, m));
+    }
+    if let Some(t) = trace {
+        t.write()?;
     }
     if let (Some(f), true) = (feed, total > first) {
         if let Some(v) = f.evaluate_at(total, total, &prepared.step, exec)? {

@@ -432,6 +432,24 @@ pub(crate) fn train_built(
     };
     let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(u64::MAX);
     let total = c.steps;
+    let mut trace = match &c.trace {
+        Some(t) => {
+            let steps = super::trace::parse_steps(t.steps.as_deref(), first, total)?;
+            if steps.start < first || steps.end > total {
+                return Err(crate::error::Error::Invalid {
+                    key: "trace.steps (--trace-steps)".into(),
+                    value: format!("{}..{}", steps.start, steps.end),
+                    expected: format!("steps this run runs: within {first}..{total}"),
+                });
+            }
+            let mut w = super::trace::TraceWriter::new(&t.file, steps, t.sync, processes.map(|p| p.rank()));
+            if let Some(p) = predicted {
+                w.set_prediction(p.compute, p.communication);
+            }
+            Some(w)
+        }
+        None => None,
+    };
     let mut summary = run_steps(
         c,
         prepared,
@@ -460,7 +478,11 @@ pub(crate) fn train_built(
             Ok(())
         },
         ov.quiet || !first_process,
+        trace.as_mut(),
     )?;
+    if let Some(t) = &trace {
+        log(Line::Info(format!("trace written to {}", t.path().display())));
+    }
     if let Some(m) = manager {
         m.finish()?;
     }

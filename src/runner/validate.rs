@@ -161,6 +161,9 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "pipeline.split", flag: None, range: Range::Text("layers per stage, each ≥ 1, summing to the model's layers"), default: "chosen by cost", note: "" },
     KeySpec { key: "pipeline.axis", flag: None, range: Range::Text("a mesh axis"), default: "`stage`", note: "" },
     KeySpec { key: "pipeline.memory_budget", flag: None, range: Range::Text("a size ≥ 1 byte: `2GiB`, `512MiB`, `1e9`"), default: "none", note: "per device; the split must fit it" },
+    KeySpec { key: "trace.file", flag: Some("--trace"), range: Range::Text("a file path"), default: "(required with `[trace]`)", note: "a Chrome trace-event JSON of the traced steps (opens in Perfetto); several processes: the rank before the extension" },
+    KeySpec { key: "trace.steps", flag: Some("--trace-steps"), range: Range::Text("a step `N` or a half-open range `A..B`, within the run's steps"), default: "the run's second and third steps", note: "" },
+    KeySpec { key: "trace.sync", flag: Some("--trace-sync"), range: Range::OneOf(&["true", "false"]), default: "false", note: "each span waits for its device: a GPU's device times (slower)" },
 ];
 
 /// The spec of `key` (which must be in [`KEYS`]).
@@ -413,6 +416,16 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
     }
     if let Some(p) = &c.pipeline {
         validate_pipeline(p, c, &mesh, batch)?;
+    }
+    if let Some(t) = &c.trace {
+        if t.file.as_os_str().is_empty() {
+            return Err(invalid(
+                "trace.file",
+                "\"\"",
+                "a trace needs a file: pass --trace FILE or set [trace] file".into(),
+            ));
+        }
+        super::trace::parse_steps(t.steps.as_deref(), 0, u64::MAX)?;
     }
     Ok(mesh)
 }

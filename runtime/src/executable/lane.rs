@@ -18,6 +18,7 @@ use crate::backend::Backend;
 use crate::comm::{CollectiveCall, Communicator};
 use crate::error::RuntimeError;
 use crate::exec::DeviceStats;
+use crate::trace::{Recorder, SpanKind};
 use weft_ir::device::{BufferId, DeviceProgram, Step};
 use weft_ir::tensor::HostTensor;
 use weft_ir::Op;
@@ -72,6 +73,30 @@ pub(crate) struct DeviceRun<'a, B: Backend> {
     pub backend: &'a B,
     pub slots: Slots<B>,
     pub transfers: TransferStats,
+    /// The spans of a traced run ([`crate::trace`]).
+    pub trace: Option<Recorder>,
+}
+
+impl<B: Backend> DeviceRun<'_, B> {
+    /// Now on the trace's clock, when the run is traced.
+    pub fn clock(&self) -> Option<u64> {
+        self.trace.as_ref().map(|r| r.now())
+    }
+
+    /// Closes a span begun at `begun` (when the run is traced).
+    pub fn span(
+        &mut self,
+        begun: Option<u64>,
+        kind: SpanKind,
+        name: &str,
+        step: Option<usize>,
+        bytes: u64,
+        detail: String,
+    ) {
+        if let (Some(b), Some(r)) = (begun, self.trace.as_mut()) {
+            r.close(self.backend, b, kind, name, step, bytes, detail);
+        }
+    }
 }
 
 /// What every lane shares.
@@ -87,7 +112,11 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
     for seg in &ctx.plan.segments {
         for dev in devices.iter_mut() {
             for i in seg.local.clone() {
+                let begun = dev.clock();
                 guard(ctx, dev.device, run_local(ctx, dev, i))?;
+                if begun.is_some() {
+                    trace_local(ctx, dev, i, begun);
+                }
             }
         }
         let Some(i) = seg.collective else { continue };
@@ -101,6 +130,8 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
         for (k, dev) in devices.iter_mut().enumerate() {
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
+            let (bytes, group) = (ctx.program.ty(*input).size_bytes() as u64, format!("group {:?}", m.group));
+            let begun = dev.clock();
             if let Some(r) = dev.backend.collective_on_device(call, dev.slots.get(*input)) {
                 let buf = guard(ctx, dev.device, r.map_err(|e| e.at_step(dev.device, i, op.name())))?;
                 if ctx.plan.consumes[i] {
@@ -108,6 +139,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
                     dev.backend.free(used);
                 }
                 native[k] = Some(buf);
+                dev.span(begun, SpanKind::Collective, op.name(), Some(i), bytes, group);
                 continue;
             }
             let t = if ctx.plan.consumes[i] {
@@ -119,6 +151,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             let t = guard(ctx, dev.device, t.map_err(|e| e.at_step(dev.device, i, op.name())))?;
             dev.transfers.count_download(&t, Transfer::Collective);
             guard(ctx, dev.device, ctx.comm.contribute(call, t))?;
+            dev.span(begun, SpanKind::Contribute, op.name(), Some(i), bytes, group);
         }
         for (k, dev) in devices.iter_mut().enumerate() {
             let Step::Collective { output, .. } = &ctx.program.steps[i] else { unreachable!() };
@@ -128,11 +161,14 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             }
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
+            let begun = dev.clock();
             let t = guard(ctx, dev.device, ctx.comm.receive(call))?;
             dev.transfers.count_upload(&t, Transfer::Collective);
+            let bytes = t.ty().size_bytes() as u64;
             let buf =
                 guard(ctx, dev.device, dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name())))?;
             dev.slots.put(*output, buf);
+            dev.span(begun, SpanKind::Receive, op.name(), Some(i), bytes, format!("group {:?}", m.group));
         }
     }
     Ok(())
@@ -250,6 +286,33 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
             Step::Collective { .. } => unreachable!("collectives close segments"),
         },
     }
+}
+
+/// Closes the span of local step `i`, begun at `begun`: an op, or a fused
+/// chain at the step that runs it (the steps inside a chain, and `free`s,
+/// have none).
+fn trace_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize, begun: Option<u64>) {
+    let p = ctx.program;
+    let (kind, name, out) = match (ctx.plan.actions[i], &p.steps[i]) {
+        (Action::Chain(k), _) => {
+            let c = &ctx.plan.chains[k];
+            (SpanKind::Fused, chain_name(c), c.output)
+        }
+        (Action::Run, Step::Compute { op, outputs, .. }) => (SpanKind::Op, op.name().to_string(), outputs[0]),
+        (Action::Run, Step::ShardSlice { output, .. }) => (SpanKind::Op, "shard_slice".to_string(), *output),
+        _ => return,
+    };
+    let ty = p.ty(out);
+    dev.span(begun, kind, &name, Some(i), ty.size_bytes() as u64, ty.to_string());
+}
+
+/// A fused chain's span name: `fused(n): ` and its first ops' names, so
+/// that chains of the same ops add up together in a profile.
+fn chain_name(c: &crate::fusion::FusedChain) -> String {
+    const SHOWN: usize = 8;
+    let names: Vec<&str> = c.nodes.iter().take(SHOWN).map(|n| n.op.name()).collect();
+    let more = if c.nodes.len() > SHOWN { ",…" } else { "" };
+    format!("fused({}): {}{more}", c.nodes.len(), names.join(","))
 }
 
 /// Releases the buffers a `free` step releases ([`Plan::frees`]).

@@ -40,6 +40,7 @@ use crate::backend::Backend;
 use crate::comm::{Communicator, InProcessComm, DEFAULT_COLLECTIVE_TIMEOUT};
 use crate::error::RuntimeError;
 use crate::exec::DeviceStats;
+use crate::trace::{Recorder, Span, SpanKind, Trace, TraceMode};
 use crate::verify::verify_program;
 use lane::{run_lane, DeviceRun, RunCtx, Slots, Transfer};
 use plan::Plan;
@@ -137,14 +138,15 @@ struct Shared {
 enum Job {
     /// Per device of the lane: the donated inputs, in input order.
     Load(Vec<Vec<HostTensor>>),
-    /// Per device of the lane: the other inputs, in input order.
-    Run(Vec<Vec<HostTensor>>),
+    /// Per device of the lane: the other inputs, in input order; and
+    /// how to trace the run, on which clock.
+    Run(Vec<Vec<HostTensor>>, Option<(TraceMode, std::time::Instant)>),
     /// Download the resident state.
     Read,
 }
 
-/// Per device of the lane.
-type LaneRun = Vec<(Vec<HostTensor>, DeviceStats, TransferStats)>;
+/// Per device of the lane: its outputs, stats, transfers and spans.
+type LaneRun = Vec<(Vec<HostTensor>, DeviceStats, TransferStats, Vec<Span>)>;
 
 enum Reply {
     Loaded(Result<Vec<TransferStats>, RuntimeError>),
@@ -181,6 +183,10 @@ pub struct Executable<B: Backend> {
     state: StateStatus,
     stats: ExecStats,
     backend_name: String,
+    /// How the next runs are traced ([`Executable::set_trace`]).
+    trace: Option<TraceMode>,
+    /// The last traced run's spans, until taken.
+    last_trace: Option<Trace>,
 }
 
 impl<B> Executable<B>
@@ -280,6 +286,8 @@ where
             state,
             stats: ExecStats { devices: vec![DeviceStats::default(); n], ..Default::default() },
             backend_name,
+            trace: None,
+            last_trace: None,
         })
     }
 
@@ -389,18 +397,21 @@ where
         self.check_state()?;
         check_values(&self.shared.program, &self.local, &self.shared.others, &inputs, "input")?;
         let mut per_lane = self.split_by_lane(inputs);
+        let clock = self.trace.map(|m| (m, std::time::Instant::now()));
         for (w, vals) in self.workers.iter_mut().zip(per_lane.drain(..)) {
-            w.send(&self.shared, Job::Run(vals));
+            w.send(&self.shared, Job::Run(vals, clock));
         }
         let mut outputs = Vec::with_capacity(self.local.len());
         let mut errors = Vec::new();
+        let mut spans = Vec::new();
         for (w, lane) in self.workers.iter_mut().zip(&self.lanes) {
             match w.recv() {
                 Ok(Reply::Ran(Ok(devs))) => {
-                    for ((outs, ds, t), &d) in devs.into_iter().zip(lane) {
+                    for ((outs, ds, t, s), &d) in devs.into_iter().zip(lane) {
                         self.stats.transfers.add(&t);
                         self.stats.devices[d] = ds;
                         outputs.push(outs);
+                        spans.extend(s);
                     }
                 }
                 Ok(Reply::Ran(Err(e))) | Err(e) => errors.push(e),
@@ -408,6 +419,9 @@ where
             }
         }
         self.shared.comm.reset();
+        if let Some((mode, start)) = clock {
+            self.last_trace = Some(Trace { start, mode, spans });
+        }
         if errors.is_empty() {
             self.stats.runs += 1;
             return Ok(outputs);
@@ -442,6 +456,19 @@ where
     /// The backend's name.
     pub fn backend_name(&self) -> &str {
         &self.backend_name
+    }
+
+    /// Traces the runs from now on (`Some`), or stops (`None`): each run's
+    /// spans are kept until [`Executable::take_trace`] (see
+    /// [`crate::trace`]). Tracing never changes results.
+    pub fn set_trace(&mut self, mode: Option<TraceMode>) {
+        self.trace = mode;
+    }
+
+    /// The spans of the last traced run, once (of a failed run: the spans
+    /// of the lanes that finished).
+    pub fn take_trace(&mut self) -> Option<Trace> {
+        self.last_trace.take()
     }
 }
 
@@ -602,12 +629,12 @@ fn serve<B: Backend>(shared: &Shared, lane: &mut Lane<B>, job: Job) -> Reply {
     let first = lane.devices[0];
     let kind = match &job {
         Job::Load(_) => 0,
-        Job::Run(_) => 1,
+        Job::Run(..) => 1,
         Job::Read => 2,
     };
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
         Job::Load(vals) => Reply::Loaded(load(shared, lane, vals)),
-        Job::Run(vals) => Reply::Ran(run(shared, lane, vals)),
+        Job::Run(vals, clock) => Reply::Ran(run(shared, lane, vals, clock)),
         Job::Read => Reply::Read(read(shared, lane)),
     }));
     caught.unwrap_or_else(|p| {
@@ -668,14 +695,20 @@ fn read<B: Backend>(
     Ok(out)
 }
 
-fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTensor>>) -> Result<LaneRun, RuntimeError> {
+fn run<B: Backend>(
+    shared: &Shared,
+    lane: &mut Lane<B>,
+    inputs: Vec<Vec<HostTensor>>,
+    clock: Option<(TraceMode, std::time::Instant)>,
+) -> Result<LaneRun, RuntimeError> {
     let p = &shared.program;
     let ctx = RunCtx { program: p, plan: &shared.plan, comm: shared.comm.as_ref() };
     let mut runs: Vec<DeviceRun<'_, B>> = Vec::with_capacity(lane.devices.len());
     let mut placed = Ok(());
     for (k, ins) in inputs.into_iter().enumerate() {
         let (device, backend) = (lane.devices[k], &lane.backends[k]);
-        let mut dev = DeviceRun { device, backend, slots: Slots::new(p), transfers: TransferStats::default() };
+        let trace = clock.map(|(mode, start)| Recorder::new(mode, start, device));
+        let mut dev = DeviceRun { device, backend, slots: Slots::new(p), transfers: TransferStats::default(), trace };
         let mut ins = ins.into_iter();
         for (i, &b) in p.inputs.iter().enumerate() {
             if shared.donor_output[i].is_some() {
@@ -684,8 +717,12 @@ fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTens
             } else {
                 let v = ins.next().expect("checked input count");
                 dev.transfers.count_upload(&v, Transfer::Input);
+                let (begun, ty) = (dev.clock(), v.ty());
                 match backend.upload_owned(v) {
-                    Ok(buf) => dev.slots.put(b, buf),
+                    Ok(buf) => {
+                        dev.slots.put(b, buf);
+                        dev.span(begun, SpanKind::Upload, "input", None, ty.size_bytes() as u64, ty.to_string());
+                    }
                     Err(e) => {
                         placed = Err(RuntimeError::Input { device, index: i, message: e.to_string() });
                     }
@@ -704,11 +741,13 @@ fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTens
         let mut outs = Vec::new();
         for (o, &b) in p.outputs.iter().enumerate() {
             if shared.donated_input[o].is_none() {
+                let begun = dev.clock();
                 let v = dev
                     .backend
                     .download(dev.slots.get(b))
                     .map_err(|e| e.at_step(dev.device, p.steps.len(), "download"))?;
                 dev.transfers.count_download(&v, Transfer::Output);
+                dev.span(begun, SpanKind::Download, "output", None, v.ty().size_bytes() as u64, v.ty().to_string());
                 outs.push(v);
             }
         }
@@ -732,7 +771,8 @@ fn run<B: Backend>(shared: &Shared, lane: &mut Lane<B>, inputs: Vec<Vec<HostTens
             };
             lane.resident[k][i] = Some(buf);
         }
-        out.push((outs, dev.slots.finish(), dev.transfers));
+        let spans = dev.trace.take().map(|r| r.spans).unwrap_or_default();
+        out.push((outs, dev.slots.finish(), dev.transfers, spans));
     }
     Ok(out)
 }

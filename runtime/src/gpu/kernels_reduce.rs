@@ -86,42 +86,118 @@ pub fn reduce_rows_int<I: Int>(x: &Array<I>, out: &mut Array<I>, inner: u32, #[c
     }
 }
 
-/// One cube per row (`CUBE_POS`), [`CUBE_THREADS`] threads each.
+/// One cube of `threads = 2^levels` threads (at most [`CUBE_THREADS`]) per piece of a row: cube `c` reduces part `c % parts`
+/// of row `c / parts`, elements `[p·chunk, min((p+1)·chunk, inner))`,
+/// into `out[c]`. Each thread folds a strided share (thread `t` reads
+/// `t, t + threads, ...`: neighbouring threads read neighbouring elements),
+/// then a shared-memory tree of fixed shape combines the shares: the same
+/// order on every run. `rnd` rounds the result (a first pass of a
+/// two-pass reduction keeps f32 partials: `Rounding::None`).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub fn reduce_rows_cube<F: Float>(
     x: &Array<F>,
     out: &mut Array<F>,
     inner: u32,
+    chunk: u32,
+    parts: u32,
+    #[comptime] threads: usize,
+    #[comptime] levels: u32,
     #[comptime] op: Red,
     #[comptime] rnd: Rounding,
 ) {
-    let r = CUBE_POS;
+    let c = CUBE_POS;
     let t = UNIT_POS as usize;
-    let mut shared = SharedMemory::<F>::new(CUBE_THREADS);
-    let n = inner as usize;
-    if r < out.len() {
-        let base = r * n;
+    let mut shared = SharedMemory::<F>::new(threads);
+    if c < out.len() {
+        let row = c / parts as usize;
+        let start = (c % parts as usize) * chunk as usize;
+        let stop = start + chunk as usize;
+        let end = select(stop < inner as usize, stop, inner as usize);
+        let base = row * inner as usize;
         let mut acc = match op {
             Red::Sum => F::new(0.0),
-            _ => x[base],
+            _ => x[base + start],
         };
-        let mut j = t;
-        while j < n {
+        let mut j = start + t;
+        while j < end {
             acc = combine_float::<F>(acc, x[base + j], op);
-            j += CUBE_THREADS;
+            j += threads;
         }
         shared[t] = acc;
     }
     sync_cube();
     #[unroll]
-    for level in 1..9u32 {
-        let half = CUBE_THREADS >> level as usize;
+    for level in 1..levels + 1 {
+        let half = threads >> level as usize;
         if t < half {
             shared[t] = combine_float::<F>(shared[t], shared[t + half], op);
         }
         sync_cube();
     }
-    if r < out.len() && t == 0 {
-        out[r] = apply_rounding::<F>(shared[0], rnd);
+    if c < out.len() && t == 0 {
+        out[c] = apply_rounding::<F>(shared[0], rnd);
+    }
+}
+
+/// Columns per cube of [`reduce_cols_cube`] (its threads' x extent).
+pub const COL_BLOCK: usize = 32;
+/// Row lanes per cube of [`reduce_cols_cube`] (its threads' y extent; a
+/// power of two).
+pub const COL_LANES: usize = 8;
+
+/// Reduces the rows of an `[rows, cols]` view: `out[p·cols + j]` is the
+/// fold of column `j` over rows `[p·chunk, min((p+1)·chunk, rows))`. A cube
+/// takes [`COL_BLOCK`] neighbouring columns of one part, so each row's
+/// loads are contiguous; its [`COL_LANES`] lanes of rows fold strided shares
+/// that a fixed shared-memory tree combines. The reduced dimensions lead,
+/// so nothing is rearranged first (a bias gradient sums a `[tokens, width]`
+/// tensor over its tokens).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn reduce_cols_cube<F: Float>(
+    x: &Array<F>,
+    out: &mut Array<F>,
+    rows: u32,
+    cols: u32,
+    chunk: u32,
+    parts: u32,
+    #[comptime] op: Red,
+    #[comptime] rnd: Rounding,
+) {
+    let blocks = (cols as usize).div_ceil(COL_BLOCK);
+    let c = CUBE_POS;
+    let (tx, ty) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
+    let part = c / blocks;
+    let col = (c % blocks) * COL_BLOCK + tx;
+    let live = part < parts as usize && col < cols as usize;
+    let mut shared = SharedMemory::<F>::new(COL_BLOCK * COL_LANES);
+    if live {
+        let start = part * chunk as usize;
+        let stop = start + chunk as usize;
+        let end = select(stop < rows as usize, stop, rows as usize);
+        let mut acc = match op {
+            Red::Sum => F::new(0.0),
+            _ => x[start * cols as usize + col],
+        };
+        let mut r = start + ty;
+        while r < end {
+            acc = combine_float::<F>(acc, x[r * cols as usize + col], op);
+            r += COL_LANES;
+        }
+        shared[ty * COL_BLOCK + tx] = acc;
+    }
+    sync_cube();
+    #[unroll]
+    for level in 1..4u32 {
+        let half = COL_LANES >> level as usize;
+        if ty < half {
+            shared[ty * COL_BLOCK + tx] =
+                combine_float::<F>(shared[ty * COL_BLOCK + tx], shared[(ty + half) * COL_BLOCK + tx], op);
+        }
+        sync_cube();
+    }
+    if live && ty == 0 {
+        out[part * cols as usize + col] = apply_rounding::<F>(shared[tx], rnd);
     }
 }

@@ -167,7 +167,7 @@ impl<R: Runtime> CubeclBackend<R> {
     }
 
     /// How many constants this device keeps computed, and their bytes
-    /// (at most 128 MiB).
+    /// (large ones at most 128 MiB; see `constants.rs`).
     pub fn cached_constants(&self) -> (usize, usize) {
         self.kept.constants.stats()
     }

@@ -3,21 +3,72 @@
 //! The operand is rearranged (one strided copy, skipped when the reduced
 //! dimensions are already the innermost) to `[kept..., reduced...]`, i.e.
 //! `[outer, inner]`, and each row is reduced by one of the kernels of
-//! `kernels_reduce.rs`. Empty reductions produce the identity without
-//! reading anything.
+//! `kernels_reduce.rs`: rows of at most [`THREAD_ROW`] elements by a thread
+//! each (the CPU's exact order), longer rows by a cube each whose threads
+//! read neighbouring elements ([`row_threads`]), and a few very long rows
+//! in two passes, each row split into parts that cubes reduce side by side
+//! ([`parts`]). A float reduction over the leading dimensions (a bias
+//! gradient's sum over tokens) is not rearranged: cubes read blocks of
+//! neighbouring columns down the rows ([`col_parts`]). Every choice depends on the shape alone, so a reduction
+//! adds in the same order on every run. Empty reductions produce the
+//! identity without reading anything.
 
-use super::kernels_reduce::{reduce_rows, reduce_rows_cube, reduce_rows_int, Red, CUBE_THREADS};
+use super::kernels_reduce::{
+    reduce_cols_cube, reduce_rows, reduce_rows_cube, reduce_rows_int, Red, COL_BLOCK, COL_LANES, CUBE_THREADS,
+};
 use super::layout::{copy, fill_value, strides, Copy};
 use super::ops::with_float;
 use super::storage::Rounding;
+use super::storage::Storage;
 use super::{CubeBuffer, CubeclBackend};
 use cubecl::prelude::*;
 use weft_ir::{DType, ReduceOp, TensorType};
 
-/// Rows at least this many use one thread per row (the CPU's exact order).
-const ROWS_PER_THREAD_MIN: usize = 2048;
-/// Rows at most this long use one thread per row even when there are few.
-const SHORT_ROW: usize = 512;
+/// Float rows at most this long take one thread each (the CPU's exact
+/// order); longer ones a cube. (Integer sums are exact in any order, and
+/// take one thread per row.)
+const THREAD_ROW: usize = 32;
+/// Elements each thread of a row's cube folds before the tree, at least.
+const PER_THREAD: usize = 8;
+/// Cubes that keep a device busy (a few per multiprocessor of a large GPU).
+const BUSY_CUBES: usize = 512;
+/// The shortest part of a row split over several cubes.
+const MIN_PART: usize = 4096;
+
+/// Threads of the cube that reduces a row (or part) of `len` elements: a
+/// power of two from 32 to [`CUBE_THREADS`], about `len / PER_THREAD`.
+fn row_threads(len: usize) -> usize {
+    len.div_ceil(PER_THREAD).next_power_of_two().clamp(32, CUBE_THREADS)
+}
+
+/// Into how many parts the `rows` of a reduction over leading dimensions
+/// with `cols` kept elements are split (1: one pass): enough cubes to fill
+/// the device, each part at least [`MIN_COL_PART`] rows.
+fn col_parts(rows: usize, cols: usize) -> usize {
+    let blocks = cols.div_ceil(COL_BLOCK);
+    BUSY_CUBES.div_ceil(blocks).min(rows / MIN_COL_PART).max(1)
+}
+
+/// `parts` lowered so that splitting `len` elements into parts of
+/// `len.div_ceil(parts)` leaves none empty (an empty part of a max would
+/// read past its row).
+fn nonempty(len: usize, parts: usize) -> usize {
+    len.div_ceil(len.div_ceil(parts.max(1)).max(1))
+}
+
+/// The fewest rows of a part of a reduction over leading dimensions.
+const MIN_COL_PART: usize = 256;
+
+const _: () = assert!(COL_LANES == 8, "reduce_cols_cube's tree has three levels");
+
+/// Into how many parts each of `outer` rows of `inner` elements is split
+/// (1: one pass), so that few long rows still fill the device.
+fn parts(outer: usize, inner: usize) -> usize {
+    if outer >= BUSY_CUBES || inner < 2 * MIN_PART {
+        return 1;
+    }
+    BUSY_CUBES.div_ceil(outer).min(inner / MIN_PART).max(1)
+}
 
 /// The identity of a reduction, for empty reductions.
 fn identity(op: ReduceOp, d: DType) -> f64 {
@@ -63,25 +114,33 @@ pub(super) fn reduce<R: Runtime>(
         return fill_value(be, ty, identity(op, ty.dtype)).expect("scalar upload");
     }
     let outer = ty.num_elements();
+    let leading = dims.len() < x.ty.rank() && (0..dims.len()).all(|k| dims.contains(&k));
+    if ty.dtype.is_float() && leading && inner > THREAD_ROW {
+        return columns(be, x, inner, outer, op_of(op), ty);
+    }
     let x = reduced_last(be, x, dims);
     let out = be.empty(ty);
-    let red = match op {
-        ReduceOp::Sum => Red::Sum,
-        ReduceOp::Max => Red::Max,
-        ReduceOp::Min => Red::Min,
-    };
+    let red = op_of(op);
     let c = &be.client;
     let inner32 = u32::try_from(inner).expect("rows shorter than 2^32");
     let d = ty.dtype;
     if d.is_float() {
         let rnd = Rounding::of(d);
-        if outer >= ROWS_PER_THREAD_MIN || inner <= SHORT_ROW {
+        if inner <= THREAD_ROW {
             let (count, dim) = be.grid(outer);
             with_float!(d, F => reduce_rows::launch::<F, R>(c, count, dim, x.arg(), out.arg(), inner32, red, rnd));
         } else {
-            let count = CubeCount::Static(outer as u32, 1, 1);
-            let dim = CubeDim::new_1d(CUBE_THREADS as u32);
-            with_float!(d, F => reduce_rows_cube::launch::<F, R>(c, count, dim, x.arg(), out.arg(), inner32, red, rnd));
+            let p = nonempty(inner, parts(outer, inner));
+            if p == 1 {
+                rows_by_cubes(be, &x, &out, inner, 1, red, rnd);
+            } else {
+                // Partials in the storage type, unrounded; the second pass
+                // reduces each row's `p` partials and rounds.
+                let wide = if matches!(Storage::of(d), Storage::F64) { DType::F64 } else { DType::F32 };
+                let partial = be.empty(&TensorType::new(wide, vec![outer * p]));
+                rows_by_cubes(be, &x, &partial, inner, p, red, Rounding::None);
+                rows_by_cubes(be, &partial, &out, p, 1, red, rnd);
+            }
         }
     } else {
         let (count, dim) = be.grid(outer);
@@ -92,4 +151,111 @@ pub(super) fn reduce<R: Runtime>(
         }
     }
     out
+}
+
+fn op_of(op: ReduceOp) -> Red {
+    match op {
+        ReduceOp::Sum => Red::Sum,
+        ReduceOp::Max => Red::Max,
+        ReduceOp::Min => Red::Min,
+    }
+}
+
+/// Reduces `x`, viewed as `[rows, cols]`, over its rows into a new buffer
+/// of type `ty` (`cols` elements): in one pass, or in parts whose unrounded
+/// partials a second pass folds and rounds.
+fn columns<R: Runtime>(
+    be: &CubeclBackend<R>,
+    x: &CubeBuffer<R>,
+    rows: usize,
+    cols: usize,
+    red: Red,
+    ty: &TensorType,
+) -> CubeBuffer<R> {
+    let out = be.empty(ty);
+    let rnd = Rounding::of(ty.dtype);
+    let p = nonempty(rows, col_parts(rows, cols));
+    if p == 1 {
+        columns_into(be, x, &out, rows, cols, 1, red, rnd);
+    } else {
+        let wide = if matches!(Storage::of(ty.dtype), Storage::F64) { DType::F64 } else { DType::F32 };
+        let partial = be.empty(&TensorType::new(wide, vec![p * cols]));
+        columns_into(be, x, &partial, rows, cols, p, red, Rounding::None);
+        columns_into(be, &partial, &out, p, cols, 1, red, rnd);
+    }
+    out
+}
+
+/// One [`reduce_cols_cube`] launch: `parts` partial folds of each column.
+#[allow(clippy::too_many_arguments)]
+fn columns_into<R: Runtime>(
+    be: &CubeclBackend<R>,
+    x: &CubeBuffer<R>,
+    out: &CubeBuffer<R>,
+    rows: usize,
+    cols: usize,
+    parts: usize,
+    red: Red,
+    rnd: Rounding,
+) {
+    let chunk = rows.div_ceil(parts);
+    let cubes = u32::try_from(cols.div_ceil(COL_BLOCK) * parts).expect("fewer than 2^32 cubes");
+    let count = cubecl::server::CubeCountSelection::new(&be.client, cubes).cube_count();
+    let dim = CubeDim::new_2d(COL_BLOCK as u32, COL_LANES as u32);
+    let [rows, cols, chunk, parts] = [rows, cols, chunk, parts].map(|v| u32::try_from(v).expect("below 2^32"));
+    with_float!(x.ty.dtype, F => reduce_cols_cube::launch::<F, R>(
+        &be.client, count, dim, x.arg(), out.arg(), rows, cols, chunk, parts, red, rnd
+    ));
+}
+
+/// Reduces each row of `x` (rows of `inner` elements, each split into
+/// `parts` pieces) into `out` (`rows × parts` values) with one cube per
+/// piece.
+fn rows_by_cubes<R: Runtime>(
+    be: &CubeclBackend<R>,
+    x: &CubeBuffer<R>,
+    out: &CubeBuffer<R>,
+    inner: usize,
+    parts: usize,
+    red: Red,
+    rnd: Rounding,
+) {
+    let chunk = inner.div_ceil(parts);
+    let threads = row_threads(chunk);
+    let levels = threads.trailing_zeros();
+    let cubes = u32::try_from(out.len()).expect("fewer than 2^32 rows");
+    let count = cubecl::server::CubeCountSelection::new(&be.client, cubes).cube_count();
+    let dim = CubeDim::new_1d(threads as u32);
+    let (inner, chunk, parts) = (inner as u32, chunk as u32, parts as u32);
+    with_float!(x.ty.dtype, F => reduce_rows_cube::launch::<F, R>(
+        &be.client, count, dim, x.arg(), out.arg(), inner, chunk, parts, threads, levels, red, rnd
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_rows_get_wide_cubes_and_few_long_rows_are_split() {
+        assert_eq!(row_threads(33), 32);
+        assert_eq!(row_threads(512), 64);
+        assert_eq!(row_threads(8192), 256);
+        assert_eq!(parts(4096, 8192), 1, "enough rows fill the device");
+        assert_eq!(parts(1, 1 << 20), (1 << 20) / MIN_PART, "parts of at least MIN_PART");
+        assert_eq!(parts(1, 1 << 24), BUSY_CUBES);
+        assert_eq!(parts(1, 6000), 1, "too short to split");
+        assert_eq!(parts(64, 1 << 20), BUSY_CUBES / 64);
+        assert_eq!(parts(2, 20_000), 4, "parts of at least MIN_PART");
+        assert_eq!(col_parts(4096, 2048), 8, "64 column blocks, 8 parts of 512 rows");
+        assert_eq!(col_parts(4096, 512), 16, "parts of at least 256 rows");
+        assert_eq!(col_parts(300, 64 * 1024), 1);
+        assert_eq!(col_parts(131_073, 8), 512);
+        assert_eq!(nonempty(131_073, 512), 511, "parts of 257 rows: 510 full, the last 4 rows");
+        for (len, p) in [(9, 4), (10, 4), (4096, 3), (100, 100), (5, 9)] {
+            let q = nonempty(len, p);
+            let chunk = len.div_ceil(q);
+            assert!((q - 1) * chunk < len && q * chunk >= len, "{len} {p}: {q} parts of {chunk}");
+        }
+    }
 }

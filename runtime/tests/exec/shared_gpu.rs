@@ -119,7 +119,9 @@ fn a_meeting_that_never_completes_times_out_with_the_missing_devices() {
 
 /// Two of three members waiting when the first gives up: both get the
 /// named timeout (the second from the meeting the first closed), neither
-/// panics or waits on.
+/// panics or waits on. (On a loaded machine the second may reach the
+/// meeting only after the first gave up; it then names itself missing
+/// too, so each message must name member 2 and may name member 0 or 1.)
 #[test]
 fn members_waiting_together_time_out_together() {
     use weft_runtime::comm::CollectiveCall;
@@ -127,7 +129,7 @@ fn members_waiting_together_time_out_together() {
     use weft_runtime::Backend;
     let Some(one) = wgpu_or_skip() else { return };
     let meeting: Arc<SharedGpuCollectives<cubecl::wgpu::WgpuRuntime>> =
-        Arc::new(SharedGpuCollectives::new(0..3, Duration::from_millis(300)));
+        Arc::new(SharedGpuCollectives::new(0..3, Duration::from_millis(1000)));
     let op = weft_ir::device::Collective::AllReduce { axes: vec!["x".into()], op: weft_ir::ReduceOp::Sum };
     let x = one.upload(&HostTensor::from_f32(&[2], vec![1.0, 2.0]).unwrap()).unwrap();
     let start = std::time::Instant::now();
@@ -146,8 +148,9 @@ fn members_waiting_together_time_out_together() {
             .collect();
         members.into_iter().map(|m| m.join().expect("no panic")).collect()
     });
-    assert!(start.elapsed() < Duration::from_secs(5), "both gave up at about the timeout");
+    assert!(start.elapsed() < Duration::from_secs(8), "both gave up at about the timeout");
     for e in &errors {
-        assert!(e.contains("[2]") && e.contains("never arrived"), "{e}");
+        let named = ["[2]", "[0, 2]", "[1, 2]"].iter().any(|m| e.contains(m));
+        assert!(named && e.contains("never arrived"), "{e}");
     }
 }

@@ -15,9 +15,15 @@ fn reductions_over_any_dims() {
         (&[5, 9], &[0, 1]),
         (&[3, 4, 5, 6], &[1, 3]),
         (&[3, 4, 5, 6], &[0, 2]),
-        (&[3000, 33], &[1]), // many short rows: one thread per row
-        (&[3, 10007], &[1]), // few long rows: one cube per row
-        (&[40000], &[0]),    // one long row
+        (&[3000, 31], &[1]),      // many short rows: one thread per row
+        (&[3000, 33], &[1]),      // many longer rows: a 32-thread cube per row
+        (&[600, 700], &[1]),      // a 128-thread cube per row
+        (&[3, 10007], &[1]),      // few long rows: split in two passes
+        (&[40000], &[0]),         // one long row: split in two passes
+        (&[1200, 130], &[0]),     // over the leading dimension: column blocks, 4 parts
+        (&[40, 50, 70], &[0, 1]), // over two leading dimensions, 7 parts
+        (&[700, 3], &[0]),        // fewer columns than a block
+        (&[4, 300, 5], &[1]),     // over a middle dimension (rearranged first)
     ];
     for d in [DType::F32, DType::BF16, DType::F16, DType::F64, DType::I32, DType::U32] {
         for &(shape, dims) in cases {
