@@ -3,7 +3,7 @@
 # cannot build Rust (see BENCHMARKS.md, "NVIDIA H200 ...").
 #
 # Here:   benches/gpu.sh pack [BASE_BINARY]
-#   builds `weft`, the GEMM example and the NCCL test with `--features cuda`,
+#   builds `weft`, the GEMM and launch examples and the NCCL test with `--features cuda`,
 #   strips and compresses them (with an optional earlier `weft` to compare)
 #   into .devbin/ (ignored by git: `echo /.devbin/ >> .git/info/exclude`),
 #   and copies ../shared/bench there (a sibling folder does not travel).
@@ -14,15 +14,20 @@
 #   base binary beside the new on one device and the MLP at data=8; and
 #   CHECK_LAYOUTS="data=1 none;data=8 dp" narrows `check`; TRACE_RUNS lists
 #   the traces, FULL_TRACE=0 leaves out the dp8 trace, CubeCL's profile and nsys)
-#   1. GEMM rates and the routine weft picks per product (runtime/examples/gpu_gemm.rs);
-#   2. the NCCL tests (pip's NCCL, `libnccl.so` linked to `libnccl.so.2`);
-#   3. ../shared/bench/gpu_vs_jax.sh (weft vs JAX and cuBLAS, side by side);
-#   4. the base binary, if packed, beside the new one: one device, data=8 dp, tp, fsdp_tp;
-#   5. losses against the CPU backend on a small GPT (f32 and bf16; one device,
-#      dp, tp, fsdp_tp): the maximum relative difference per layout;
+#   In the order they run:
+#   1. the NCCL tests (pip's NCCL, `libnccl.so` linked to `libnccl.so.2`);
+#   2. ../shared/bench/gpu_vs_jax.sh (weft vs JAX and cuBLAS, side by side);
+#   3. GEMM rates and the routine weft picks per product (runtime/examples/gpu_gemm.rs;
+#      GEMM_SHAPES=MxKxN,... sets the products);
+#   4. (launch) the cost of one launch;
+#   5. (compare) the base binary beside the new one: one device, and the MLP at data=8;
 #   6. (trace) step traces of the MLP and GPT steps, f32 and bf16, host and
 #      synced (`--trace`, `--trace-sync`), summarised by op class
-#      (benches/trace_summary.py), and `nsys` where it is installed.
+#      (benches/trace_summary.py), and `nsys` where it is installed;
+#   7. (steps) the base binary, if packed, beside the new one: one device,
+#      data=8 dp, tp, fsdp_tp;
+#   8. (check) losses against the CPU backend on a small GPT (f32 and bf16;
+#      one device, dp, tp, fsdp_tp): the maximum relative difference per layout.
 # Everything it prints is also under $OUT (the device tool's folder) when set.
 set -u
 cd "$(dirname "$0")/.."
@@ -77,11 +82,6 @@ step() { # binary name config steps mesh strategy backend [more flags]
 }
 for c in f32 bf16; do mlp $c > "$d/mlp-$c.toml"; gpt $c 8192 256 512 6 16 > "$d/gpt-$c.toml"; gpt $c 512 64 128 2 16 > "$d/small-$c.toml"; done
 
-if want gemm; then
-el gemm
-SHAPES=4096x4096x4096,256x512x2048,2048x256x512 timeout 90 /tmp/gpu_gemm > "$OUT/gemm.txt" 2>&1
-cat "$OUT/gemm.txt"
-fi
 if want nccl; then
 el nccl
 # The NCCL test runs the `weft` binary at the path it was built with.
@@ -94,6 +94,11 @@ if want gpu_vs_jax; then
 el gpu_vs_jax
 W=/tmp/weft timeout 360 bash "$D/bench/gpu_vs_jax.sh" > "$OUT/gpu_vs_jax.txt" 2>&1
 cat "$OUT/gpu_vs_jax.txt"
+fi
+if want gemm; then
+el gemm
+SHAPES=${GEMM_SHAPES:-4096x4096x4096,256x512x2048,2048x256x512} timeout 90 /tmp/gpu_gemm > "$OUT/gemm.txt" 2>&1
+cat "$OUT/gemm.txt"
 fi
 if want launch; then
 el launch
