@@ -26,6 +26,7 @@
 
 pub mod config;
 pub mod files;
+pub mod headers;
 pub mod prefetch;
 pub mod prepare;
 pub mod sampler;

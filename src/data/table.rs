@@ -119,24 +119,9 @@ impl Array {
     }
 }
 
-fn checked_len(path: &Path, what: &str, shape: &[usize], dtype: FileDtype, offset: u64, file_bytes: u64) -> Result<()> {
-    let n = shape.iter().try_fold(dtype.size() as u64, |a, &d| a.checked_mul(d as u64));
-    let end = n.and_then(|n| n.checked_add(offset));
-    match end {
-        Some(end) if end <= file_bytes => Ok(()),
-        _ => Err(data_err(
-            path,
-            format!(
-                "{what} of shape {shape:?} ({}) needs {} bytes from offset {offset}, but the file has {file_bytes} \
-                 bytes: truncated",
-                dtype.name(),
-                n.map(|n| n.to_string()).unwrap_or_else(|| "more than 2^64".into())
-            ),
-        )),
-    }
-}
-
-/// Opens a `.npy` file (format versions 1–3, C order, little-endian).
+/// Opens a `.npy` file (format versions 1–3, C order, little-endian): the
+/// header parsed and checked once ([`super::headers::parse_npy_header`]),
+/// the data exactly the shape's bytes.
 pub fn npy(path: &Path) -> Result<Array> {
     let file = DataFile::open(path)?;
     let bad = |m: String| data_err(path, format!("not a readable .npy file: {m}"));
@@ -156,48 +141,36 @@ pub fn npy(path: &Path) -> Result<Array> {
     }
     let mut h = vec![0u8; hlen as usize];
     file.read_at(&mut h, start)?;
-    let h = String::from_utf8_lossy(&h).to_string();
-    let field = |key: &str| -> Option<&str> {
-        let at = h.find(&format!("'{key}'"))? + key.len() + 2;
-        Some(h[at..].trim_start().strip_prefix(':')?.trim_start())
-    };
-    let descr = field("descr").and_then(|r| r.strip_prefix('\'')).and_then(|r| r.split('\'').next());
-    let descr = descr.ok_or_else(|| bad("no 'descr' in the header".into()))?;
-    let dtype = match descr {
-        "|u1" | "<u1" => FileDtype::U8,
-        "<u2" => FileDtype::U16,
-        "<u4" => FileDtype::U32,
-        "<i4" => FileDtype::I32,
-        "<i8" => FileDtype::I64,
-        "<f2" => FileDtype::F16,
-        "<f4" => FileDtype::F32,
-        "<f8" => FileDtype::F64,
-        other => {
-            return Err(data_err(
-                path,
-                format!("unsupported dtype `{other}` (little-endian u1, u2, u4, i4, i8, f2, f4 or f8)"),
-            ))
-        }
-    };
-    if field("fortran_order").is_some_and(|r| r.starts_with("True")) {
-        return Err(data_err(path, "Fortran-order arrays are not supported (save with np.ascontiguousarray)"));
-    }
-    let shape_text = field("shape")
-        .and_then(|r| r.strip_prefix('('))
-        .and_then(|r| r.split(')').next())
-        .ok_or_else(|| bad("no 'shape' in the header".into()))?;
-    let shape = shape_text
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| bad(format!("shape `({shape_text})`"))))
-        .collect::<Result<Vec<usize>>>()?;
+    let text = String::from_utf8(h).map_err(|_| bad("the header is not text".into()))?;
+    let header = super::headers::parse_npy_header(&text).map_err(bad)?;
     let offset = start + hlen;
-    checked_len(path, "the array", &shape, dtype, offset, file.bytes)?;
-    Ok(Array { file, tensor: None, dtype, shape, offset })
+    exact_len(path, "the array", &header.shape, header.dtype, file.bytes - offset)?;
+    Ok(Array { file, tensor: None, dtype: header.dtype, shape: header.shape, offset })
 }
 
-/// Opens every tensor of a `.safetensors` file (only the header is read).
+/// Checks that `len` data bytes are exactly `shape` × `dtype`.
+fn exact_len(path: &Path, what: &str, shape: &[usize], dtype: FileDtype, len: u64) -> Result<()> {
+    let need = super::headers::data_bytes(shape, dtype);
+    if need == Some(len) {
+        return Ok(());
+    }
+    let how = match need {
+        Some(n) if n > len => "truncated",
+        Some(_) => "bytes left over: the shape or dtype is wrong",
+        None => "the shape is impossibly large",
+    };
+    Err(data_err(
+        path,
+        format!(
+            "{what} of shape {shape:?} ({}) needs {} bytes, but the file holds {len} after its header: {how}",
+            dtype.name(),
+            need.map(|n| n.to_string()).unwrap_or_else(|| "more than 2^64".into())
+        ),
+    ))
+}
+
+/// Opens every tensor of a `.safetensors` file (only the header is read,
+/// and checked against the file: [`super::headers::parse_safetensors_header`]).
 pub fn safetensors(path: &Path) -> Result<BTreeMap<String, Array>> {
     let file = DataFile::open(path)?;
     let bad = |m: String| data_err(path, format!("not a readable .safetensors file: {m}"));
@@ -212,44 +185,13 @@ pub fn safetensors(path: &Path) -> Result<BTreeMap<String, Array>> {
     }
     let mut h = vec![0u8; hlen as usize];
     file.read_at(&mut h, 8)?;
-    let header: BTreeMap<String, serde_json::Value> =
-        serde_json::from_slice(&h).map_err(|e| bad(format!("header: {e}")))?;
     let data_start = 8 + hlen;
+    let entries = super::headers::parse_safetensors_header(&h, file.bytes - data_start).map_err(bad)?;
     let mut out = BTreeMap::new();
-    for (name, v) in header.into_iter().filter(|(n, _)| n != "__metadata__") {
-        let dtype = match v.get("dtype").and_then(|d| d.as_str()) {
-            Some("U8") => FileDtype::U8,
-            Some("U16") => FileDtype::U16,
-            Some("U32") => FileDtype::U32,
-            Some("I32") => FileDtype::I32,
-            Some("I64") => FileDtype::I64,
-            Some("F16") => FileDtype::F16,
-            Some("BF16") => FileDtype::BF16,
-            Some("F32") => FileDtype::F32,
-            Some("F64") => FileDtype::F64,
-            other => {
-                return Err(data_err(
-                    path,
-                    format!(
-                        "tensor `{name}` has unsupported dtype {} (U8, U16, U32, I32, I64, F16, BF16, F32 or F64)",
-                        other.unwrap_or("(none)")
-                    ),
-                ))
-            }
-        };
-        let shape: Vec<usize> = v
-            .get("shape")
-            .and_then(|s| serde_json::from_value(s.clone()).ok())
-            .ok_or_else(|| bad(format!("tensor `{name}` has no valid shape")))?;
-        let offs: [u64; 2] = v
-            .get("data_offsets")
-            .and_then(|s| serde_json::from_value(s.clone()).ok())
-            .ok_or_else(|| bad(format!("tensor `{name}` has no valid data_offsets")))?;
-        let what = format!("tensor `{name}`");
-        let offset = data_start.saturating_add(offs[0]);
-        checked_len(path, &what, &shape, dtype, offset, file.bytes)?;
+    for e in entries {
         let f = DataFile::open(path)?;
-        out.insert(name.clone(), Array { file: f, tensor: Some(name), dtype, shape, offset });
+        let offset = data_start + e.offsets.0;
+        out.insert(e.name.clone(), Array { file: f, tensor: Some(e.name), dtype: e.dtype, shape: e.shape, offset });
     }
     Ok(out)
 }
