@@ -14,6 +14,24 @@ pub enum Error {
     /// `Result` of the facade would otherwise be that large.
     #[error(transparent)]
     Compiler(Box<weft_compiler::CompilerError>),
+    /// The loss was not finite for `steps` steps in a row: the run stopped
+    /// at `last`, without saving the non-finite state.
+    #[error(
+        "the run diverged: the loss was not finite for {steps} steps in a row (steps {first} to {last}); it stopped \
+         there{}. Lower optimizer.lr, set optimizer.clip, or use [loss_scaling] for f16; `divergence_steps = 0` \
+         runs on regardless",
+        match last_good { Some(g) => format!(", and its last checkpoint is the one of step {g}, whose loss was finite"), None => String::new() }
+    )]
+    Diverged {
+        /// Consecutive non-finite steps that stopped it.
+        steps: u64,
+        /// The first of them.
+        first: u64,
+        /// The last.
+        last: u64,
+        /// The newest checkpoint saved, if any.
+        last_good: Option<u64>,
+    },
     /// A checkpoint could not be saved or restored.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),

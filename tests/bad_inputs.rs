@@ -250,7 +250,15 @@ fn bad_meshes_are_named_errors() {
                 &["2048 devices, more than the 1024 a training run may have"]),
             case("train: axis of size 0", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=0"], 2, &["axis `data` has size 0"]),
             case("train: negative size", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=-2"], 2,
-                &["size of axis `data` is not a number"]),
+                &["axis `data` has size -2: a size is a whole number ≥ 1"]),
+            case("train: a size that is not a number", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=two"], 2,
+                &["the size of axis `data` is `two`, not a whole number ≥ 1"]),
+            case("train: an empty mesh", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", ""], 2,
+                &["mesh (--mesh) = ``: an empty mesh", "`data=1` for one device"]),
+            case("train: an empty item", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=2,,model=4"], 2,
+                &["item 2 is empty"]),
+            case("train: a trailing comma", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=2,"], 2,
+                &["item 2 is empty"]),
             case("train: axis twice", &[("c.toml", MLP)], &["train", "c.toml", "--mesh", "data=2,data=2"], 2,
                 &["axis `data` appears twice"]),
             case("shard: product overflows", &[("p.weft", PROGRAM)], &["shard", "p.weft", "--mesh", "a=4294967296,b=4294967296"], 2,
@@ -473,4 +481,72 @@ fn library_errors_are_named_variants() {
     let m = weft::ir::text::parse_module(&call_chain(100, 1)).unwrap();
     let e = weft::ir::verify_module(&m).unwrap_err();
     assert!(matches!(&e, IrError::Verify(d) if d[0].message.contains("calls nested 100 deep")), "{e:?}");
+}
+
+#[test]
+#[rustfmt::skip] // one case per line
+fn negative_numbers_nan_sizes_pipeline_axes_and_divergence_are_named() {
+    const PIPE: &str = "steps = 2\nmesh = \"stage=2\"\n[model]\nkind = \"mlp\"\nlayers = 2\n[pipeline]\nstages = 2\n";
+    const DIVERGES: &str = "steps = 8\n[model]\nkind = \"mlp\"\n[optimizer]\nkind = \"sgd\"\nlr = 1e30\n[checkpoint]\ndir = \"ck\"\nevery = 1\n";
+    run_cases(
+        &[
+            case("negative seed", &[("c.toml", MLP)], &["train", "c.toml", "--seed", "-1"], 2, &["invalid value '-1' for '--seed"]),
+            case("negative steps", &[("c.toml", MLP)], &["train", "c.toml", "--steps", "-3"], 2, &["invalid value '-3' for '--steps"]),
+            case("negative validation fraction", &[("in.txt", "some text")], &["data", "prepare", "in.txt", "-o", "out", "--val-fraction", "-1"], 2,
+                &["--val-fraction = -1: must be a number in (0, 1)"]),
+            case("a memory budget of nan", &[("c.toml", MLP)], &["train", "c.toml", "--strategy", "auto", "--memory-budget", "nan"], 2,
+                &["memory_budget (--memory-budget) = `nan`: `nan` is not a size"]),
+            case("a memory limit of inf", &[("c.toml", MLP)], &["train", "c.toml", "--memory-limit", "inf"], 2, &["`inf` is not a size"]),
+            case("a pipeline split that wraps past 2^64", &[("c.toml", WRAPS)], &["train", "c.toml"], 1,
+                &["the split [9223372036854775808, 9223372036854775810] must give each of the 2 stages at least one layer"]),
+            case("no stage axis", &[("c.toml", PIPE)], &["train", "c.toml", "--mesh", "data=2"], 1,
+                &["the mesh `data=2` has no axis `stage` (its axes: data); add `stage=2`"]),
+            case("the data axis as the stage axis", &[("c.toml", "steps = 2\nmesh = \"data=2\"\n[model]\nkind = \"mlp\"\nlayers = 2\n[pipeline]\nstages = 2\naxis = \"data\"\n")],
+                &["train", "c.toml"], 1, &["the data axis splits the batch"]),
+            case("a loss that is NaN from step 1", &[("c.toml", DIVERGES)], &["train", "c.toml", "--metrics", "m.jsonl"], 1,
+                &["the run diverged: the loss was not finite for 3 steps in a row (steps 1 to 3)", "last checkpoint is the one of step 1"]),
+        ],
+        &[],
+    );
+}
+
+/// A `[pipeline] split` whose counts sum to the layer count modulo 2^64.
+const WRAPS: &str = "steps = 2\nmesh = \"stage=2\"\n[model]\nkind = \"mlp\"\nlayers = 2\n[pipeline]\nstages = 2\nsplit = [9223372036854775808, 9223372036854775810]\n";
+
+/// A diverging run keeps its metrics (the plot still draws them) and its
+/// last checkpoint with a finite loss, and saves none of the others.
+#[test]
+fn a_diverging_run_keeps_its_metrics_and_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("c.toml"), "steps = 8\n[model]\nkind = \"mlp\"\n[optimizer]\nkind = \"sgd\"\nlr = 1e30\n")
+        .unwrap();
+    let args: Vec<String> =
+        ["train", "c.toml", "--metrics", "m.jsonl", "--checkpoint-dir", "ck", "--checkpoint-every", "1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let (code, _, stderr) = weft(d, &args, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let lines = std::fs::read_to_string(d.join("m.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 4, "steps 0 to 3 are in the metrics: {lines}");
+    let steps: Vec<String> = std::fs::read_dir(d.join("ck"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step_"))
+        .collect();
+    assert_eq!(steps, ["step_00000001"], "only the state after the finite step is saved");
+    let plot: Vec<String> = ["plot", "m.jsonl", "-o", "p.svg"].iter().map(|s| s.to_string()).collect();
+    let (code, _, stderr) = weft(d, &plot, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(std::fs::metadata(d.join("p.svg")).unwrap().len() > 0);
+    // With `divergence_steps = 0` the same run goes to its end.
+    std::fs::write(
+        d.join("c0.toml"),
+        "steps = 8\ndivergence_steps = 0\n[model]\nkind = \"mlp\"\n[optimizer]\nkind = \"sgd\"\nlr = 1e30\n",
+    )
+    .unwrap();
+    let args: Vec<String> = ["train", "c0.toml", "-q"].iter().map(|s| s.to_string()).collect();
+    let (code, _, stderr) = weft(d, &args, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
 }

@@ -141,7 +141,12 @@ fn bad_pipeline_configurations_are_named_errors() {
     let e = build(&config(&model, "stage=2", "stages = 4\nmicrobatches = 2"), "interp").err().unwrap();
     assert!(matches!(compiler_error(e), CompilerError::PipelineStageAxis { size: 2, stages: 4, .. }));
     let e = build(&config(&model, "data=4", "stages = 4\nmicrobatches = 2"), "interp").err().unwrap();
-    assert!(matches!(compiler_error(e), CompilerError::PipelineStageAxis { size: 0, stages: 4, .. }));
+    let e = compiler_error(e);
+    assert!(matches!(e, CompilerError::PipelineNoStageAxis { stages: 4, .. }), "{e}");
+    assert!(e.to_string().contains("has no axis `stage` (its axes: data)"), "{e}");
+    let e = build(&config(&model, "data=2", "stages = 2\nmicrobatches = 2\naxis = \"data\""), "interp").err().unwrap();
+    let e = compiler_error(e);
+    assert!(e.to_string().contains("the data axis splits the batch"), "{e}");
     let e = build(&config(&model, "stage=2", "stages = 2\nmicrobatches = 2\nmemory_budget = \"4KiB\""), "interp")
         .err()
         .unwrap();

@@ -331,6 +331,21 @@ pub enum CompilerError {
         /// Stages asked for.
         stages: usize,
     },
+    /// The mesh has no axis of the pipeline's name.
+    #[error(
+        "pipeline: the mesh `{mesh}` has no axis `{axis}` (its axes: {axes}); add `{axis}={stages}` to the mesh \
+         or name another axis in pipeline.axis"
+    )]
+    PipelineNoStageAxis {
+        /// The axis asked for.
+        axis: String,
+        /// Stages asked for.
+        stages: usize,
+        /// The mesh.
+        mesh: String,
+        /// Its axes, comma-separated.
+        axes: String,
+    },
     /// No split of the layers into stages fits the memory budget per device.
     #[error(
         "pipeline: no split of {layers} layers into {stages} stages fits the memory budget of {} per device; \

@@ -106,6 +106,10 @@ pub fn machine_memory() -> Option<u64> {
 /// and unit are ignored; fractions of a byte round to the nearest.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
+    let lower = t.to_ascii_lowercase();
+    if ["nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"].contains(&lower.as_str()) {
+        return Err(format!("`{t}` is not a size: a finite number of bytes ≥ 1, with an optional unit (`2GiB`)"));
+    }
     // `1e9` uses `e` as exponent; a unit never starts with `e`.
     let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E').unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -121,6 +125,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
         _ => return Err(format!("unknown unit `{}` (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", unit.trim())),
     };
+    if num.trim().is_empty() {
+        return Err(format!("`{t}` has no number before its unit (`2GiB`)"));
+    }
     let v: f64 = num.trim().parse().map_err(|_| format!("`{}` is not a number", num.trim()))?;
     let bytes = v * scale;
     if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
@@ -155,7 +162,10 @@ mod tests {
         assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
         assert_eq!(parse_bytes("1.5e9"), Ok(1_500_000_000));
         assert_eq!(parse_bytes("2KB"), Ok(2000));
-        assert!(parse_bytes("nan").is_err());
+        for bad in ["nan", "NaN", "inf", "-inf", "Infinity"] {
+            assert!(parse_bytes(bad).unwrap_err().contains("is not a size"), "{bad}");
+        }
+        assert!(parse_bytes("GiB").unwrap_err().contains("no number"));
         assert!(parse_bytes("-1GiB").is_err());
         assert!(parse_bytes("0").is_err());
         assert!(parse_bytes("1e30").is_err());

@@ -31,11 +31,13 @@ pub struct Cli {
 pub enum Command {
     /// Parse and verify a program; print it canonically with every type, or
     /// every error with its line and column.
+    #[command(allow_negative_numbers = true)]
     Check {
         /// The program, in weft's text format (`specs/ir.md`).
         file: PathBuf,
     },
     /// Execute a function on the CPU reference interpreter.
+    #[command(allow_negative_numbers = true)]
     Run {
         /// The program, in weft's text format.
         file: PathBuf,
@@ -56,6 +58,7 @@ pub enum Command {
     },
     /// Propagate shardings over a mesh: print the program with every value's
     /// sharding and the reshards inserted, and explain or draw values.
+    #[command(allow_negative_numbers = true)]
     Shard {
         /// The program, in weft's text format.
         file: PathBuf,
@@ -81,10 +84,12 @@ pub enum Command {
     },
     /// Run an experiment from a TOML config: build the model's training
     /// step, shard it over the mesh, train, checkpoint and log metrics.
+    #[command(allow_negative_numbers = true)]
     Train(Box<TrainArgs>),
     /// Write a config's model as a program to edit (`-o model.weft`) and,
     /// beside it (`model.toml`), the config that trains that program: its
     /// initialisation, input ranges and tensor-parallel rules as tables.
+    #[command(allow_negative_numbers = true)]
     Model {
         /// The training config.
         config: PathBuf,
@@ -95,8 +100,10 @@ pub enum Command {
     /// Train one config under every strategy (the named ones and `auto`)
     /// and print the cost model's predicted step time next to the measured
     /// one, with their rank correlation.
+    #[command(allow_negative_numbers = true)]
     CompareStrategies(compare::CompareArgs),
     /// Draw metric curves of one or more runs into an SVG.
+    #[command(allow_negative_numbers = true)]
     Plot {
         /// Metrics files (JSONL).
         #[arg(required = true)]
@@ -122,6 +129,7 @@ pub enum Command {
     /// print the program each device runs and a summary (collectives by
     /// kind with bytes per device, peak live bytes, parameter and optimizer
     /// bytes per device).
+    #[command(allow_negative_numbers = true)]
     Lower {
         /// The program, in weft's text format.
         file: PathBuf,
@@ -155,6 +163,7 @@ pub enum DataCommand {
     /// in nanoGPT's layout, the last `--val-fraction` of each file's tokens
     /// held out for validation, and meta.json (vocabulary size, dtype,
     /// tokenizer, sources and their sha256).
+    #[command(allow_negative_numbers = true)]
     Prepare {
         /// Text files, in order.
         #[arg(required = true)]

@@ -277,7 +277,10 @@ pub fn parse_safetensors_header(json: &[u8], data_len: u64) -> Result<Vec<Safete
             .and_then(|s| serde_json::from_value(s.clone()).ok())
             .ok_or_else(|| format!("tensor `{name}` has no valid data_offsets (two non-negative integers)"))?;
         if offs[1] < offs[0] {
-            return Err(format!("tensor `{name}` has data_offsets [{}, {}]: the end before the start", offs[0], offs[1]));
+            return Err(format!(
+                "tensor `{name}` has data_offsets [{}, {}]: the end before the start",
+                offs[0], offs[1]
+            ));
         }
         out.push(SafetensorsEntry { name, dtype, shape, offsets: (offs[0], offs[1]) });
     }
@@ -307,7 +310,10 @@ pub fn parse_safetensors_header(json: &[u8], data_len: u64) -> Result<Vec<Safete
         }
         if s != at {
             let how = if s < at { "overlaps the tensor before it" } else { "leaves a gap before it" };
-            return Err(format!("tensor `{}` starts at data offset {s}, which {how} (it should start at {at})", e.name));
+            return Err(format!(
+                "tensor `{}` starts at data offset {s}, which {how} (it should start at {at})",
+                e.name
+            ));
         }
         at = t;
     }

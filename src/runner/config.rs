@@ -106,6 +106,10 @@ pub struct RunConfig {
     /// The chunk count of `mesh_invariant` sums (a power of two; default 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sum_chunks: Option<usize>,
+    /// Stop with an error after this many steps in a row whose loss is not
+    /// finite (default 3; 0: never stop). Such steps are never checkpointed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence_steps: Option<u64>,
     /// The model.
     pub model: ModelConfig,
     /// `[shardings]`: parameter and batch-input name patterns mapped to

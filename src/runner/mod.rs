@@ -296,6 +296,9 @@ pub struct RunSummary {
     /// With `[data]`: a 64-bit digest (sha256 prefix) of each step's batch,
     /// in step order: what the run read, comparable across runs and meshes.
     pub batch_digests: Vec<u64>,
+    /// When the run stopped because its loss was not finite for
+    /// `divergence_steps` steps in a row: the first and last of them.
+    pub diverged: Option<(u64, u64)>,
 }
 
 impl RunSummary {
@@ -359,6 +362,9 @@ pub fn run_steps(
     };
     let mut all = Vec::new();
     let mut step_secs = Vec::new();
+    // Consecutive steps whose loss was not finite, from the first of them.
+    let (mut nonfinite, mut diverged) = (None::<(u64, u64)>, None);
+    let limit = c.divergence_steps.unwrap_or(DIVERGENCE_STEPS);
     let (mut evals, mut batch_digests) = (Vec::new(), Vec::new());
     let start = std::time::Instant::now();
     for s in first..total {
@@ -402,7 +408,13 @@ pub fn run_steps(
         bar.set_message(format!("loss {:.6}  {:.1} steps/s", m["loss"], rate));
         bar.inc(1);
         let t2 = std::time::Instant::now();
-        on_step(s + 1, exec)?;
+        // A step whose loss is not finite is never checkpointed: the last
+        // checkpoint stays one a run can resume from.
+        let finite = m.get("loss").is_none_or(|l| l.is_finite());
+        nonfinite = if finite { None } else { Some((nonfinite.map_or(s, |(f, _)| f), s)) };
+        if finite {
+            on_step(s + 1, exec)?;
+        }
         let t3 = std::time::Instant::now();
         if let (Some(t), Some(_)) = (trace.as_deref_mut(), traced) {
             let args = serde_json::json!({ "train_step": s, "loss": m.get("loss") });
@@ -421,11 +433,15 @@ pub fn run_steps(
             }
         }
         all.push((s, m));
+        if let Some((first, last)) = nonfinite.filter(|(f, l)| limit > 0 && l - f + 1 >= limit) {
+            diverged = Some((first, last));
+            break;
+        }
     }
     if let Some(t) = trace {
         t.write()?;
     }
-    if let (Some(f), true) = (feed, total > first) {
+    if let (Some(f), true, None) = (feed, total > first, diverged) {
         if let Some(v) = f.evaluate_at(total, total, &prepared.step, exec)? {
             if let Some(w) = metrics_out {
                 w.write(total, &v)?;
@@ -435,7 +451,7 @@ pub fn run_steps(
     }
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
-    let n = total.saturating_sub(first);
+    let n = all.len() as u64;
     Ok(RunSummary {
         metrics: all,
         steps_per_sec: if secs > 0.0 { n as f64 / secs } else { 0.0 },
@@ -443,8 +459,13 @@ pub fn run_steps(
         compile_secs: Vec::new(),
         evals,
         batch_digests,
+        diverged,
     })
 }
+
+/// Steps in a row with a non-finite loss that stop a run, by default
+/// (`divergence_steps`).
+pub const DIVERGENCE_STEPS: u64 = 3;
 
 /// The checkpoint mesh description of a compiler mesh.
 pub fn mesh_spec(mesh: &Mesh) -> MeshSpec {

@@ -483,8 +483,12 @@ pub(crate) fn train_built(
     if let Some(t) = &trace {
         log(Line::Info(format!("trace written to {}", t.path().display())));
     }
+    let mut last_checkpoint = None;
     if let Some(m) = manager {
         m.finish()?;
+        if summary.diverged.is_some() {
+            last_checkpoint = m_latest(c)?;
+        }
     }
     summary.compile_secs = compile_secs;
     if let Some(t) = summary.steady_step_secs() {
@@ -502,7 +506,17 @@ pub(crate) fn train_built(
     if first_process {
         write_manifest(c, model, mesh, exec, backend, prepared, data_json.as_ref(), &measured, Some(&summary))?;
     }
+    if let Some((first, last)) = summary.diverged {
+        let steps = last - first + 1;
+        return Err(crate::error::Error::Diverged { steps, first, last, last_good: last_checkpoint });
+    }
     Ok(summary)
+}
+
+/// The newest checkpoint step in the config's checkpoint directory.
+fn m_latest(c: &RunConfig) -> Result<Option<u64>> {
+    let Some(k) = &c.checkpoint else { return Ok(None) };
+    Ok(CheckpointManager::open_shared(&k.dir, CheckpointOptions::default())?.latest_step()?)
 }
 
 #[allow(clippy::too_many_arguments)]

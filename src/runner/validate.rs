@@ -108,6 +108,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "memory_budget", flag: Some("--memory-budget"), range: Range::Text("a size ≥ 1 byte: `2GiB`, `512MiB`, `1e9`"), default: "none", note: "per device; `strategy = \"auto\"` only" },
     KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
     KeySpec { key: "mesh_invariant", flag: Some("--mesh-invariant"), range: Range::OneOf(&["true", "false"]), default: "false", note: "sums in an order every mesh shares: bitwise-equal metrics across meshes, slower" },
+    KeySpec { key: "divergence_steps", flag: None, range: int(0, MAX_STEPS), default: "3", note: "a run stops with an error after this many steps in a row with a non-finite loss (0: never); such steps are not checkpointed" },
     KeySpec { key: "sum_chunks", flag: None, range: Range::Text("a power of two ≥ 2"), default: "8", note: "`mesh_invariant` only; every shard count of a summed dimension must divide it" },
     KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt", "llama"]), default: "(required unless `model.program`)", note: "a built-in model" },
     KeySpec { key: "model.program", flag: None, range: Range::Text("a path to a program in the text format, relative to the config file"), default: "none", note: "instead of `model.kind`: trains the program (see \"Program models\")" },
@@ -222,6 +223,9 @@ fn check_name(key: &str, v: &str) -> Result<()> {
 pub fn validate(c: &RunConfig) -> Result<Mesh> {
     check_int("steps", c.steps)?;
     check_int("seed", c.seed)?;
+    if let Some(d) = c.divergence_steps {
+        check_int("divergence_steps", d)?;
+    }
     let mesh_text = c.mesh.as_deref().unwrap_or("data=1");
     let mesh = Mesh::parse(mesh_text).map_err(|e| {
         let why = match e {
@@ -453,15 +457,7 @@ fn validate_pipeline(
             ));
         }
     }
-    let size = mesh.axis(&p.axis).map(|a| a.size);
-    if size != Some(p.stages) {
-        return Err(CompilerError::PipelineStageAxis {
-            axis: p.axis.clone(),
-            size: size.unwrap_or(0),
-            stages: p.stages,
-        }
-        .into());
-    }
+    super::stages::session::split_mesh(mesh, &p.axis, p.stages)?;
     if let Some(batch) = batch.filter(|b| b % p.microbatches != 0) {
         return Err(CompilerError::PipelineMicrobatches { microbatches: p.microbatches, batch }.into());
     }

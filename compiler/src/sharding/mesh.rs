@@ -72,15 +72,26 @@ impl Mesh {
     }
 
     /// Parses `data=2,model=4` (spaces allowed around names and sizes).
+    /// An empty text or an empty item (`data=2,,model=4`) is an error, not
+    /// one device or an item dropped.
     pub fn parse(text: &str) -> Result<Mesh> {
         let bad = |message: String| CompilerError::InvalidMesh { spec: text.to_string(), message };
+        if text.trim().is_empty() {
+            return Err(bad("an empty mesh: name its axes, e.g. `data=2,model=4` (`data=1` for one device)".into()));
+        }
         let mut axes = Vec::new();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for (k, part) in text.split(',').map(str::trim).enumerate() {
+            if part.is_empty() {
+                return Err(bad(format!("item {} is empty (two commas in a row, or one at an end)", k + 1)));
+            }
             let (name, size) =
                 part.split_once('=').ok_or_else(|| bad(format!("expected `name=size`, found `{part}`")))?;
-            let size: usize =
-                size.trim().parse().map_err(|_| bad(format!("size of axis `{}` is not a number", name.trim())))?;
-            axes.push((name.trim().to_string(), size));
+            let (name, size) = (name.trim(), size.trim());
+            let size: usize = size.parse().map_err(|_| match size.parse::<i128>() {
+                Ok(_) => bad(format!("axis `{name}` has size {size}: a size is a whole number ≥ 1")),
+                Err(_) => bad(format!("the size of axis `{name}` is `{size}`, not a whole number ≥ 1")),
+            })?;
+            axes.push((name.to_string(), size));
         }
         let refs: Vec<(&str, usize)> = axes.iter().map(|(n, s)| (n.as_str(), *s)).collect();
         Mesh::new(&refs).map_err(|e| match e {

@@ -134,7 +134,9 @@ impl SplitProblem {
     /// The predictions for `counts`.
     pub fn evaluate(&self, counts: &[usize]) -> Result<StageSplit, CompilerError> {
         self.check()?;
-        if counts.len() != self.stages || counts.contains(&0) || counts.iter().sum::<usize>() != self.units.len() {
+        // A checked sum: counts near 2^64 must not wrap round to the layer count.
+        let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+        if counts.len() != self.stages || counts.contains(&0) || total != Some(self.units.len()) {
             return Err(CompilerError::PipelineConfig {
                 message: format!(
                     "the split {counts:?} must give each of the {} stages at least one layer and cover all {} layers",
@@ -344,6 +346,10 @@ mod tests {
         let p = problem(&[1.0, 1.0, 1.0], 2, 4);
         assert!(matches!(p.evaluate(&[3, 0]), Err(CompilerError::PipelineConfig { .. })));
         assert!(matches!(p.evaluate(&[1, 1]), Err(CompilerError::PipelineConfig { .. })));
+        // Counts whose sum wraps round past 2^64 to the layer count.
+        let wraps = [usize::MAX / 2 + 1, usize::MAX / 2 + 4]; // 2^63 + (2^63 + 3)
+        assert_eq!(wraps[0].wrapping_add(wraps[1]), 3, "wraps to the layer count");
+        assert!(matches!(p.evaluate(&wraps), Err(CompilerError::PipelineConfig { .. })));
         let mut p = problem(&[1.0, 1.0, 1.0, 1.0], 2, 4);
         // Each stage needs its units' state (1000 each) + 2 x 100 stash + activations.
         p.memory_budget = Some(1500);

@@ -127,14 +127,30 @@ fn usage(e: impl std::fmt::Display) -> Error {
     Error::Usage(e.to_string())
 }
 
-/// The stage axis and the mesh of the other axes.
+/// The stage axis and the mesh of the other axes: the axis must exist,
+/// with one position per stage, and must not be the `data` axis the
+/// strategies split the batch over.
 pub fn split_mesh(mesh: &Mesh, axis: &str, stages: usize) -> Result<Mesh> {
-    let size = mesh.axis(axis).map(|a| a.size);
-    if size != Some(stages) {
-        return Err(weft_compiler::CompilerError::PipelineStageAxis {
+    use weft_compiler::CompilerError;
+    let Some(size) = mesh.axis(axis).map(|a| a.size) else {
+        let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+        return Err(CompilerError::PipelineNoStageAxis {
             axis: axis.into(),
-            size: size.unwrap_or(0),
             stages,
+            mesh: mesh.to_string(),
+            axes: axes.join(", "),
+        }
+        .into());
+    };
+    if size != stages {
+        return Err(CompilerError::PipelineStageAxis { axis: axis.into(), size, stages }.into());
+    }
+    if axis == "data" {
+        return Err(CompilerError::PipelineConfig {
+            message: format!(
+                "pipeline.axis = \"data\": the data axis splits the batch, it cannot also hold the stages (each stage \
+                 would run on a mesh without it); use a mesh such as `stage={stages},data=2` with pipeline.axis = \"stage\""
+            ),
         }
         .into());
     }
