@@ -91,7 +91,7 @@ fn a_tokenizer_json_gives_the_expected_ids() {
     assert_eq!(all, file.repeat(100_000), "1.3 MB in pieces: the ids of the whole text");
 
     // Without --tokenizer: bytes, as before.
-    let (code, _, stderr) = weft(d, &["data", "prepare", "b.txt", "-o", "bytes"]);
+    let (code, _, stderr) = weft(d, &["data", "prepare", "b.txt", "-o", "bytes", "--val-fraction", "0.5"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(meta(&d.join("bytes"))["vocab_size"], 256);
     assert_eq!(meta(&d.join("bytes"))["tokenizer"], "bytes");
@@ -143,8 +143,8 @@ fn a_bad_tokenizer_or_text_is_a_named_error() {
     std::fs::write(d.join("space.txt"), " \n ").unwrap();
     let cases: [(&[&str], &str); 7] = [
         (&["a.txt", "--tokenizer", "gone.json"], "gone.json: no such file"),
-        (&["a.txt", "--tokenizer", "cut.json"], "cut.json: is not a valid tokenizer.json: EOF while parsing"),
-        (&["a.txt", "--tokenizer", "model.json"], "model.json: is not a valid tokenizer.json"),
+        (&["a.txt", "--tokenizer", "cut.json"], "cut.json: is not valid JSON, so not a tokenizer.json: EOF while parsing"),
+        (&["a.txt", "--tokenizer", "model.json"], "model.json: is not a tokenizer.json"),
         (&["a.txt", "--tokenizer", "."], ".: cannot read"),
         (&["oops.txt", "--tokenizer", "no_unk.json"], "oops.txt: cannot be tokenized"),
         (&["latin1.txt", "--tokenizer", "word.json"], "latin1.txt: is not UTF-8 text"),

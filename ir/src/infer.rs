@@ -20,6 +20,31 @@ impl SignatureLookup for crate::Module {
     }
 }
 
+/// A module's functions by name, indexed once: lookups in constant time
+/// (the first definition of a name wins, as [`crate::Module::function`]).
+pub struct ModuleIndex<'a> {
+    module: &'a crate::Module,
+    by_name: std::collections::HashMap<&'a str, usize>,
+}
+
+impl<'a> ModuleIndex<'a> {
+    /// Indexes `module`'s functions.
+    pub fn new(module: &'a crate::Module) -> ModuleIndex<'a> {
+        let mut by_name = std::collections::HashMap::with_capacity(module.functions.len());
+        for (i, f) in module.functions.iter().enumerate() {
+            by_name.entry(f.name.as_str()).or_insert(i);
+        }
+        ModuleIndex { module, by_name }
+    }
+}
+
+impl SignatureLookup for ModuleIndex<'_> {
+    fn signature_of(&self, name: &str) -> Option<Signature> {
+        let f = &self.module.functions[*self.by_name.get(name)?];
+        Some(Signature { params: f.param_types(), results: f.result_types() })
+    }
+}
+
 /// A lookup that knows no functions (for inferring ops outside a module).
 pub struct NoFunctions;
 

@@ -30,6 +30,7 @@
 //!     dimensions depends on the mesh, and is checked by the compiler.)
 
 use crate::callgraph::{CallGraph, MAX_CALL_DEPTH};
+use crate::infer::SignatureLookup;
 use crate::{infer, Diagnostic, Function, InstId, IrError, Module, Op, ValueDef, ValueId};
 use std::collections::{HashMap, HashSet};
 
@@ -56,6 +57,9 @@ pub fn is_value_name(s: &str) -> bool {
 pub fn verify_module(m: &Module) -> Result<(), IrError> {
     let mut diags = Vec::new();
     let mut names = HashSet::new();
+    // Calls look their callee up by name: through an index, so a module of
+    // n functions verifies in time linear in n, not quadratic.
+    let sigs = crate::infer::ModuleIndex::new(m);
     for f in &m.functions {
         if !is_identifier(&f.name) {
             diags.push(diag(f, f.loc, "", format!("`{}` is not a valid function name", f.name)));
@@ -63,7 +67,7 @@ pub fn verify_module(m: &Module) -> Result<(), IrError> {
         if !names.insert(f.name.as_str()) {
             diags.push(diag(f, f.loc, "", format!("function @{} is defined more than once", f.name)));
         }
-        check_function(m, f, &mut diags);
+        check_function(&sigs, f, &mut diags);
     }
     check_call_cycles(m, &mut diags);
     if diags.is_empty() {
@@ -99,7 +103,7 @@ pub fn inst_subject(f: &Function, inst: InstId) -> String {
     }
 }
 
-fn check_function(m: &Module, f: &Function, diags: &mut Vec<Diagnostic>) {
+fn check_function(m: &dyn SignatureLookup, f: &Function, diags: &mut Vec<Diagnostic>) {
     let n = f.values.len();
     let mut defined_by: Vec<Option<ValueDef>> = vec![None; n];
     let mut next = 0usize;
@@ -290,7 +294,7 @@ fn def_loc(f: &Function, def: ValueDef) -> Option<crate::Loc> {
     }
 }
 
-fn check_types(m: &Module, f: &Function, id: InstId, diags: &mut Vec<Diagnostic>) {
+fn check_types(m: &dyn SignatureLookup, f: &Function, id: InstId, diags: &mut Vec<Diagnostic>) {
     let subject = || inst_subject(f, id);
     let inst = f.inst(id);
     let tys: Vec<&crate::TensorType> = inst.operands.iter().map(|&o| f.ty(o)).collect();

@@ -63,6 +63,10 @@ impl CheckpointManager {
     /// leftovers of interrupted saves and deletions.
     pub fn open(root: impl Into<PathBuf>, options: CheckpointOptions) -> Result<CheckpointManager> {
         let root = root.into();
+        if root.exists() && !root.is_dir() {
+            let e = std::io::Error::other("it is a file, not a directory");
+            return Err(io("use as the checkpoint directory", &root)(e));
+        }
         if !root.is_dir() {
             std::fs::create_dir_all(&root).map_err(io("create directory", &root))?;
             // Make the new root itself durable.

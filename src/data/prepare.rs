@@ -45,6 +45,9 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }
 
+/// The fewest tokens a split may hold: one input and its target.
+pub const MIN_SPLIT_TOKENS: usize = 2;
+
 /// Tokenizes `texts` with `tokenizer` into `out/train.bin`, `out/val.bin`
 /// and `out/meta.json`.
 pub fn prepare(texts: &[PathBuf], out: &Path, val_fraction: f64, tokenizer: &Tokenizer) -> Result<Prepared> {
@@ -57,6 +60,20 @@ pub fn prepare(texts: &[PathBuf], out: &Path, val_fraction: f64, tokenizer: &Tok
     }
     if texts.is_empty() {
         return Err(Error::Usage("weft data prepare: no text files given".into()));
+    }
+    if tokenizer.vocab_size() > crate::runner::validate::MAX_VOCAB {
+        return Err(Error::Invalid {
+            key: "--tokenizer".into(),
+            value: tokenizer.name(),
+            expected: format!(
+                "its vocabulary ({} ids) is larger than the largest model.vocab, {}",
+                tokenizer.vocab_size(),
+                crate::runner::validate::MAX_VOCAB
+            ),
+        });
+    }
+    if out.exists() && !out.is_dir() {
+        return Err(data_err(out, "is a file; --output must name a directory (made if missing)"));
     }
     let dtype = tokenizer.dtype();
     let (mut train, mut val) = (Vec::new(), Vec::new());
@@ -75,6 +92,27 @@ pub fn prepare(texts: &[PathBuf], out: &Path, val_fraction: f64, tokenizer: &Tok
         let cut = cut.clamp(1, ids.len());
         push_ids(&mut train, &ids[..cut], dtype);
         push_ids(&mut val, &ids[cut..], dtype);
+    }
+    // A split too small to hold one input and its target is useless, and a
+    // run on it would fail much later: refused here, with the numbers.
+    let size = dtype.size();
+    for (name, split, how) in [
+        ("validation", &val, "raise --val-fraction or give more text"),
+        ("training", &train, "lower --val-fraction or give more text"),
+    ] {
+        let tokens = split.len() / size;
+        if tokens < MIN_SPLIT_TOKENS {
+            return Err(Error::Invalid {
+                key: "--val-fraction".into(),
+                value: val_fraction.to_string(),
+                expected: format!(
+                    "the {name} split would hold {tokens} token{} (of {} in all), fewer than the {MIN_SPLIT_TOKENS} \
+                     an example needs (an input and its target); {how}",
+                    if tokens == 1 { "" } else { "s" },
+                    (train.len() + val.len()) / size
+                ),
+            });
+        }
     }
     std::fs::create_dir_all(out).map_err(|source| Error::Io { path: out.to_path_buf(), source })?;
     write(&out.join("train.bin"), &train)?;

@@ -40,8 +40,20 @@ impl Tokenizer {
     /// `tokenizers` crate cannot parse, is a named error ([`crate::Error::Data`]).
     pub fn from_file(path: &Path) -> Result<Tokenizer> {
         let bytes = super::read_file(path)?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
-            .map_err(|e| data_err(path, format!("is not a valid tokenizer.json: {e}")))?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
+            // Valid JSON of another shape gets the crate's schema complaint
+            // at a column of the text; say what the file is instead.
+            let what = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Ok(v) if v.get("model").is_none() => {
+                    "is JSON but not a tokenizer.json (no `model` section: save one with Hugging Face's \
+                     `tokenizer.save(\"tokenizer.json\")`)"
+                        .to_string()
+                }
+                Ok(_) => format!("is not a tokenizer.json the `tokenizers` crate can load: {e}"),
+                Err(_) => format!("is not valid JSON, so not a tokenizer.json: {e}"),
+            };
+            data_err(path, what)
+        })?;
         // Ids can have holes; the vocabulary is one past the largest.
         let vocab = inner.get_vocab(true).values().map(|&id| u64::from(id) + 1).max().unwrap_or(0);
         if vocab == 0 {

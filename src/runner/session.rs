@@ -21,6 +21,13 @@ fn check_resumable(c: &RunConfig, ov: &Overrides) -> Result<()> {
     let Some(k) = &c.checkpoint else {
         return Err(Error::Resume("needs a checkpoint directory ([checkpoint] dir or --checkpoint-dir)".into()));
     };
+    if k.dir.exists() && !k.dir.is_dir() {
+        return Err(Error::Resume(format!(
+            "the checkpoint directory {} is a file, not a directory; name a directory ([checkpoint] dir or \
+             --checkpoint-dir)",
+            k.dir.display()
+        )));
+    }
     if !ov.resume_or_start && !k.dir.is_dir() {
         return Err(Error::Resume(format!(
             "the checkpoint directory {} does not exist; pass --resume-or-start to start from step 0 when there is \
