@@ -521,12 +521,20 @@ fn negative_numbers_nan_sizes_pipeline_axes_and_divergence_are_named() {
             case("a tokenizer with 2^32 ids", &[("in.txt", "a a a a a a a a"), ("t.json", BIG_TOKENIZER)],
                 &["data", "prepare", "in.txt", "-o", "out", "--tokenizer", "t.json"], 2,
                 &["its vocabulary (4294967296 ids) is larger than the largest model.vocab, 16777216"]),
+            case("metrics where nothing can be written", &[("c.toml", MLP)], &["train", "c.toml", "--metrics", "/sys/weft-metrics.jsonl"], 1,
+                &["error: /sys/weft-metrics.jsonl: "]),
+            case("a prefetch queue past the memory limit", &[("c.toml", PREFETCH), ("train.bin", "abcd")], &["train", "c.toml"], 1,
+                &["1024 prefetched batches 64.0 MiB", "more than the memory limit of 64.0 MiB"]),
             case("a loss that is NaN from step 1", &[("c.toml", DIVERGES)], &["train", "c.toml", "--metrics", "m.jsonl"], 1,
                 &["the run diverged: the loss was not finite for 3 steps in a row (steps 1 to 3)", "last checkpoint is the one of step 1"]),
         ],
         &[],
     );
 }
+
+/// A GPT whose `[data]` reader would keep 1,024 batches (64 MiB) ready:
+/// alone past the 64 MiB limit (with `prefetch = 2` the run fits).
+const PREFETCH: &str = "steps = 2\nmemory_limit = \"64MiB\"\n[model]\nkind = \"gpt\"\nbatch = 512\nseq = 16\nvocab = 256\n[data]\nsource = \"tokens\"\ntrain = \"train.bin\"\nprefetch = 1024\n";
 
 /// A word-level tokenizer whose largest id is 2^32 - 1.
 const BIG_TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,"model":{"type":"WordLevel","vocab":{"a":4294967295,"[UNK]":0},"unk_token":"[UNK]"}}"#;
@@ -570,4 +578,28 @@ fn a_diverging_run_keeps_its_metrics_and_last_good_checkpoint() {
     let args: Vec<String> = ["train", "c0.toml", "-q"].iter().map(|s| s.to_string()).collect();
     let (code, _, stderr) = weft(d, &args, &[]);
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// Two runs whose metrics share a directory keep their own `run.json`
+/// (named after each metrics file), not one overwriting the other's.
+#[test]
+fn runs_sharing_a_metrics_directory_keep_their_own_manifests() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("c.toml"), MLP).unwrap();
+    for (name, seed) in [("a", "1"), ("b", "2")] {
+        let args: Vec<String> = ["train", "c.toml", "-q", "--seed", seed, "--metrics", &format!("runs/{name}.jsonl")]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (code, _, stderr) = weft(d, &args, &[]);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    for (name, seed) in [("a", 1), ("b", 2)] {
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join(format!("runs/{name}.run.json"))).unwrap()).unwrap();
+        assert_eq!(m["seed"], seed, "{name}");
+        assert_eq!(m["config"]["metrics"], format!("runs/{name}.jsonl"));
+    }
+    assert!(!d.join("runs/run.json").exists());
 }

@@ -26,6 +26,8 @@ pub struct Estimate {
     pub batch_bytes: u64,
     /// Activations kept for the backward pass of one step.
     pub activation_bytes: u64,
+    /// The batches a `[data]` reader keeps ready (`data.prefetch` of them).
+    pub prefetch_bytes: u64,
 }
 
 impl Estimate {
@@ -37,6 +39,7 @@ impl Estimate {
             .saturating_add(self.state_bytes.saturating_mul(2))
             .saturating_add(self.batch_bytes)
             .saturating_add(self.activation_bytes)
+            .saturating_add(self.prefetch_bytes)
     }
 }
 
@@ -63,12 +66,15 @@ pub fn memory_limit(c: &RunConfig) -> Result<Option<MemoryLimit>> {
 /// backward pass keeps), for one of the step's micro-batches at a time.
 pub fn estimate(c: &RunConfig, model: &Model) -> Result<Estimate> {
     let state = |params: u64| params.saturating_mul(1 + slot_count(c)).saturating_mul(4);
+    let queued = c.data.as_ref().map_or(0, |d| d.prefetch as u64);
     if let Some(n) = model.arch.element_counts() {
+        let batch_bytes = n.batch.saturating_mul(4);
         return Ok(Estimate {
             params: n.params,
             state_bytes: state(n.params),
-            batch_bytes: n.batch.saturating_mul(4),
+            batch_bytes,
             activation_bytes: n.activations.saturating_mul(4),
+            prefetch_bytes: batch_bytes.saturating_mul(queued),
         });
     }
     let k = c.step_micro_batches();
@@ -90,7 +96,8 @@ pub fn estimate(c: &RunConfig, model: &Model) -> Result<Estimate> {
         .iter()
         .flat_map(|g| g.values.iter().filter(|v| !matches!(v.def, weft_ir::ValueDef::Param(_))))
         .fold(0u64, |a, v| a.saturating_add(bytes(&v.ty)));
-    Ok(Estimate { params, state_bytes: state(params), batch_bytes, activation_bytes })
+    let prefetch_bytes = batch_bytes.saturating_mul(queued);
+    Ok(Estimate { params, state_bytes: state(params), batch_bytes, activation_bytes, prefetch_bytes })
 }
 
 /// Errors if the estimate of a run of `model` under `c` exceeds the limit.
@@ -98,8 +105,12 @@ pub fn check(c: &RunConfig, model: &Model, limit: Option<&MemoryLimit>) -> Resul
     let Some(limit) = limit else { return Ok(()) };
     let e = estimate(c, model)?;
     let kind = &model.label;
+    let queued = match c.data.as_ref().map(|d| d.prefetch) {
+        Some(n) if n > 0 => format!(", {n} prefetched batches {}", weft_ir::limits::human_bytes(e.prefetch_bytes)),
+        _ => String::new(),
+    };
     let what = format!(
-        "the run ({kind} with {} parameters: state {}, batch {}, activations {}, with host copies)",
+        "the run ({kind} with {} parameters: state {}, batch {}, activations {}{queued}, with host copies)",
         e.params,
         weft_ir::limits::human_bytes(e.state_bytes),
         weft_ir::limits::human_bytes(e.batch_bytes),

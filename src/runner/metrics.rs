@@ -113,3 +113,28 @@ pub fn read_metrics(path: &Path) -> Result<Vec<(u64, Metrics)>> {
     }
     Ok(out)
 }
+
+/// The file named `what` (`run.json`, `pipeline.json`) that belongs to the
+/// run whose metrics go to `metrics`: beside it, named after it
+/// (`runs/a.jsonl` → `runs/a.run.json`), so two runs whose metrics share a
+/// directory keep their own; for the conventional `metrics.jsonl`, plain
+/// `run.json`.
+pub fn beside_metrics(metrics: &std::path::Path, what: &str) -> std::path::PathBuf {
+    match metrics.file_stem().and_then(|s| s.to_str()) {
+        Some(stem) if stem != "metrics" => metrics.with_file_name(format!("{stem}.{what}")),
+        _ => metrics.with_file_name(what),
+    }
+}
+
+#[cfg(test)]
+mod beside_tests {
+    use super::beside_metrics;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn each_metrics_file_has_its_own_run_json() {
+        assert_eq!(beside_metrics(Path::new("runs/metrics.jsonl"), "run.json"), PathBuf::from("runs/run.json"));
+        assert_eq!(beside_metrics(Path::new("runs/a.jsonl"), "run.json"), PathBuf::from("runs/a.run.json"));
+        assert_eq!(beside_metrics(Path::new("b.jsonl"), "pipeline.json"), PathBuf::from("b.pipeline.json"));
+    }
+}

@@ -424,17 +424,19 @@ pub(crate) fn train_built(
     )));
     let data_json = identity.as_ref().map(|i| i.to_json());
     let prediction = |m| predicted.map(|p| super::report::json(p, m)).unwrap_or(serde_json::Value::Null);
+    // The metrics file first: a path that cannot be written is named as
+    // given, before anything is written beside it.
+    let mut writer = match &c.metrics {
+        Some(_) if !first_process => None,
+        Some(p) if resumed => Some(MetricsWriter::open_resume(p, first)?),
+        Some(p) => Some(MetricsWriter::open(p, false)?),
+        None => None,
+    };
     if first_process {
         write_manifest(c, model, mesh, exec, backend, prepared, data_json.as_ref(), &prediction(None), None)?;
     }
     let mut feed = match dataset {
         Some(d) => Some(super::data::Feed::start(c, model, d, backend, first, exec.batch_rows(&prepared.step)?)?),
-        None => None,
-    };
-    let mut writer = match &c.metrics {
-        Some(_) if !first_process => None,
-        Some(p) if resumed => Some(MetricsWriter::open_resume(p, first)?),
-        Some(p) => Some(MetricsWriter::open(p, false)?),
         None => None,
     };
     let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(u64::MAX);
@@ -538,12 +540,17 @@ fn write_manifest(
     prediction: &serde_json::Value,
     summary: Option<&RunSummary>,
 ) -> Result<()> {
-    let dir = match (&c.checkpoint, &c.metrics) {
-        (Some(k), _) => k.dir.clone(),
-        (None, Some(m)) => m.parent().map(|p| p.to_path_buf()).unwrap_or_default(),
+    // One run per checkpoint directory; without one, beside the metrics
+    // file and named after it (two runs may share a metrics directory).
+    let path = match (&c.checkpoint, &c.metrics) {
+        (Some(k), _) => k.dir.join("run.json"),
+        (None, Some(m)) => super::metrics::beside_metrics(m, "run.json"),
         (None, None) => return Ok(()),
     };
-    std::fs::create_dir_all(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+    let dir = path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    if !dir.as_os_str().is_empty() {
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+    }
     let mut manifest = serde_json::json!({
         "weft_version": env!("CARGO_PKG_VERSION"),
         "git_revision": env!("WEFT_GIT_REV"),
@@ -577,7 +584,6 @@ fn write_manifest(
             manifest["timings"]["data_wait_ms_total"] = serde_json::json!(waits.iter().sum::<f64>());
         }
     }
-    let path = dir.join("run.json");
     let text = serde_json::to_string_pretty(&manifest).expect("a JSON value serializes");
     std::fs::write(&path, text + "\n").map_err(|source| Error::Io { path, source })
 }

@@ -308,7 +308,7 @@ pub fn run_pipeline_session(
     let summary = train_built(&c, ov, built, &mut exec, log)?;
     let report = report(&exec)?;
     if let Some(p) = &c.metrics {
-        let path = p.with_file_name("pipeline.json");
+        let path = crate::runner::metrics::beside_metrics(p, "pipeline.json");
         std::fs::write(&path, report.json()).map_err(|source| Error::Io { path, source })?;
     }
     Ok(PipelineRun { summary, report })
