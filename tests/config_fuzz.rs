@@ -327,3 +327,107 @@ fn random_program_tables_never_panic() {
     assert!(trained >= 20 && refused >= 100, "trained {trained}, refused {refused}");
     eprintln!("program tables: trained {trained}, refused {refused}");
 }
+
+/// Property: random `[data]` and `[pipeline]` tables (with meshes that
+/// have a stage axis or not) never panic: every case trains its steps or
+/// is a named error. The data are a small token file (ids below 16) and
+/// its validation split; paths, dtypes, prefetch depths, evaluation
+/// periods, stage counts, splits (up to ones that wrap past 2^64), axes
+/// and schedules are drawn from valid values and edges.
+#[test]
+fn random_data_and_pipeline_tables_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = |n: usize| -> Vec<u8> { (0..n).flat_map(|i| ((i * 7 % 16) as u16).to_le_bytes()).collect() };
+    std::fs::write(dir.path().join("train.bin"), tokens(4096)).unwrap();
+    std::fs::write(dir.path().join("val.bin"), tokens(512)).unwrap();
+    std::fs::write(dir.path().join("odd.bin"), [1u8, 2, 3]).unwrap();
+    let path = |n: &str| dir.path().join(n).display().to_string();
+    let (mut trained, mut refused) = (0, 0);
+    let either = |r: &mut Rng, good: &[&'static str], bad: &[&'static str]| {
+        if r.chance(80) {
+            r.pick(good)
+        } else {
+            r.pick(bad)
+        }
+    };
+    for seed in 1..=300u64 {
+        let mut r = Rng(seed.wrapping_mul(0xA076_1D64_78BD_642F));
+        let pipelined = r.chance(50);
+        let mesh = if pipelined {
+            either(&mut r, &["stage=2", "stage=2,data=2", "data=2,stage=2"], &["data=2", "stage=3", "stage=0", ""])
+        } else {
+            either(&mut r, &["data=1", "data=2"], &["data=2,,x=1", "model=-1"])
+        };
+        let mut s = format!("steps = 2\nmesh = \"{mesh}\"\n");
+        s += "[model]\nkind = \"gpt\"\nvocab = 16\nseq = 4\nd_model = 8\nheads = 2\nlayers = 2\nbatch = 4\n";
+        if r.chance(85) {
+            s += &format!("[data]\nsource = \"{}\"\n", either(&mut r, &["tokens"], &["table", "text", ""]));
+            s += &format!(
+                "train = \"{}\"\n",
+                path(either(&mut r, &["train.bin"], &["missing.bin", "odd.bin", "val.bin"]))
+            );
+            if r.chance(50) {
+                s += &format!("val = \"{}\"\n", path(either(&mut r, &["val.bin"], &["missing.bin", "odd.bin"])));
+            }
+            if r.chance(40) {
+                s += &format!("dtype = \"{}\"\n", either(&mut r, &["u16"], &["u32", "u8", "f32"]));
+            }
+            if r.chance(40) {
+                s += &format!("shuffle = {}\n", either(&mut r, &["true", "false"], &["1", "\"yes\""]));
+            }
+            if r.chance(50) {
+                s += &format!("prefetch = {}\n", either(&mut r, &["0", "1", "2"], &["1024", "1025", "-1", "nan"]));
+            }
+            if r.chance(40) {
+                s += &format!("eval_every = {}\n", either(&mut r, &["0", "1"], &["-1", "1e3", "18446744073709551616"]));
+            }
+            if r.chance(30) {
+                s += &format!("eval_batches = {}\n", either(&mut r, &["1", "2"], &["0", "1000001"]));
+            }
+        }
+        if pipelined || r.chance(10) {
+            s += &format!("[pipeline]\nstages = {}\n", either(&mut r, &["2"], &["0", "1", "3", "9999"]));
+            if r.chance(50) {
+                s += &format!("microbatches = {}\n", either(&mut r, &["1", "2", "4"], &["0", "3", "8"]));
+            }
+            if r.chance(40) {
+                s += &format!("schedule = \"{}\"\n", either(&mut r, &["gpipe", "1f1b"], &["zb", ""]));
+            }
+            if r.chance(40) {
+                let split = either(
+                    &mut r,
+                    &["[2, 2]", "[1, 3]", "[3, 1]"],
+                    &["[4, 0]", "[1, 1]", "[2, 2, 2]", "[]", "[9223372036854775808, 9223372036854775812]", "[-1, 5]"],
+                );
+                s += &format!("split = {split}\n");
+            }
+            if r.chance(20) {
+                s += &format!("axis = \"{}\"\n", either(&mut r, &["stage"], &["data", "model", ""]));
+            }
+            if r.chance(20) {
+                s += &format!("memory_budget = \"{}\"\n", either(&mut r, &["1GiB"], &["1B", "nan", "-1", ""]));
+            }
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let Ok(mut c) = RunConfig::from_toml(&s) else { return "unparsable" };
+            c.memory_limit = Some("256MiB".into());
+            if validate(&c).is_err() {
+                return "invalid";
+            }
+            match run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}) {
+                Ok(summary) => {
+                    assert_eq!(summary.metrics.len(), 2, "an accepted run runs its steps");
+                    "trained"
+                }
+                Err(_) => "refused",
+            }
+        }));
+        match outcome {
+            Ok("trained") => trained += 1,
+            Ok(_) => refused += 1,
+            Err(_) => panic!("seed {seed} panicked on the config\n{s}"),
+        }
+    }
+    assert!(trained >= 40 && refused >= 100, "trained {trained}, refused {refused}");
+    eprintln!("data and pipeline tables: trained {trained}, refused {refused}");
+}
