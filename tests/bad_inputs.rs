@@ -502,6 +502,8 @@ fn negative_numbers_nan_sizes_pipeline_axes_and_divergence_are_named() {
             case("a memory limit of inf", &[("c.toml", MLP)], &["train", "c.toml", "--memory-limit", "inf"], 2, &["`inf` is not a size"]),
             case("a pipeline split that wraps past 2^64", &[("c.toml", WRAPS)], &["train", "c.toml"], 1,
                 &["the split [9223372036854775808, 9223372036854775810] must give each of the 2 stages at least one layer"]),
+            case("a pipeline split that wraps past 2^64, lowered", &[("c.toml", WRAPS)], &["lower", "c.toml"], 1,
+                &["must give each of the 2 stages at least one layer"]),
             case("no stage axis", &[("c.toml", PIPE)], &["train", "c.toml", "--mesh", "data=2"], 1,
                 &["the mesh `data=2` has no axis `stage` (its axes: data); add `stage=2`"]),
             case("the data axis as the stage axis", &[("c.toml", "steps = 2\nmesh = \"data=2\"\n[model]\nkind = \"mlp\"\nlayers = 2\n[pipeline]\nstages = 2\naxis = \"data\"\n")],

@@ -67,7 +67,12 @@ fn mesh(r: &mut Rng) -> String {
     const NAMES: &[&str] = &["data", "data", "model", "model", "x", "", "1a", "data "];
     const SIZES: &[&str] =
         &["1", "2", "2", "4", "0", "3", "2048", "4294967296", "18446744073709551615", "-1", "abc", ""];
-    let n = r.below(4);
+    // Half the time a mesh the models can run on; else one to three random
+    // items, sometimes none (an empty mesh is an error).
+    if r.chance(50) {
+        return r.pick(&["data=1", "data=2", "data=2,model=2", "model=2"]).to_string();
+    }
+    let n = if r.chance(5) { 0 } else { 1 + r.below(3) };
     (0..n).map(|_| format!("{}={}", r.pick(NAMES), r.pick(SIZES))).collect::<Vec<_>>().join(",")
 }
 
