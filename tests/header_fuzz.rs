@@ -29,6 +29,10 @@ impl Rng {
     }
 }
 
+/// A tensor as the test lays it out: name, dtype (an index into
+/// [`DTYPES`]), shape, data offsets.
+type Tensor = (String, usize, Vec<usize>, (u64, u64));
+
 const DTYPES: [(&str, &str, FileDtype); 8] = [
     ("U8", "|u1", FileDtype::U8),
     ("U16", "<u2", FileDtype::U16),
@@ -57,7 +61,7 @@ fn safetensors_headers_open_exactly_when_consistent() {
         // Tensors with random dtypes and shapes, laid out contiguously in a
         // random order, then perhaps disturbed.
         let n = 1 + r.below(4) as usize;
-        let mut t: Vec<(String, usize, Vec<usize>, (u64, u64))> = (0..n)
+        let mut t: Vec<Tensor> = (0..n)
             .map(|i| {
                 let d = r.below(DTYPES.len() as u64) as usize;
                 (format!("t{i}"), d, shape(&mut r), (0, 0))
@@ -151,7 +155,7 @@ fn safetensors_headers_open_exactly_when_consistent() {
 #[test]
 fn npy_headers_open_exactly_when_consistent() {
     let dir = tempfile::tempdir().unwrap();
-    let mut r = Rng(0x0_4e5a_17);
+    let mut r = Rng(0x004e_5a17);
     let (mut opened, mut refused) = (0, 0);
     for case in 0..3000 {
         let d = r.below(DTYPES.len() as u64) as usize;
