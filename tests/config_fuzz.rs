@@ -9,26 +9,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use weft::runner::{run_session, validate::validate, Overrides, RunConfig};
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
+mod fuzz_support;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len())]
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
+use fuzz_support::Rng;
 
 /// An integer-ish TOML value: mostly small valid sizes, sometimes an edge.
 fn int(r: &mut Rng, small: &[&str]) -> String {
@@ -312,21 +295,10 @@ fn random_program_tables_never_panic() {
                 s += &format!("{pat} = \"{sh}\"\n");
             }
         }
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let Ok(mut c) = RunConfig::from_toml(&s) else { return "unparsable" };
-            c.memory_limit = Some("256MiB".into());
-            if validate(&c).is_err() {
-                return "invalid";
-            }
-            match run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}) {
-                Ok(_) => "trained",
-                Err(_) => "refused",
-            }
-        }));
-        match outcome {
-            Ok("trained") => trained += 1,
-            Ok(_) => refused += 1,
-            Err(_) => panic!("seed {seed} panicked on the config\n{s}"),
+        if trains_or_refuses(seed, &s) {
+            trained += 1;
+        } else {
+            refused += 1;
         }
     }
     assert!(trained >= 20 && refused >= 100, "trained {trained}, refused {refused}");
@@ -413,26 +385,33 @@ fn random_data_and_pipeline_tables_never_panic() {
                 s += &format!("memory_budget = \"{}\"\n", either(&mut r, &["1GiB"], &["1B", "nan", "-1", ""]));
             }
         }
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let Ok(mut c) = RunConfig::from_toml(&s) else { return "unparsable" };
-            c.memory_limit = Some("256MiB".into());
-            if validate(&c).is_err() {
-                return "invalid";
-            }
-            match run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}) {
-                Ok(summary) => {
-                    assert_eq!(summary.metrics.len(), 2, "an accepted run runs its steps");
-                    "trained"
-                }
-                Err(_) => "refused",
-            }
-        }));
-        match outcome {
-            Ok("trained") => trained += 1,
-            Ok(_) => refused += 1,
-            Err(_) => panic!("seed {seed} panicked on the config\n{s}"),
+        if trains_or_refuses(seed, &s) {
+            trained += 1;
+        } else {
+            refused += 1;
         }
     }
     assert!(trained >= 40 && refused >= 100, "trained {trained}, refused {refused}");
     eprintln!("data and pipeline tables: trained {trained}, refused {refused}");
+}
+
+/// Runs config `s` (under a 256 MiB memory limit): true when it trains all
+/// its steps, false when it is refused with an error (unparsable, invalid,
+/// or refused after validation); a panic fails the test, naming the seed.
+fn trains_or_refuses(seed: u64, s: &str) -> bool {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let Ok(mut c) = RunConfig::from_toml(s) else { return false };
+        c.memory_limit = Some("256MiB".into());
+        if validate(&c).is_err() {
+            return false;
+        }
+        match run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}) {
+            Ok(summary) => {
+                assert_eq!(summary.metrics.len() as u64, c.steps, "an accepted run runs its steps");
+                true
+            }
+            Err(_) => false,
+        }
+    }));
+    outcome.unwrap_or_else(|_| panic!("seed {seed} panicked on the config\n{s}"))
 }

@@ -11,23 +11,9 @@
 use weft::data::table::{npy, safetensors};
 use weft::data::FileDtype;
 
-/// xorshift64*: the same cases on every run.
-struct Rng(u64);
+mod fuzz_support;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use fuzz_support::Rng;
 
 /// A tensor as the test lays it out: name, dtype (an index into
 /// [`DTYPES`]), shape, data offsets.
@@ -45,7 +31,7 @@ const DTYPES: [(&str, &str, FileDtype); 8] = [
 ];
 
 fn shape(r: &mut Rng) -> Vec<usize> {
-    (0..r.below(4)).map(|_| r.below(6) as usize).collect()
+    (0..r.below(4)).map(|_| r.below(6)).collect()
 }
 
 fn bytes_of(shape: &[usize], size: usize) -> u64 {
@@ -60,16 +46,16 @@ fn safetensors_headers_open_exactly_when_consistent() {
     for case in 0..3000 {
         // Tensors with random dtypes and shapes, laid out contiguously in a
         // random order, then perhaps disturbed.
-        let n = 1 + r.below(4) as usize;
+        let n = 1 + r.below(4);
         let mut t: Vec<Tensor> = (0..n)
             .map(|i| {
-                let d = r.below(DTYPES.len() as u64) as usize;
+                let d = r.below(DTYPES.len());
                 (format!("t{i}"), d, shape(&mut r), (0, 0))
             })
             .collect();
         let mut order: Vec<usize> = (0..n).collect();
         for i in (1..n).rev() {
-            order.swap(i, r.below(i as u64 + 1) as usize);
+            order.swap(i, r.below(i + 1));
         }
         let mut at = 0;
         for &i in &order {
@@ -82,23 +68,23 @@ fn safetensors_headers_open_exactly_when_consistent() {
         match r.below(8) {
             0 => {
                 // A random offset moved.
-                let i = r.below(n as u64) as usize;
+                let i = r.below(n);
                 let o = &mut t[i].3;
-                let (a, b) = (r.below(at + 9), r.below(at + 9));
+                let (a, b) = (r.below64(at + 9), r.below64(at + 9));
                 let before = *o;
                 *o = if r.chance(50) { (a, o.1) } else { (o.0, b) };
                 consistent = *o == before;
             }
             1 => {
                 // The data section one byte or more off.
-                let d = 1 + r.below(5);
+                let d = 1 + r.below64(5);
                 let longer = r.chance(50) || data_len < d;
                 data_len = if longer { data_len + d } else { data_len - d };
                 consistent = false;
             }
             2 => {
                 // A shape changed.
-                let i = r.below(n as u64) as usize;
+                let i = r.below(n);
                 let s = shape(&mut r);
                 consistent = bytes_of(&s, DTYPES[t[i].1].2.size()) == bytes_of(&t[i].2, DTYPES[t[i].1].2.size());
                 t[i].2 = s;
@@ -120,7 +106,7 @@ fn safetensors_headers_open_exactly_when_consistent() {
         }
         let mut header = format!("{{{}}}", json.join(",")).into_bytes();
         if r.chance(8) {
-            let cut = r.below(header.len() as u64) as usize;
+            let cut = r.below(header.len());
             header.truncate(cut);
             consistent = false;
         }
@@ -158,7 +144,7 @@ fn npy_headers_open_exactly_when_consistent() {
     let mut r = Rng(0x004e_5a17);
     let (mut opened, mut refused) = (0, 0);
     for case in 0..3000 {
-        let d = r.below(DTYPES.len() as u64) as usize;
+        let d = r.below(DTYPES.len());
         let s = shape(&mut r);
         let tuple = match s.len() {
             1 => format!("({},)", s[0]),
@@ -170,18 +156,18 @@ fn npy_headers_open_exactly_when_consistent() {
             format!("'shape': {tuple}"),
         ];
         for i in (1..3).rev() {
-            keys.swap(i, r.below(i as u64 + 1) as usize);
+            keys.swap(i, r.below(i + 1));
         }
         let mut consistent = true;
         if r.chance(10) {
-            let k = keys[r.below(3) as usize].clone();
+            let k = keys[r.below(3)].clone();
             keys.push(k);
             consistent = false;
         }
         let comma = if r.chance(50) { ", " } else { "" };
         let mut dict = format!("{{{}{comma}}}", keys.join(", "));
         if r.chance(10) {
-            let cut = r.below(dict.len() as u64) as usize;
+            let cut = r.below(dict.len());
             dict.truncate(cut);
             consistent = false;
         }
@@ -190,7 +176,7 @@ fn npy_headers_open_exactly_when_consistent() {
         let text = format!("{dict}{}\n", " ".repeat(pad));
         let mut data_len = bytes_of(&s, DTYPES[d].2.size());
         if r.chance(15) {
-            let off = 1 + r.below(4);
+            let off = 1 + r.below64(4);
             data_len = if r.chance(50) || data_len < off { data_len + off } else { data_len - off };
             consistent = false;
         }
