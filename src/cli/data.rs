@@ -2,7 +2,7 @@
 
 use crate::data::prepare::prepare;
 use crate::data::tokenize::Tokenizer;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// Tokenizes `texts` (byte-level, or with a `tokenizer.json`) into `out`;
@@ -12,6 +12,18 @@ pub fn prepare_cmd(texts: &[PathBuf], out: &Path, val_fraction: f64, tokenizer: 
         Some(path) => Tokenizer::from_file(path)?,
         None => Tokenizer::Bytes,
     };
+    // Ids past the largest model.vocab would give a config no model loads.
+    let most = crate::runner::validate::MAX_VOCAB;
+    if tok.vocab_size() > most {
+        return Err(Error::Invalid {
+            key: "--tokenizer".into(),
+            value: tok.name(),
+            expected: format!(
+                "its vocabulary ({} ids) is larger than the largest model.vocab, {most}",
+                tok.vocab_size()
+            ),
+        });
+    }
     let p = prepare(texts, out, val_fraction, &tok)?;
     let vocab = match tok {
         Tokenizer::Bytes => "bytes (256 ids)".to_string(),

@@ -61,17 +61,6 @@ pub fn prepare(texts: &[PathBuf], out: &Path, val_fraction: f64, tokenizer: &Tok
     if texts.is_empty() {
         return Err(Error::Usage("weft data prepare: no text files given".into()));
     }
-    if tokenizer.vocab_size() > crate::runner::validate::MAX_VOCAB {
-        return Err(Error::Invalid {
-            key: "--tokenizer".into(),
-            value: tokenizer.name(),
-            expected: format!(
-                "its vocabulary ({} ids) is larger than the largest model.vocab, {}",
-                tokenizer.vocab_size(),
-                crate::runner::validate::MAX_VOCAB
-            ),
-        });
-    }
     if out.exists() && !out.is_dir() {
         return Err(data_err(out, "is a file; --output must name a directory (made if missing)"));
     }

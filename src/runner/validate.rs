@@ -434,6 +434,38 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
     Ok(mesh)
 }
 
+/// The stage axis and the mesh of the other axes: the axis must exist,
+/// with one position per stage, and must not be the `data` axis the
+/// strategies split the batch over.
+pub fn split_mesh(mesh: &Mesh, axis: &str, stages: usize) -> Result<Mesh> {
+    use weft_compiler::CompilerError;
+    let Some(size) = mesh.axis(axis).map(|a| a.size) else {
+        let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+        return Err(CompilerError::PipelineNoStageAxis {
+            axis: axis.into(),
+            stages,
+            mesh: mesh.to_string(),
+            axes: axes.join(", "),
+        }
+        .into());
+    };
+    if size != stages {
+        return Err(CompilerError::PipelineStageAxis { axis: axis.into(), size, stages }.into());
+    }
+    if axis == "data" {
+        return Err(CompilerError::PipelineConfig {
+            message: format!(
+                "pipeline.axis = \"data\": the data axis splits the batch, it cannot also hold the stages (each stage \
+                 would run on a mesh without it); use a mesh such as `stage={stages},data=2` with pipeline.axis = \"stage\""
+            ),
+        }
+        .into());
+    }
+    let rest: Vec<(&str, usize)> =
+        mesh.axes().iter().filter(|a| a.name != axis).map(|a| (a.name.as_str(), a.size)).collect();
+    Ok(Mesh::new(&rest)?)
+}
+
 /// The `[pipeline]` keys: ranges, then the stage axis and the batch.
 fn validate_pipeline(
     p: &super::config::PipelineSection,
@@ -457,7 +489,7 @@ fn validate_pipeline(
             ));
         }
     }
-    super::stages::session::split_mesh(mesh, &p.axis, p.stages)?;
+    split_mesh(mesh, &p.axis, p.stages)?;
     if let Some(batch) = batch.filter(|b| b % p.microbatches != 0) {
         return Err(CompilerError::PipelineMicrobatches { microbatches: p.microbatches, batch }.into());
     }

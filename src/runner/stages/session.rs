@@ -127,38 +127,6 @@ fn usage(e: impl std::fmt::Display) -> Error {
     Error::Usage(e.to_string())
 }
 
-/// The stage axis and the mesh of the other axes: the axis must exist,
-/// with one position per stage, and must not be the `data` axis the
-/// strategies split the batch over.
-pub fn split_mesh(mesh: &Mesh, axis: &str, stages: usize) -> Result<Mesh> {
-    use weft_compiler::CompilerError;
-    let Some(size) = mesh.axis(axis).map(|a| a.size) else {
-        let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
-        return Err(CompilerError::PipelineNoStageAxis {
-            axis: axis.into(),
-            stages,
-            mesh: mesh.to_string(),
-            axes: axes.join(", "),
-        }
-        .into());
-    };
-    if size != stages {
-        return Err(CompilerError::PipelineStageAxis { axis: axis.into(), size, stages }.into());
-    }
-    if axis == "data" {
-        return Err(CompilerError::PipelineConfig {
-            message: format!(
-                "pipeline.axis = \"data\": the data axis splits the batch, it cannot also hold the stages (each stage \
-                 would run on a mesh without it); use a mesh such as `stage={stages},data=2` with pipeline.axis = \"stage\""
-            ),
-        }
-        .into());
-    }
-    let rest: Vec<(&str, usize)> =
-        mesh.axes().iter().filter(|a| a.name != axis).map(|a| (a.name.as_str(), a.size)).collect();
-    Ok(Mesh::new(&rest)?)
-}
-
 /// The pipeline configuration of a validated config's `[pipeline]`.
 pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
     let p = c.pipeline.as_ref().ok_or_else(|| usage("the config has no [pipeline] table"))?;
@@ -187,7 +155,7 @@ pub fn prepare_pipeline_model(
 ) -> Result<(Prepared, StagedStep, Mesh)> {
     let pc = pipeline_config(c)?;
     let axis = c.pipeline.as_ref().map(|p| p.axis.clone()).unwrap_or_else(|| "stage".into());
-    let sub = split_mesh(mesh, &axis, pc.stages)?;
+    let sub = crate::runner::validate::split_mesh(mesh, &axis, pc.stages)?;
     let axes: Vec<&str> = sub.axes().iter().map(|a| a.name.as_str()).collect();
     let mut c2 = c.clone();
     c2.optimizer.micro_batches = pc.microbatches;
