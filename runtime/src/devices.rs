@@ -250,6 +250,22 @@ pub struct Devices {
     pub map: DeviceMap,
 }
 
+/// Threads each of `n` CPU devices' products and fused chains may use (a
+/// device computes on one thread otherwise): the cores this
+/// process gets (the host's, shared evenly by its processes) over its
+/// devices, at least 1. With as many devices as cores or more, the lanes
+/// already fill the cores and each product stays on its own lane's thread.
+///
+/// `WEFT_KERNEL_THREADS=N` sets it (1: every device on its lane's thread
+/// alone, as before; for comparisons).
+pub fn kernel_threads(n: usize, share: HostShare) -> usize {
+    if let Some(t) = std::env::var("WEFT_KERNEL_THREADS").ok().and_then(|v| v.parse::<usize>().ok()) {
+        return t.max(1);
+    }
+    let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+    (cores / share.of.max(1) / n.max(1)).max(1)
+}
+
 /// Opens `n` logical devices of `kind` on the physical devices present.
 pub fn open_devices(kind: BackendKind, n: usize) -> Result<Devices, RuntimeError> {
     open_devices_shared(kind, n, HostShare::ALONE)
@@ -263,7 +279,10 @@ pub fn open_devices_shared(kind: BackendKind, n: usize, share: HostShare) -> Res
     let map = DeviceMap::shared(kind, physical, n, share);
     let mut backends = Vec::with_capacity(n);
     match kind {
-        BackendKind::Cpu => backends.extend((0..n).map(|_| AnyBackend::Cpu(FastCpuBackend::new()))),
+        BackendKind::Cpu => {
+            let threads = kernel_threads(n, share);
+            backends.extend((0..n).map(|_| AnyBackend::Cpu(FastCpuBackend::new().with_threads(threads))))
+        }
         BackendKind::CpuRef => backends.extend((0..n).map(|_| AnyBackend::CpuRef(CpuBackend::new()))),
         BackendKind::Wgpu => {
             let (instance, adapters) = wgpu_devices::adapters();

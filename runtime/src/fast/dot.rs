@@ -10,9 +10,13 @@
 //! standard layout first.
 //!
 //! The GEMM is `matrixmultiply` (chosen by measurement, BENCHMARKS.md), one
-//! thread per call: a device worker is one thread, and the devices of a
-//! mesh already fill the cores. Its summation order is fixed for given
-//! extents, so results are reproducible run to run.
+//! thread per call. When a process has fewer devices than cores, a device
+//! may split a product over several threads (the backend's `threads`): whole batch
+//! elements per thread when there are enough, else blocks of output rows.
+//! Either way each output element is computed by one call, over the whole
+//! contraction in `matrixmultiply`'s order for that `k`, so the results are
+//! bitwise those of one thread (tested). Its summation order is fixed for
+//! given extents, so results are reproducible run to run.
 
 use super::halves::{narrow, widen};
 use super::pool::Pool;
@@ -104,7 +108,47 @@ impl Gemm for f64 {
     }
 }
 
-fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<T>, mut out: Vec<T>) -> ArrayD<T> {
+/// A raw pointer shared by the threads of one product (each writes its own
+/// output rows).
+#[derive(Copy, Clone)]
+struct Ptr<T>(*mut T);
+// SAFETY: the threads of a product read the operands and write disjoint
+// rows of the output, which outlives them (`std::thread::scope`).
+unsafe impl<T> Send for Ptr<T> {}
+unsafe impl<T> Sync for Ptr<T> {}
+
+impl<T> Ptr<T> {
+    /// The pointer (a method, so that closures capture the whole `Ptr`).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// The fewest multiply-adds a thread of a split product gets (below that,
+/// starting it costs more than it saves).
+const MIN_WORK_PER_THREAD: usize = 1 << 20;
+
+/// Threads for a `[b, m, k] x [b, k, n]` product given `threads` (at most
+/// one per [`MIN_WORK_PER_THREAD`] multiply-adds; row blocks of at least 16
+/// rows when the batch is smaller than the thread count).
+fn split_threads(threads: usize, b: usize, m: usize, k: usize, n: usize) -> usize {
+    let work = b.saturating_mul(m).saturating_mul(k).saturating_mul(n);
+    let t = threads.min(work / MIN_WORK_PER_THREAD).max(1);
+    if b >= t {
+        t
+    } else {
+        t.min(m / 16).max(1)
+    }
+}
+
+fn batched<T: Gemm + Send + Sync>(
+    p: &MatmulLayout,
+    dims: &DotDims,
+    l: &ArrayD<T>,
+    r: &ArrayD<T>,
+    mut out: Vec<T>,
+    threads: usize,
+) -> ArrayD<T> {
     let nb = dims.lhs_batch.len();
     let lv = l.view().permuted_axes(IxDyn(&p.lhs_perm));
     let rv = r.view().permuted_axes(IxDyn(&p.rhs_perm));
@@ -135,15 +179,19 @@ fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<
         out.fill(T::default());
     }
     if p.m * p.n > 0 && p.k > 0 {
-        for bi in 0..p.b {
+        let (a0, b0, c0) = (Ptr(lv.as_ptr() as *mut T), Ptr(rv.as_ptr() as *mut T), Ptr(out.as_mut_ptr()));
+        // One call: rows `rows` of batch element `bi`.
+        let call = |bi: usize, rows: std::ops::Range<usize>| {
             // SAFETY: the views' strides address their own elements; batch
-            // `bi` of each operand starts at its offset in `batch`.
+            // `bi` of each operand starts at its offset in `batch`, and row
+            // `r` of the lhs and of the output at `r` row strides further.
+            // Calls for distinct (batch, rows) write disjoint output rows.
             unsafe {
-                let a = lv.as_ptr().offset(ls.batch[bi]);
-                let b = rv.as_ptr().offset(rs.batch[bi]);
-                let c = out.as_mut_ptr().add(bi * p.m * p.n);
+                let a = a0.get().offset(ls.batch[bi] + rows.start as isize * ls.strides[0]);
+                let b = b0.get().offset(rs.batch[bi]);
+                let c = c0.get().add(bi * p.m * p.n + rows.start * p.n);
                 T::gemm(
-                    p.m,
+                    rows.len(),
                     p.k,
                     p.n,
                     a,
@@ -156,6 +204,25 @@ fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<
                     p.n as isize,
                 );
             }
+        };
+        let t = split_threads(threads, p.b, p.m, p.k, p.n);
+        if t <= 1 {
+            (0..p.b).for_each(|bi| call(bi, 0..p.m));
+        } else if p.b >= t {
+            std::thread::scope(|s| {
+                for j in 0..t {
+                    let call = &call;
+                    s.spawn(move || (p.b * j / t..p.b * (j + 1) / t).for_each(|bi| call(bi, 0..p.m)));
+                }
+            });
+        } else {
+            std::thread::scope(|s| {
+                for j in 0..t {
+                    let call = &call;
+                    let rows = p.m * j / t..p.m * (j + 1) / t;
+                    s.spawn(move || (0..p.b).for_each(|bi| call(bi, rows.clone())));
+                }
+            });
         }
     }
     ArrayD::from_shape_vec(IxDyn(&p.out_shape), out).expect("sized from the layout")
@@ -164,15 +231,21 @@ fn batched<T: Gemm>(p: &MatmulLayout, dims: &DotDims, l: &ArrayD<T>, r: &ArrayD<
 /// `dot_general` of two float tensors, or `None` for the other dtypes (the
 /// caller falls back to the interpreter). `bf16`/`f16` are widened to `f32`
 /// and the result rounded once, as the interpreter does.
-pub(crate) fn dot_general(l: &HostTensor, r: &HostTensor, dims: &DotDims, pool: &mut Pool) -> Option<HostTensor> {
+pub(crate) fn dot_general(
+    l: &HostTensor,
+    r: &HostTensor,
+    dims: &DotDims,
+    pool: &mut Pool,
+    threads: usize,
+) -> Option<HostTensor> {
     let p = dims.matmul_layout(l.shape(), r.shape());
     let len = p.b * p.m * p.n;
     Some(match (l, r) {
-        (HostTensor::F32(a), HostTensor::F32(b)) => HostTensor::F32(batched(&p, dims, a, b, pool.take(len))),
-        (HostTensor::F64(a), HostTensor::F64(b)) => HostTensor::F64(batched(&p, dims, a, b, vec![0.0; len])),
+        (HostTensor::F32(a), HostTensor::F32(b)) => HostTensor::F32(batched(&p, dims, a, b, pool.take(len), threads)),
+        (HostTensor::F64(a), HostTensor::F64(b)) => HostTensor::F64(batched(&p, dims, a, b, vec![0.0; len], threads)),
         (HostTensor::BF16(_), HostTensor::BF16(_)) | (HostTensor::F16(_), HostTensor::F16(_)) => {
             let (a, b) = (widen(l, pool)?, widen(r, pool)?);
-            let out = batched(&p, dims, &a, &b, pool.take(len));
+            let out = batched(&p, dims, &a, &b, pool.take(len), threads);
             pool.give(HostTensor::F32(a));
             pool.give(HostTensor::F32(b));
             narrow(out, l.dtype(), pool)

@@ -187,7 +187,7 @@ impl<'a> InputData<'a> {
 /// caller then runs it node by node). Nodes of a half type are rounded to
 /// it after each op, as the interpreter does. A trailing `reduce` (see
 /// [`FusedReduce`]) folds each block as it is computed.
-pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
+pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool, threads: usize) -> Option<HostTensor> {
     let (nodes, reduce) = match chain.nodes.split_last()? {
         (last, body) if matches!(last.op, Op::Reduce { .. }) => (body, Some(FusedReduce::of(last, body.last()?)?)),
         _ => (chain.nodes.as_slice(), None),
@@ -209,7 +209,7 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool)
         Some(r) => pool.take(r.kept_shape.iter().product()),
         None => pool.take(len),
     };
-    run_blocks(nodes, reduce.as_ref(), &data, None, &mut out, len, block)?;
+    run_blocks(nodes, reduce.as_ref(), &data, None, &mut out, len, block, threads)?;
     give_back(data, pool);
     if let Some(r) = reduce {
         return Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")));
@@ -234,6 +234,7 @@ pub(crate) fn fused_into(
     into: usize,
     donor: HostTensor,
     pool: &mut Pool,
+    threads: usize,
 ) -> Result<HostTensor, HostTensor> {
     let Some(last) = chain.nodes.last() else { return Err(donor) };
     let fits = matches!(&donor, HostTensor::F32(a) if a.is_standard_layout() && a.shape() == last.ty.shape.as_slice())
@@ -254,16 +255,22 @@ pub(crate) fn fused_into(
         out = pool.take(len);
     }
     let donor_at = matches!(data[into], InputData::Donor).then_some(into);
-    let done = run_blocks(&chain.nodes, None, &data, donor_at, &mut out, len, BLOCK);
+    let done = run_blocks(&chain.nodes, None, &data, donor_at, &mut out, len, BLOCK, threads);
     give_back(data, pool);
     done.expect("a supported chain computes");
     Ok(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&last.ty.shape), out).expect("sized from the type")))
 }
 
+/// The fewest elements a thread of a split chain gets.
+const MIN_PER_THREAD: usize = 1 << 16;
+
 /// Runs `nodes` block by block over `len` elements into `out` (or, with a
 /// `reduce`, folds the last node's blocks into `out`). Input `donor` is the
 /// storage of `out` itself: each of its blocks is copied aside before the
-/// block is overwritten.
+/// block is overwritten. Without a reduction, up to `threads` threads each
+/// take a contiguous run of whole blocks: every element is computed as one
+/// thread would, so the result is bitwise the same.
+#[allow(clippy::too_many_arguments)]
 fn run_blocks(
     nodes: &[FusedNode],
     reduce: Option<&FusedReduce>,
@@ -272,23 +279,61 @@ fn run_blocks(
     out: &mut [f32],
     len: usize,
     block: usize,
+    threads: usize,
 ) -> Option<()> {
+    let t = threads.min(len / MIN_PER_THREAD).max(1);
+    if t <= 1 || reduce.is_some() {
+        return run_range(nodes, reduce, data, donor, out, len, 0..len, block);
+    }
+    let blocks = len.div_ceil(block);
+    std::thread::scope(|s| {
+        let mut rest: &mut [f32] = &mut out[..len];
+        let mut handles = Vec::with_capacity(t);
+        let mut base = 0;
+        for j in 0..t {
+            let end = (blocks * (j + 1) / t * block).min(len);
+            let (mine, more) = std::mem::take(&mut rest).split_at_mut(end - base);
+            rest = more;
+            let b = base;
+            handles.push(s.spawn(move || run_range(nodes, None, data, donor, mine, len, b..end, block)));
+            base = end;
+        }
+        handles.into_iter().try_for_each(|h| h.join().expect("a chain's thread does not panic"))
+    })
+}
+
+/// [`run_blocks`] over elements `range` of the chain's `len`, `out`
+/// holding exactly those (with a `reduce`: the whole range, and `out`
+/// holds the folds).
+#[allow(clippy::too_many_arguments)]
+fn run_range(
+    nodes: &[FusedNode],
+    reduce: Option<&FusedReduce>,
+    data: &[InputData<'_>],
+    donor: Option<usize>,
+    out: &mut [f32],
+    len: usize,
+    range: std::ops::Range<usize>,
+    block: usize,
+) -> Option<()> {
+    let (base, end) = (range.start, range.end);
     let carry: Vec<Carry> = nodes.iter().map(|n| Carry::of(n.ty.dtype).expect("checked")).collect();
     // Each splat constant's element, as the interpreter materialises it.
     let consts: Vec<Option<f32>> = nodes.iter().map(|n| splat_value(&n.op)).collect();
     let mut scratch = vec![0f32; nodes.len() * block];
     let mut donor_block = vec![0f32; if donor.is_some() { block } else { 0 }];
     let mut fold = reduce.map(|r| RowFold::new(r.op));
-    let mut start = 0;
-    while start < len {
-        let n = block.min(len - start);
+    let mut start = base;
+    while start < end {
+        let n = block.min(end - start);
+        // `out` holds elements `base..end` (or, with a reduce, the folds).
+        let at = if reduce.is_some() { start } else { start - base };
         if donor.is_some() {
-            donor_block[..n].copy_from_slice(&out[start..start + n]);
+            donor_block[..n].copy_from_slice(&out[at..at + n]);
         }
         for (j, node) in nodes.iter().enumerate() {
             let (done, rest) = scratch.split_at_mut(j * block);
-            let dst =
-                if j + 1 == nodes.len() && reduce.is_none() { &mut out[start..start + n] } else { &mut rest[..n] };
+            let dst = if j + 1 == nodes.len() && reduce.is_none() { &mut out[at..at + n] } else { &mut rest[..n] };
             let mut args: [&[f32]; 3] = [&[]; 3];
             for (slot, a) in args.iter_mut().zip(&node.args) {
                 *slot = match *a {
@@ -463,7 +508,7 @@ mod tests {
             steps: 0..=0,
         };
         let mut pool = Pool::default();
-        assert_eq!(fused(&chain, &[&x], &mut pool).map(|t| t.dtype()), Some(DType::BF16));
+        assert_eq!(fused(&chain, &[&x], &mut pool, 1).map(|t| t.dtype()), Some(DType::BF16));
         assert!(single(&Op::Unary(UnaryOp::Exp), &[&x], &mut pool).is_some());
         let i = HostTensor::zeros(&TensorType::new(DType::I32, vec![3, 5]));
         assert!(single(&Op::Binary(BinaryOp::Add), &[&i, &i], &mut pool).is_none());
@@ -509,7 +554,7 @@ mod tests {
         ] {
             let n: usize = shape.iter().product();
             let x = HostTensor::from_f32(&shape, (0..n).map(|i| i as f32 * 0.25).collect()).unwrap();
-            let got = fused(&chain(&shape, dims.clone()), &[&s, &x], &mut pool);
+            let got = fused(&chain(&shape, dims.clone()), &[&s, &x], &mut pool, 1);
             assert_eq!(got.is_some(), fast, "{shape:?} over {dims:?}");
         }
     }
@@ -538,14 +583,14 @@ mod tests {
         let g = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32).sin()).collect()).unwrap();
         let w = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32 * 0.37).cos()).collect()).unwrap();
         let mut pool = Pool::default();
-        let expected = fused(&chain, &[&lr, &g, &w], &mut pool).unwrap();
+        let expected = fused(&chain, &[&lr, &g, &w], &mut pool, 1).unwrap();
         let HostTensor::F32(a) = &w else { unreachable!() };
         let storage = a.as_ptr();
-        let got = fused_into(&chain, &[Some(&lr), Some(&g), None], 2, w, &mut pool).ok().unwrap();
+        let got = fused_into(&chain, &[Some(&lr), Some(&g), None], 2, w, &mut pool, 1).ok().unwrap();
         let HostTensor::F32(b) = &got else { panic!("f32 result") };
         assert_eq!(b.as_ptr(), storage, "the result lives in the donor's storage");
         assert!(got.bitwise_eq(&expected));
         let half = expected.convert(DType::BF16);
-        assert!(fused_into(&chain, &[Some(&lr), Some(&g), None], 2, half, &mut pool).is_err());
+        assert!(fused_into(&chain, &[Some(&lr), Some(&g), None], 2, half, &mut pool, 1).is_err());
     }
 }

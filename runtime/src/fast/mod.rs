@@ -40,18 +40,36 @@ use weft_ir::interp::eval_op;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, Op, TensorType};
 
-/// The fast CPU backend (one per logical device). Its only state is a pool
-/// of freed `f32` storage ([`pool`]), so that in the steady state the
-/// buffers of one step are the memory freed by the previous one.
-#[derive(Clone, Debug, Default)]
+/// The fast CPU backend (one per logical device). Its state is a pool of
+/// freed `f32` storage ([`pool`]), so that in the steady state the buffers
+/// of one step are the memory freed by the previous one, and how many
+/// threads its products may use.
+#[derive(Clone, Debug)]
 pub struct FastCpuBackend {
     pool: RefCell<Pool>,
+    /// Threads a product or a fused chain may split its output over (1:
+    /// the caller's alone).
+    threads: usize,
+}
+
+impl Default for FastCpuBackend {
+    fn default() -> Self {
+        FastCpuBackend { pool: Default::default(), threads: 1 }
+    }
 }
 
 impl FastCpuBackend {
     /// A fast CPU backend.
     pub fn new() -> FastCpuBackend {
         FastCpuBackend::default()
+    }
+
+    /// The same backend with products and fused chains split over up to
+    /// `threads` threads (at least 1): the results are bitwise those of one
+    /// thread (`dot.rs`, `elementwise.rs`).
+    pub fn with_threads(mut self, threads: usize) -> FastCpuBackend {
+        self.threads = threads.max(1);
+        self
     }
 }
 
@@ -71,7 +89,7 @@ impl Backend for FastCpuBackend {
     fn compute(&self, op: &Op, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
         let fast = match op {
             Op::DotGeneral(dims) if inputs.len() == 2 && valid_dot(dims, inputs) => {
-                dot::dot_general(inputs[0], inputs[1], dims, &mut self.pool.borrow_mut())
+                dot::dot_general(inputs[0], inputs[1], dims, &mut self.pool.borrow_mut(), self.threads)
             }
             Op::Reduce { op, dims } if inputs.len() == 1 => {
                 reduce::reduce(*op, inputs[0], dims, &mut self.pool.borrow_mut())
@@ -131,7 +149,7 @@ impl Backend for FastCpuBackend {
         into: usize,
         donor: HostTensor,
     ) -> Result<HostTensor, RuntimeError> {
-        let tried = elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut());
+        let tried = elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut(), self.threads);
         match tried {
             Ok(t) => Ok(t),
             Err(donor) => crate::backend::compute_fused_then_free(self, chain, inputs, donor),
@@ -139,7 +157,7 @@ impl Backend for FastCpuBackend {
     }
 
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&HostTensor]) -> Result<HostTensor, RuntimeError> {
-        let fast = elementwise::fused(chain, inputs, &mut self.pool.borrow_mut());
+        let fast = elementwise::fused(chain, inputs, &mut self.pool.borrow_mut(), self.threads);
         match fast {
             Some(t) => Ok(t),
             None => compute_unfused(self, chain, inputs),

@@ -127,6 +127,82 @@ fn dot_general_matches_in_every_layout() {
     }
 }
 
+/// A product split over threads (whole batch elements, or blocks of output
+/// rows) is bitwise the one-thread product: every output element is still
+/// one call's, over the whole contraction.
+#[test]
+fn products_split_over_threads_are_bitwise_one_threads() {
+    let mut rng = Rng::new(13);
+    let dims = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| DotDims {
+        lhs_batch: lb.to_vec(),
+        rhs_batch: rb.to_vec(),
+        lhs_contract: lc.to_vec(),
+        rhs_contract: rc.to_vec(),
+    };
+    let cases: Vec<(Vec<usize>, Vec<usize>, DotDims)> = vec![
+        // Row blocks: one matrix, plain and with transposed operands.
+        (vec![517, 300], vec![300, 260], dims(&[], &[], &[1], &[0])),
+        (vec![300, 517], vec![260, 300], dims(&[], &[], &[0], &[1])),
+        // Batch elements: more of them than threads.
+        (vec![6, 130, 200], vec![6, 200, 90], dims(&[0], &[0], &[2], &[1])),
+        // Fewer batch elements than threads: row blocks of each.
+        (vec![2, 400, 300], vec![2, 300, 128], dims(&[0], &[0], &[2], &[1])),
+    ];
+    for (ls, rs, d) in cases {
+        for dtype in [DType::F32, DType::F64, DType::BF16] {
+            let (l, r) = (random(&mut rng, &ty(dtype, &ls), -1.0, 1.0), random(&mut rng, &ty(dtype, &rs), -1.0, 1.0));
+            let op = Op::DotGeneral(d.clone());
+            let run = |threads: usize| {
+                let be = FastCpuBackend::new().with_threads(threads);
+                let (a, b) = (be.upload(&l).unwrap(), be.upload(&r).unwrap());
+                be.download(&be.compute(&op, &[&a, &b]).unwrap()[0]).unwrap()
+            };
+            let one = run(1);
+            for threads in [2, 3, 4, 7] {
+                assert!(run(threads).bitwise_eq(&one), "{dtype} {ls:?} x {rs:?} on {threads} threads");
+            }
+        }
+    }
+}
+
+/// A fused chain split over threads (runs of whole blocks) is bitwise the
+/// one-thread chain, written fresh or into a donated input.
+#[test]
+fn fused_chains_split_over_threads_are_bitwise_one_threads() {
+    let mut rng = Rng::new(15);
+    let shape = [700, 600];
+    let f = ty(DType::F32, &shape);
+    let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: f.clone() };
+    // tanh(x) * y - x / (1 + e^y): the shape of GELU's pieces.
+    let chain = FusedChain {
+        inputs: vec![],
+        nodes: vec![
+            node(Op::Unary(UnaryOp::Tanh), vec![Arg::Input(0)]),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+            node(Op::Unary(UnaryOp::Exp), vec![Arg::Input(1)]),
+            node(Op::Unary(UnaryOp::Log1p), vec![Arg::Node(2)]),
+            node(Op::Binary(BinaryOp::Div), vec![Arg::Input(0), Arg::Node(3)]),
+            node(Op::Binary(BinaryOp::Sub), vec![Arg::Node(1), Arg::Node(4)]),
+        ],
+        output: weft_ir::device::BufferId(0),
+        intermediates: vec![],
+        steps: 0..=0,
+    };
+    let (x, y) = (with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -3.0, 3.0));
+    let fresh = |threads: usize| FastCpuBackend::new().with_threads(threads).compute_fused(&chain, &[&x, &y]).unwrap();
+    let donated = |threads: usize| {
+        let be = FastCpuBackend::new().with_threads(threads);
+        be.compute_fused_into(&chain, &[Some(&x), None], 1, y.clone()).unwrap()
+    };
+    let one = fresh(1);
+    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &[&x, &y]).unwrap();
+    assert!(one.bitwise_eq(&slow), "the one-thread chain is the interpreter's");
+    for threads in [2, 3, 5] {
+        assert!(fresh(threads).bitwise_eq(&one), "{threads} threads");
+        assert!(donated(threads).bitwise_eq(&one), "{threads} threads, into the donor");
+    }
+}
+
 #[test]
 fn reductions_match_over_leading_trailing_and_mixed_dims() {
     let be = FastCpuBackend::new();
