@@ -60,12 +60,6 @@ impl SpanKind {
             SpanKind::Download => "download",
         }
     }
-
-    /// Whether the span is communication (rather than compute or a
-    /// transfer of inputs and outputs).
-    pub fn is_communication(self) -> bool {
-        matches!(self, SpanKind::Collective | SpanKind::Contribute | SpanKind::Receive)
-    }
 }
 
 /// One timed piece of a run on one device.
@@ -130,7 +124,7 @@ impl Recorder {
         name: impl Into<String>,
         step: Option<usize>,
         bytes: u64,
-        detail: impl Into<String>,
+        detail: String,
     ) {
         if self.mode == TraceMode::Synced {
             let _ = backend.sync();
@@ -144,21 +138,7 @@ impl Recorder {
             start_ns: begun,
             dur_ns: end.saturating_sub(begun),
             bytes,
-            detail: detail.into(),
+            detail,
         });
     }
-}
-
-/// Per span kind and name: the count and total nanoseconds, largest total
-/// first (a step's profile by op class).
-pub fn totals(spans: &[Span]) -> Vec<(SpanKind, String, usize, u64)> {
-    let mut by: std::collections::BTreeMap<(SpanKind, String), (usize, u64)> = Default::default();
-    for s in spans {
-        let e = by.entry((s.kind, s.name.clone())).or_default();
-        e.0 += 1;
-        e.1 += s.dur_ns;
-    }
-    let mut v: Vec<_> = by.into_iter().map(|((k, n), (c, t))| (k, n, c, t)).collect();
-    v.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| (a.0, &a.1).cmp(&(b.0, &b.1))));
-    v
 }

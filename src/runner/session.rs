@@ -493,11 +493,12 @@ pub(crate) fn train_built(
         log(Line::Info(format!("trace written to {}", t.path().display())));
     }
     let mut last_checkpoint = None;
-    if let Some(m) = manager {
-        m.finish()?;
+    if let Some(mut m) = manager {
+        m.wait()?;
         if summary.diverged.is_some() {
-            last_checkpoint = m_latest(c)?;
+            last_checkpoint = m.latest_step()?;
         }
+        m.finish()?;
     }
     summary.compile_secs = compile_secs;
     if let Some(t) = summary.steady_step_secs() {
@@ -520,12 +521,6 @@ pub(crate) fn train_built(
         return Err(crate::error::Error::Diverged { steps, first, last, last_good: last_checkpoint });
     }
     Ok(summary)
-}
-
-/// The newest checkpoint step in the config's checkpoint directory.
-fn m_latest(c: &RunConfig) -> Result<Option<u64>> {
-    let Some(k) = &c.checkpoint else { return Ok(None) };
-    Ok(CheckpointManager::open_shared(&k.dir, CheckpointOptions::default())?.latest_step()?)
 }
 
 #[allow(clippy::too_many_arguments)]

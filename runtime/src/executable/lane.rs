@@ -83,17 +83,18 @@ impl<B: Backend> DeviceRun<'_, B> {
         self.trace.as_ref().map(|r| r.now())
     }
 
-    /// Closes a span begun at `begun` (when the run is traced).
+    /// Closes a span begun at `begun` (when the run is traced; its bytes
+    /// and detail are only worked out then, off the untraced path).
     pub fn span(
         &mut self,
         begun: Option<u64>,
         kind: SpanKind,
         name: &str,
         step: Option<usize>,
-        bytes: u64,
-        detail: String,
+        what: impl FnOnce() -> (u64, String),
     ) {
         if let (Some(b), Some(r)) = (begun, self.trace.as_mut()) {
+            let (bytes, detail) = what();
             r.close(self.backend, b, kind, name, step, bytes, detail);
         }
     }
@@ -130,7 +131,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
         for (k, dev) in devices.iter_mut().enumerate() {
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
-            let (bytes, group) = (ctx.program.ty(*input).size_bytes() as u64, format!("group {:?}", m.group));
+            let what = || (ctx.program.ty(*input).size_bytes() as u64, format!("group {:?}", m.group));
             let begun = dev.clock();
             if let Some(r) = dev.backend.collective_on_device(call, dev.slots.get(*input)) {
                 let buf = guard(ctx, dev.device, r.map_err(|e| e.at_step(dev.device, i, op.name())))?;
@@ -139,7 +140,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
                     dev.backend.free(used);
                 }
                 native[k] = Some(buf);
-                dev.span(begun, SpanKind::Collective, op.name(), Some(i), bytes, group);
+                dev.span(begun, SpanKind::Collective, op.name(), Some(i), what);
                 continue;
             }
             let t = if ctx.plan.consumes[i] {
@@ -151,7 +152,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             let t = guard(ctx, dev.device, t.map_err(|e| e.at_step(dev.device, i, op.name())))?;
             dev.transfers.count_download(&t, Transfer::Collective);
             guard(ctx, dev.device, ctx.comm.contribute(call, t))?;
-            dev.span(begun, SpanKind::Contribute, op.name(), Some(i), bytes, group);
+            dev.span(begun, SpanKind::Contribute, op.name(), Some(i), what);
         }
         for (k, dev) in devices.iter_mut().enumerate() {
             let Step::Collective { output, .. } = &ctx.program.steps[i] else { unreachable!() };
@@ -168,7 +169,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             let buf =
                 guard(ctx, dev.device, dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name())))?;
             dev.slots.put(*output, buf);
-            dev.span(begun, SpanKind::Receive, op.name(), Some(i), bytes, format!("group {:?}", m.group));
+            dev.span(begun, SpanKind::Receive, op.name(), Some(i), || (bytes, format!("group {:?}", m.group)));
         }
     }
     Ok(())
@@ -303,7 +304,7 @@ fn trace_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usiz
         _ => return,
     };
     let ty = p.ty(out);
-    dev.span(begun, kind, &name, Some(i), ty.size_bytes() as u64, ty.to_string());
+    dev.span(begun, kind, &name, Some(i), || (ty.size_bytes() as u64, ty.to_string()));
 }
 
 /// A fused chain's span name: `fused(n): ` and its first ops' names, so

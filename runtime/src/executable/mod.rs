@@ -717,11 +717,13 @@ fn run<B: Backend>(
             } else {
                 let v = ins.next().expect("checked input count");
                 dev.transfers.count_upload(&v, Transfer::Input);
-                let (begun, ty) = (dev.clock(), v.ty());
+                let begun = dev.clock();
+                let ty = begun.map(|_| v.ty());
                 match backend.upload_owned(v) {
                     Ok(buf) => {
                         dev.slots.put(b, buf);
-                        dev.span(begun, SpanKind::Upload, "input", None, ty.size_bytes() as u64, ty.to_string());
+                        let what = || ty.map(|t| (t.size_bytes() as u64, t.to_string())).unwrap_or_default();
+                        dev.span(begun, SpanKind::Upload, "input", None, what);
                     }
                     Err(e) => {
                         placed = Err(RuntimeError::Input { device, index: i, message: e.to_string() });
@@ -747,7 +749,9 @@ fn run<B: Backend>(
                     .download(dev.slots.get(b))
                     .map_err(|e| e.at_step(dev.device, p.steps.len(), "download"))?;
                 dev.transfers.count_download(&v, Transfer::Output);
-                dev.span(begun, SpanKind::Download, "output", None, v.ty().size_bytes() as u64, v.ty().to_string());
+                dev.span(begun, SpanKind::Download, "output", None, || {
+                    (v.ty().size_bytes() as u64, v.ty().to_string())
+                });
                 outs.push(v);
             }
         }

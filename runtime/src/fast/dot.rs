@@ -206,21 +206,26 @@ fn batched<T: Gemm + Send + Sync>(
             }
         };
         let t = split_threads(threads, p.b, p.m, p.k, p.n);
+        // Thread `j`'s piece: a run of whole batch elements when there are
+        // enough, else a block of rows of every element.
+        let piece = |j: usize| {
+            if p.b >= t {
+                (p.b * j / t..p.b * (j + 1) / t, 0..p.m)
+            } else {
+                (0..p.b, p.m * j / t..p.m * (j + 1) / t)
+            }
+        };
+        let run = |j: usize| {
+            let (batches, rows) = piece(j);
+            batches.for_each(|bi| call(bi, rows.clone()));
+        };
         if t <= 1 {
-            (0..p.b).for_each(|bi| call(bi, 0..p.m));
-        } else if p.b >= t {
-            std::thread::scope(|s| {
-                for j in 0..t {
-                    let call = &call;
-                    s.spawn(move || (p.b * j / t..p.b * (j + 1) / t).for_each(|bi| call(bi, 0..p.m)));
-                }
-            });
+            run(0);
         } else {
             std::thread::scope(|s| {
                 for j in 0..t {
-                    let call = &call;
-                    let rows = p.m * j / t..p.m * (j + 1) / t;
-                    s.spawn(move || (0..p.b).for_each(|bi| call(bi, rows.clone())));
+                    let run = &run;
+                    s.spawn(move || run(j));
                 }
             });
         }

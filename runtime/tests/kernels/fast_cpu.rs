@@ -93,16 +93,15 @@ fn half_precision_elementwise_ops_are_bit_exact() {
     }
 }
 
+/// Batch and contracting dimensions of a product.
+fn dims(lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]) -> DotDims {
+    DotDims { lhs_batch: lb.to_vec(), rhs_batch: rb.to_vec(), lhs_contract: lc.to_vec(), rhs_contract: rc.to_vec() }
+}
+
 #[test]
 fn dot_general_matches_in_every_layout() {
     let be = FastCpuBackend::new();
     let mut rng = Rng::new(12);
-    let dims = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| DotDims {
-        lhs_batch: lb.to_vec(),
-        rhs_batch: rb.to_vec(),
-        lhs_contract: lc.to_vec(),
-        rhs_contract: rc.to_vec(),
-    };
     let cases: Vec<(Vec<usize>, Vec<usize>, DotDims)> = vec![
         (vec![37, 64], vec![64, 29], dims(&[], &[], &[1], &[0])),
         (vec![64, 37], vec![64, 29], dims(&[], &[], &[0], &[0])),
@@ -133,12 +132,6 @@ fn dot_general_matches_in_every_layout() {
 #[test]
 fn products_split_over_threads_are_bitwise_one_threads() {
     let mut rng = Rng::new(13);
-    let dims = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| DotDims {
-        lhs_batch: lb.to_vec(),
-        rhs_batch: rb.to_vec(),
-        lhs_contract: lc.to_vec(),
-        rhs_contract: rc.to_vec(),
-    };
     let cases: Vec<(Vec<usize>, Vec<usize>, DotDims)> = vec![
         // Row blocks: one matrix, plain and with transposed operands.
         (vec![517, 300], vec![300, 260], dims(&[], &[], &[1], &[0])),
