@@ -99,6 +99,11 @@ if want gemm; then
 el gemm
 SHAPES=${GEMM_SHAPES:-4096x4096x4096,256x512x2048,2048x256x512} timeout 90 /tmp/gpu_gemm > "$OUT/gemm.txt" 2>&1
 cat "$OUT/gemm.txt"
+# PROBE_SHAPES=MxKxN,...: every cubek routine at those products too.
+if [ -n "${PROBE_SHAPES:-}" ]; then
+    SHAPES=$PROBE_SHAPES timeout 150 /tmp/gpu_gemm probe > "$OUT/probe.txt" 2>&1
+    cat "$OUT/probe.txt"
+fi
 fi
 if want launch; then
 el launch

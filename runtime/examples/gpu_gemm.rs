@@ -27,13 +27,19 @@ use weft_ir::tensor::HostTensor;
 use weft_ir::{DType, DotDims, Op, TensorType};
 use weft_runtime::{Backend, CubeclBackend};
 
-fn sizes() -> Vec<[usize; 3]> {
+/// The `MxKxN` products of `SHAPES`; a trailing `t` marks a product whose
+/// left operand is stored transposed (`[K, M]`, as a weight gradient's
+/// `x^T @ dy`): weft's dot reads it in place, the probe skips it.
+fn shapes() -> Vec<([usize; 3], bool)> {
     std::env::var("SHAPES")
         .unwrap_or_else(|_| "1024x1024x1024,4096x4096x4096,256x512x2048,256x2048x512,2048x256x512".into())
         .split(',')
         .map(|s| {
-            let v: Vec<usize> = s.split('x').map(|d| d.trim().parse().expect("SHAPES: MxKxN,...")).collect();
-            [v[0], v[1], v[2]]
+            let s = s.trim();
+            let t = s.ends_with('t');
+            let v: Vec<usize> =
+                s.trim_end_matches('t').split('x').map(|d| d.parse().expect("SHAPES: MxKxN[t],...")).collect();
+            ([v[0], v[1], v[2]], t)
         })
         .collect()
 }
@@ -71,10 +77,15 @@ fn binding<R: Runtime>(h: &cubecl::server::Handle, shape: [usize; 2]) -> TensorB
 }
 
 fn strategies() -> Vec<Strategy> {
+    use cubek::matmul::routines::double_unit::DoubleUnitSelectionArgs;
+    use cubek::matmul::routines::simple_unit::SimpleUnitSelectionArgs;
+    use cubek::matmul::routines::{BlueprintStrategy::Inferred, TileSizeSelection::MinTileSize};
     use Strategy::*;
     vec![
         SimpleUnit(Default::default()),
+        SimpleUnit(Inferred(SimpleUnitSelectionArgs { tile_size: MinTileSize })),
         DoubleUnit(Default::default()),
+        DoubleUnit(Inferred(DoubleUnitSelectionArgs { tile_size: MinTileSize })),
         SimpleCyclicCmma(Default::default()),
         SimpleCyclicMma(Default::default()),
         DoubleCyclicCmma(Default::default()),
@@ -95,7 +106,7 @@ fn strategies() -> Vec<Strategy> {
 fn probe<R: Runtime>(client: &ComputeClient<R>) {
     let bf = bf16::as_type_native_unchecked().storage_type();
     let f = f32::as_type_native_unchecked().storage_type();
-    for [m, k, n] in sizes() {
+    for ([m, k, n], _) in shapes().into_iter().filter(|(_, t)| !t) {
         let (a, b) = (values(m * k, 1), values(k * n, 2));
         let a32 = client.create_from_slice(f32::as_bytes(&a));
         let b32 = client.create_from_slice(f32::as_bytes(&b));
@@ -169,12 +180,14 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
 /// weft's own `dot_general` (through the [`Backend`] trait, as the
 /// executor calls it), for f32 and bf16 operands.
 fn weft_dot<R: Runtime>(be: &CubeclBackend<R>) {
-    let dims = DotDims { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![1], rhs_contract: vec![0] };
-    for [m, k, n] in sizes() {
+    for ([m, k, n], t) in shapes() {
+        let dims =
+            DotDims { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![t as usize ^ 1], rhs_contract: vec![0] };
+        let lhs_shape = if t { vec![k, m] } else { vec![m, k] };
         let mut products = Vec::new();
         for dtype in [DType::F32, DType::BF16] {
             let a = HostTensor::from_values(
-                &TensorType::new(dtype, vec![m, k]),
+                &TensorType::new(dtype, lhs_shape.clone()),
                 &values(m * k, 1).iter().map(|&x| x as f64).collect::<Vec<_>>(),
             )
             .unwrap();
@@ -198,7 +211,8 @@ fn weft_dot<R: Runtime>(be: &CubeclBackend<R>) {
             let err = products.first().map(|f: &Vec<f32>| rel_err(&values, f)).unwrap_or(0.0);
             products.push(values);
             println!(
-                "weft dot {m}x{k}x{n} {:4} {:8.2} TFLOP/s  {:9.3} ms  rel diff from f32 {err:.1e}",
+                "weft dot {m}x{k}x{n}{} {:4} {:8.2} TFLOP/s  {:9.3} ms  rel diff from f32 {err:.1e}",
+                if t { "t" } else { "" },
                 dtype.to_string(),
                 flops / secs / 1e12,
                 secs * 1e3

@@ -58,6 +58,8 @@ fn chain(ty: &TensorType, long: bool) -> FusedChain {
         nodes,
         output: BufferId(2 + k as u32 - 1),
         intermediates: (2..2 + k as u32 - 1).map(BufferId).collect(),
+        kept: vec![],
+        members: vec![],
         steps: 0..=k - 1,
     }
 }
@@ -142,7 +144,7 @@ fn run<R: Runtime>(be: &CubeclBackend<R>) {
             let c = chain(&TensorType::new(DType::F32, shape.clone()), long);
             let t = per_launch(client, n, || {
                 for _ in 0..n {
-                    be.compute_fused(&c, &[&a, &b]).expect("fused chain");
+                    be.compute_fused(&c, &[&a, &b]).expect("fused chain").remove(0);
                 }
             });
             println!("weft fused({}) {shape:?}: {:8.2} us per chain", c.nodes.len(), us(t));

@@ -202,7 +202,7 @@ impl Backend for AnyBackend {
         inputs: &[Option<&AnyBuffer>],
         into: usize,
         donor: AnyBuffer,
-    ) -> Result<AnyBuffer, RuntimeError> {
+    ) -> Result<Vec<AnyBuffer>, RuntimeError> {
         match (self, donor) {
             (AnyBackend::Cpu(b), AnyBuffer::Cpu(t)) => {
                 let ins: Vec<Option<&HostTensor>> = inputs
@@ -215,19 +215,22 @@ impl Backend for AnyBackend {
                         })
                     })
                     .collect();
-                Ok(AnyBuffer::Cpu(b.compute_fused_into(chain, &ins, into, t)?))
+                Ok(b.compute_fused_into(chain, &ins, into, t)?.into_iter().map(AnyBuffer::Cpu).collect())
             }
             (_, donor) => crate::backend::compute_fused_then_free(self, chain, inputs, donor),
         }
     }
 
-    fn compute_fused(&self, chain: &FusedChain, inputs: &[&AnyBuffer]) -> Result<AnyBuffer, RuntimeError> {
+    fn compute_fused(&self, chain: &FusedChain, inputs: &[&AnyBuffer]) -> Result<Vec<AnyBuffer>, RuntimeError> {
+        fn wrap<T>(outs: Vec<T>, f: fn(T) -> AnyBuffer) -> Vec<AnyBuffer> {
+            outs.into_iter().map(f).collect()
+        }
         Ok(match self {
-            AnyBackend::Cpu(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),
-            AnyBackend::CpuRef(b) => AnyBuffer::Cpu(b.compute_fused(chain, &same_kind!(inputs, Cpu))?),
-            AnyBackend::Wgpu(b) => AnyBuffer::Wgpu(b.compute_fused(chain, &same_kind!(inputs, Wgpu))?),
+            AnyBackend::Cpu(b) => wrap(b.compute_fused(chain, &same_kind!(inputs, Cpu))?, AnyBuffer::Cpu),
+            AnyBackend::CpuRef(b) => wrap(b.compute_fused(chain, &same_kind!(inputs, Cpu))?, AnyBuffer::Cpu),
+            AnyBackend::Wgpu(b) => wrap(b.compute_fused(chain, &same_kind!(inputs, Wgpu))?, AnyBuffer::Wgpu),
             #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => AnyBuffer::Cuda(b.compute_fused(chain, &same_kind!(inputs, Cuda))?),
+            AnyBackend::Cuda(b) => wrap(b.compute_fused(chain, &same_kind!(inputs, Cuda))?, AnyBuffer::Cuda),
         })
     }
 }

@@ -71,9 +71,10 @@ pub trait Backend {
     }
 
     /// Computes a chain of elementwise ops on its `inputs` (one buffer per
-    /// [`FusedChain::inputs`]), returning the last node's value. The
-    /// default computes the nodes one by one with [`Backend::compute`].
-    fn compute_fused(&self, chain: &FusedChain, inputs: &[&Self::Buffer]) -> Result<Self::Buffer, RuntimeError>
+    /// [`FusedChain::inputs`]), returning the last node's value followed
+    /// by the values of [`FusedChain::kept`], in order. The default
+    /// computes the nodes one by one with [`Backend::compute`].
+    fn compute_fused(&self, chain: &FusedChain, inputs: &[&Self::Buffer]) -> Result<Vec<Self::Buffer>, RuntimeError>
     where
         Self: Sized,
     {
@@ -90,7 +91,7 @@ pub trait Backend {
         inputs: &[Option<&Self::Buffer>],
         into: usize,
         donor: Self::Buffer,
-    ) -> Result<Self::Buffer, RuntimeError>
+    ) -> Result<Vec<Self::Buffer>, RuntimeError>
     where
         Self: Sized,
     {
@@ -170,7 +171,7 @@ pub fn compute_fused_then_free<B: Backend>(
     chain: &FusedChain,
     inputs: &[Option<&B::Buffer>],
     donor: B::Buffer,
-) -> Result<B::Buffer, RuntimeError> {
+) -> Result<Vec<B::Buffer>, RuntimeError> {
     let refs: Vec<&B::Buffer> = inputs.iter().map(|b| b.unwrap_or(&donor)).collect();
     let out = be.compute_fused(chain, &refs);
     drop(refs);
@@ -194,19 +195,21 @@ pub fn compute_unfused<B: Backend>(
     be: &B,
     chain: &FusedChain,
     inputs: &[&B::Buffer],
-) -> Result<B::Buffer, RuntimeError> {
-    let mut values: Vec<B::Buffer> = Vec::with_capacity(chain.nodes.len());
+) -> Result<Vec<B::Buffer>, RuntimeError> {
+    let mut values: Vec<Option<B::Buffer>> = Vec::with_capacity(chain.nodes.len());
     for node in &chain.nodes {
         let args: Vec<&B::Buffer> = node
             .args
             .iter()
             .map(|a| match *a {
                 Arg::Input(k) => inputs[k],
-                Arg::Node(n) => &values[n],
+                Arg::Node(n) => values[n].as_ref().expect("a value read before it is handed out"),
             })
             .collect();
         let out = be.compute(&node.op, &args)?.remove(0);
-        values.push(out);
+        values.push(Some(out));
     }
-    Ok(values.pop().expect("a chain has nodes"))
+    let mut outs = vec![values.pop().flatten().expect("a chain has nodes")];
+    outs.extend(chain.kept.iter().map(|&(n, _)| values[n].take().expect("kept once")));
+    Ok(outs)
 }

@@ -28,11 +28,19 @@
 //! spread over rows, a layer norm's statistics spread over features), whose
 //! operand, of another shape, is then a chain input read through the
 //! broadcast's index map.
+//!
+//! A GPU backend, where each launch costs microseconds of host time, also
+//! asks for *kept values* ([`FusionOptions::kept`]): an intermediate
+//! value that steps after the chain read (a forward value its backward
+//! reads again, as GELU's `x³` and `tanh`) no longer ends the chain; the
+//! chain writes it as well ([`FusedChain::kept`]). Without it each such
+//! value ends a chain, and a training step's forward pass splits into
+//! chains of one or two ops.
 
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use weft_ir::device::{BufferId, DeviceProgram, Step};
-use weft_ir::{Op, TensorType};
+use weft_ir::{DType, Op, TensorType};
 
 /// Where a node's operand comes from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -67,8 +75,15 @@ pub struct FusedChain {
     pub output: BufferId,
     /// The buffers of the intermediate values (never allocated).
     pub intermediates: Vec<BufferId>,
+    /// The values the chain also writes besides its result (read after
+    /// it; only with [`FusionOptions::kept`]): each node's index and its
+    /// buffer, in node order.
+    pub kept: Vec<(usize, BufferId)>,
     /// The steps the chain covers (its first to its last compute step).
     pub steps: RangeInclusive<usize>,
+    /// Its compute steps, in order (all of `steps` but frees, unless the
+    /// chain reaches across other steps: [`FusionOptions::across`]).
+    pub members: Vec<usize>,
 }
 
 /// Which steps [`plan_fusion_with`] puts in chains (a backend's choice).
@@ -89,22 +104,46 @@ pub struct FusionOptions {
     /// Also take any `broadcast_in_dim` that keeps its operand's dimension
     /// order (increasing `dims`) into chains: its operand, of another
     /// shape, becomes a chain input read through the broadcast's index
-    /// map (a bias or a layer norm's statistics spread over rows).
+    /// map (a bias or a layer norm's statistics spread over rows); and a
+    /// `select` whose predicate is a scalar (read once, as a splat).
     pub broadcasts: bool,
+    /// Let a chain go on past an intermediate value that later steps (or
+    /// the program's outputs) read: the chain writes that value too
+    /// ([`FusedChain::kept`]), and the backend's
+    /// [`crate::Backend::compute_fused`] returns it after the result.
+    pub kept: bool,
+    /// Let a chain reach across up to [`MAX_GAP`] compute steps in a row
+    /// that read none of its values (and read at most [`MAX_INPUTS`]
+    /// buffers): a running sum of per-parameter norms, or a residual add
+    /// with a bias's conversion between its steps, still forms one chain.
+    pub across: bool,
+    /// Plan only chains one float kernel runs: every value a float of one
+    /// width (`f64`, or the narrower floats) or a `bool`, and the result
+    /// and kept values floats. A backend whose fused kernel is float-only
+    /// (the GPU's) would otherwise run the others node by node: an
+    /// integer step counter joined to a norm's sums, or a kept `bool` mask.
+    pub float_kernels: bool,
 }
 
 impl FusionOptions {
     /// No fusion.
-    pub const NONE: FusionOptions =
-        FusionOptions { elementwise: false, splats: false, reductions: false, in_place: false, broadcasts: false };
+    pub const NONE: FusionOptions = FusionOptions {
+        elementwise: false,
+        splats: false,
+        reductions: false,
+        in_place: false,
+        broadcasts: false,
+        kept: false,
+        across: false,
+        float_kernels: false,
+    };
     /// Elementwise chains only (what every fusing backend understands).
-    pub const ELEMENTWISE: FusionOptions =
-        FusionOptions { elementwise: true, splats: false, reductions: false, in_place: false, broadcasts: false };
+    pub const ELEMENTWISE: FusionOptions = FusionOptions { elementwise: true, ..FusionOptions::NONE };
     /// Elementwise chains with their splats, ended by their reductions,
     /// computed in place where they can (what the fast CPU backend takes;
     /// not broadcasts).
     pub const ALL: FusionOptions =
-        FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true, broadcasts: false };
+        FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true, ..FusionOptions::NONE };
 }
 
 /// Whether `op` spreads one value over its result: a scalar broadcast
@@ -164,19 +203,28 @@ pub fn plan_fusion_with(p: &DeviceProgram, opts: FusionOptions) -> Vec<FusedChai
         }
     }
     let outputs: HashSet<BufferId> = p.outputs.iter().copied().collect();
-    let mut chains = Vec::new();
-    let mut i = 0;
-    while i < p.steps.len() {
-        match chain_at(p, i, &readers, &outputs, opts) {
-            Some(c) => {
-                i = *c.steps.end() + 1;
-                chains.push(c);
-            }
-            None => i += 1,
+    let mut chains: Vec<FusedChain> = Vec::new();
+    // The steps already in a chain (a chain that reaches across steps may
+    // leave some inside its range to later chains).
+    let mut claimed = vec![false; p.steps.len()];
+    for i in 0..p.steps.len() {
+        if claimed[i] {
+            continue;
+        }
+        if let Some(c) = chain_at(p, i, &readers, &outputs, &claimed, opts) {
+            c.members.iter().for_each(|&m| claimed[m] = true);
+            chains.push(c);
         }
     }
     chains
 }
+
+/// The most compute steps in a row a chain reaches across
+/// ([`FusionOptions::across`]).
+pub const MAX_GAP: usize = 4;
+/// The most inputs a chain that reaches across steps reads (each is one
+/// kernel argument).
+pub const MAX_INPUTS: usize = 16;
 
 /// The longest valid chain starting at step `start`, if it has two or more
 /// compute steps.
@@ -185,6 +233,7 @@ fn chain_at(
     start: usize,
     readers: &[Vec<usize>],
     outputs: &HashSet<BufferId>,
+    claimed: &[bool],
     opts: FusionOptions,
 ) -> Option<FusedChain> {
     let (op, ins, first_out) = fusible(&p.steps[start], opts)?;
@@ -196,6 +245,10 @@ fn chain_at(
         } else if matches!(op, Op::BroadcastInDim { .. }) {
             // An ordered broadcast (`fusible` checked): any operand shape.
             true
+        } else if matches!(op, Op::Select) && opts.broadcasts {
+            // A scalar predicate is spread over the branches, as a splat.
+            let pred = &p.ty(ins[0]).shape;
+            (pred.is_empty() || pred == shape) && ins[1..].iter().all(|&b| &p.ty(b).shape == shape)
         } else {
             ins.iter().all(|&b| &p.ty(b).shape == shape)
         }
@@ -205,13 +258,42 @@ fn chain_at(
     }
     // Candidate members: consecutive fusible steps of one shape, skipping
     // frees, and perhaps a reduction of the last one's value to end them.
+    // With `across`, a few compute steps in a row that read no member's
+    // value are passed over: they run before the chain, which runs at its
+    // last member.
+    // With `float_kernels`: the chain's float class (`Class::Wide` or
+    // `Class::Narrow`), set by the first float among its values.
+    let mut class: Option<Class> = None;
+    if !admits(p, ins, first_out, &mut class, opts) {
+        return None;
+    }
     let mut members = vec![start];
+    let mut produced: HashSet<BufferId> = HashSet::from([first_out]);
+    let mut read: HashSet<BufferId> = ins.iter().copied().collect();
+    let mut gap = 0;
     for (k, s) in p.steps.iter().enumerate().skip(start + 1) {
+        let free = !claimed[k];
+        let room = |ins: &[BufferId]| {
+            !opts.across
+                || read.union(&ins.iter().copied().collect()).filter(|b| !produced.contains(b)).count() <= MAX_INPUTS
+        };
         match (s, fusible(s, opts)) {
             (Step::Free(_), _) => continue,
-            (_, Some((op, ins, out))) if &p.ty(out).shape == shape && fits(op, ins) => members.push(k),
+            (_, Some((op, ins, out)))
+                if free
+                    && &p.ty(out).shape == shape
+                    && fits(op, ins)
+                    && room(ins)
+                    && admits(p, ins, out, &mut class, opts) =>
+            {
+                members.push(k);
+                produced.insert(out);
+                read.extend(ins.iter().copied());
+                gap = 0;
+            }
             (Step::Compute { op: Op::Reduce { .. }, inputs, outputs }, _)
-                if opts.reductions
+                if free
+                    && opts.reductions
                     && inputs.len() == 1
                     && outputs.len() == 1
                     && writes(&p.steps[*members.last().expect("one")]) == Some(inputs[0]) =>
@@ -219,21 +301,71 @@ fn chain_at(
                 members.push(k);
                 break;
             }
+            (Step::Compute { inputs, .. }, _)
+                if opts.across && gap < MAX_GAP && !inputs.iter().any(|b| produced.contains(b)) =>
+            {
+                gap += 1;
+            }
             _ => break,
         }
     }
-    // Longest prefix whose intermediates are read only by later members.
+    // Longest prefix whose intermediates are read only by later members
+    // (or, with kept values, by later members and steps after the chain).
     while members.len() >= 2 {
+        let last = *members.last().expect("two or more");
+        let float = |b: BufferId| !opts.float_kernels || p.ty(b).dtype.is_float();
         let valid = members[..members.len() - 1].iter().all(|&m| {
             let (_, _, out) = member(&p.steps[m], opts).expect("member");
-            !outputs.contains(&out) && readers[out.index()].iter().all(|r| members.contains(r) && *r > m)
-        });
+            let later = |r: &usize| (members.contains(r) && *r > m) || (opts.kept && *r > last);
+            let kept = outputs.contains(&out) || readers[out.index()].iter().any(|&r| r > last);
+            (opts.kept || !outputs.contains(&out)) && readers[out.index()].iter().all(later) && (!kept || float(out))
+        }) && writes(&p.steps[last]).is_some_and(float);
         if valid {
-            return Some(build(p, &members, opts));
+            return Some(build(p, &members, opts, readers, outputs));
         }
         members.pop();
     }
     None
+}
+
+/// The float class of a value, for [`FusionOptions::float_kernels`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Class {
+    /// `f64`.
+    Wide,
+    /// The other floats (`f32` and the half types).
+    Narrow,
+    /// `bool` (fits either).
+    Flag,
+}
+
+/// The class of `d`; `None` for integers.
+fn class_of(d: DType) -> Option<Class> {
+    match d {
+        DType::F64 => Some(Class::Wide),
+        DType::Bool => Some(Class::Flag),
+        d if d.is_float() => Some(Class::Narrow),
+        _ => None,
+    }
+}
+
+/// Whether a step reading `ins` and writing `out` may join a chain of
+/// float class `class` (which it sets, if still open); always, without
+/// [`FusionOptions::float_kernels`].
+fn admits(p: &DeviceProgram, ins: &[BufferId], out: BufferId, class: &mut Option<Class>, opts: FusionOptions) -> bool {
+    if !opts.float_kernels {
+        return true;
+    }
+    for &b in ins.iter().chain([&out]) {
+        match (class_of(p.ty(b).dtype), *class) {
+            (None, _) => return false,
+            (Some(Class::Flag), _) => {}
+            (Some(c), None) => *class = Some(c),
+            (Some(c), Some(k)) if c != k => return false,
+            _ => {}
+        }
+    }
+    true
 }
 
 /// The one buffer a compute step writes.
@@ -254,7 +386,14 @@ fn member(s: &Step, opts: FusionOptions) -> Option<(&Op, &[BufferId], BufferId)>
     }
 }
 
-fn build(p: &DeviceProgram, members: &[usize], opts: FusionOptions) -> FusedChain {
+fn build(
+    p: &DeviceProgram,
+    members: &[usize],
+    opts: FusionOptions,
+    readers: &[Vec<usize>],
+    outputs: &HashSet<BufferId>,
+) -> FusedChain {
+    let last = members[members.len() - 1];
     let mut inputs: Vec<BufferId> = Vec::new();
     let mut produced: Vec<BufferId> = Vec::new();
     let mut nodes = Vec::with_capacity(members.len());
@@ -274,7 +413,12 @@ fn build(p: &DeviceProgram, members: &[usize], opts: FusionOptions) -> FusedChai
         produced.push(out);
     }
     let output = produced.pop().expect("two or more members");
-    FusedChain { inputs, nodes, output, intermediates: produced, steps: members[0]..=members[members.len() - 1] }
+    // Values read after the chain, or program outputs, are kept.
+    let escapes = |b: &BufferId| outputs.contains(b) || readers[b.index()].iter().any(|&r| r > last);
+    let kept: Vec<(usize, BufferId)> =
+        produced.iter().enumerate().filter(|(_, b)| escapes(b)).map(|(n, &b)| (n, b)).collect();
+    let intermediates = produced.into_iter().filter(|b| !escapes(b)).collect();
+    FusedChain { inputs, nodes, output, intermediates, kept, steps: members[0]..=last, members: members.to_vec() }
 }
 
 #[cfg(test)]
@@ -403,5 +547,126 @@ mod tests {
         assert_eq!(plan_fusion_with(&program(vec![1]), FusionOptions::ALL)[0].steps, 1..=2);
         assert!(is_ordered_broadcast(&Op::BroadcastInDim { dims: vec![0, 2], shape: vec![2, 2, 2] }));
         assert!(!is_ordered_broadcast(&Op::BroadcastInDim { dims: vec![1, 0], shape: vec![2, 2] }));
+    }
+
+    /// With [`FusionOptions::kept`], values read after the chain (or
+    /// program outputs) no longer end it: the chain writes them as well;
+    /// without, the same program splits where they escape.
+    #[test]
+    fn kept_values_let_chains_go_on() {
+        let add = Op::Binary(BinaryOp::Add);
+        // %2 = add %0, %1; %3 = tanh %2; %4 = mul %3, %2;
+        // %6 = neg %3 (a later reader of %3: in the real step, a backward op)
+        let mut p = program(
+            vec![
+                compute(add, &[0, 1], 2),
+                compute(Op::Unary(UnaryOp::Tanh), &[2], 3),
+                compute(Op::Binary(BinaryOp::Mul), &[3, 2], 4),
+                Step::Free(vec![BufferId(2)]),
+                compute(Op::Reduce { op: ReduceOp::Sum, dims: vec![0] }, &[4], 5),
+                compute(Op::Unary(UnaryOp::Neg), &[3], 6),
+            ],
+            &[5, 6],
+        );
+        // Without: steps 0..=2 would let %3 escape, 0..=1 %2 (read by the
+        // mul), 1..=2 %3 again: nothing fuses.
+        assert!(plan_fusion(&p).is_empty(), "{:?}", plan_fusion(&p));
+        let kept = FusionOptions { kept: true, ..FusionOptions::ELEMENTWISE };
+        let c = plan_fusion_with(&p, kept);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!((c[0].steps.clone(), c[0].output), (0..=2, BufferId(4)));
+        assert_eq!(c[0].kept, vec![(1, BufferId(3))]);
+        assert_eq!(c[0].intermediates, vec![BufferId(2)]);
+        // A program output inside the run is kept too.
+        p.outputs.push(BufferId(2));
+        let c = plan_fusion_with(&p, kept);
+        assert_eq!(c[0].kept, vec![(0, BufferId(2)), (1, BufferId(3))]);
+        assert!(c[0].intermediates.is_empty());
+    }
+
+    /// With [`FusionOptions::across`], a running sum of squared norms is
+    /// one chain of adds that reaches across each norm's own chain (which
+    /// reads none of its values); the norms' chains are planned inside its
+    /// range.
+    #[test]
+    fn chains_reach_across_independent_steps() {
+        let t = |s: &[usize]| Buffer { ty: TensorType::new(DType::F32, s.to_vec()), name: None };
+        let sq = |x: u32, out: u32| compute(Op::Binary(BinaryOp::Mul), &[x, x], out);
+        let sum = |x: u32, out: u32| compute(Op::Reduce { op: ReduceOp::Sum, dims: vec![0] }, &[x], out);
+        let add = |a: u32, b: u32, out: u32| compute(Op::Binary(BinaryOp::Add), &[a, b], out);
+        // %3..%5 squares, %6..%8 their sums, %9 and %10 the running total.
+        let mut buffers = vec![t(&[4]); 6];
+        buffers.extend(vec![t(&[]); 5]);
+        let p = DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)].into(),
+            buffers,
+            inputs: vec![BufferId(0), BufferId(1), BufferId(2)],
+            outputs: vec![BufferId(10)],
+            steps: vec![
+                sq(0, 3),
+                sum(3, 6),
+                sq(1, 4),
+                sum(4, 7),
+                add(6, 7, 9),
+                sq(2, 5),
+                Step::Free(vec![BufferId(6), BufferId(7)]),
+                sum(5, 8),
+                add(9, 8, 10),
+            ],
+        };
+        let gpu = FusionOptions {
+            splats: true,
+            broadcasts: true,
+            kept: true,
+            reductions: true,
+            ..FusionOptions::ELEMENTWISE
+        };
+        let members = |o: FusionOptions| plan_fusion_with(&p, o).into_iter().map(|c| c.members).collect::<Vec<_>>();
+        assert_eq!(members(gpu), vec![vec![0, 1], vec![2, 3], vec![5, 7]]);
+        let across = members(FusionOptions { across: true, ..gpu });
+        assert_eq!(across, vec![vec![0, 1], vec![2, 3], vec![4, 8], vec![5, 7]]);
+        // Steps that read a chain's value are not reached across.
+        let mut q = p.clone();
+        q.steps[5] = compute(Op::Reshape { shape: vec![1] }, &[9], 5);
+        q.buffers[5] = t(&[1]);
+        let c = plan_fusion_with(&q, FusionOptions { across: true, ..gpu });
+        assert!(c.iter().all(|c| !(c.members.contains(&4) && c.members.contains(&8))), "{c:?}");
+    }
+
+    /// With [`FusionOptions::float_kernels`] a chain keeps no `bool` and
+    /// holds no integer: a comparison whose mask a later step reads starts
+    /// no chain, and an integer conversion ends one.
+    #[test]
+    fn float_kernels_keep_floats_only() {
+        let t = |d: DType| Buffer { ty: TensorType::new(d, vec![4]), name: None };
+        let p = DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)].into(),
+            buffers: vec![
+                t(DType::F32),
+                t(DType::F32),
+                t(DType::Bool),
+                t(DType::F32),
+                t(DType::F32),
+                t(DType::Bool),
+                t(DType::I32),
+                t(DType::F32),
+            ],
+            inputs: vec![BufferId(0), BufferId(1)],
+            outputs: vec![BufferId(5), BufferId(7)],
+            steps: vec![
+                compute(Op::Compare(weft_ir::CompareOp::Gt), &[0, 1], 2),
+                compute(Op::Select, &[2, 0, 1], 3),
+                compute(Op::Unary(UnaryOp::Neg), &[3], 4),
+                compute(Op::Unary(UnaryOp::Not), &[2], 5),
+                compute(Op::Convert { to: DType::I32 }, &[4], 6),
+                compute(Op::Convert { to: DType::F32 }, &[6], 7),
+            ],
+        };
+        let kept = FusionOptions { kept: true, ..FusionOptions::ELEMENTWISE };
+        let members = |o: FusionOptions| plan_fusion_with(&p, o).into_iter().map(|c| c.members).collect::<Vec<_>>();
+        assert_eq!(members(kept), vec![vec![0, 1, 2, 3, 4, 5]]);
+        assert_eq!(members(FusionOptions { float_kernels: true, ..kept }), vec![vec![1, 2]]);
     }
 }

@@ -238,8 +238,23 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
                 }
             }
             .map_err(|e| e.at_step(d, i, "fused elementwise chain"))?;
-            dev.slots.put(c.output, out);
-            for s in c.steps.clone() {
+            if out.len() != 1 + c.kept.len() {
+                return Err(RuntimeError::Step {
+                    device: d,
+                    step: i,
+                    op: "fused elementwise chain".into(),
+                    message: format!(
+                        "the backend returned {} values, the chain writes {}",
+                        out.len(),
+                        1 + c.kept.len()
+                    ),
+                });
+            }
+            let mut out = out.into_iter();
+            for b in std::iter::once(c.output).chain(c.kept.iter().map(|&(_, b)| b)) {
+                dev.slots.put(b, out.next().expect("counted"));
+            }
+            for &s in &plan.chain_frees[k] {
                 free(dev, &plan.frees[s]);
             }
             Ok(())

@@ -42,6 +42,8 @@ pub(crate) struct Segment {
 pub(crate) struct Plan {
     pub actions: Vec<Action>,
     pub chains: Vec<FusedChain>,
+    /// Per chain: the `free` steps it applies after it runs.
+    pub chain_frees: Vec<Vec<usize>>,
     pub segments: Vec<Segment>,
     /// Per step: for a shard slice, the slice op of each device.
     pub slices: Vec<Option<Vec<Op>>>,
@@ -67,12 +69,28 @@ impl Plan {
         let chains = plan_fusion_with(p, fusion);
         let mut actions = vec![Action::Run; p.steps.len()];
         let mut fused_away = HashSet::new();
+        // A chain's members run at its last; the `free` steps in its range
+        // wait for it too (they may free what it reads). A `free` in the
+        // ranges of several chains (chains that reach across steps can
+        // overlap) waits for the one that runs last.
+        let mut chain_frees: Vec<Vec<usize>> = vec![Vec::new(); chains.len()];
         for (k, c) in chains.iter().enumerate() {
-            for s in c.steps.clone() {
-                actions[s] = Action::InChain;
+            for &m in &c.members {
+                actions[m] = Action::InChain;
             }
             actions[*c.steps.end()] = Action::Chain(k);
             fused_away.extend(c.intermediates.iter().copied());
+        }
+        for (i, step) in p.steps.iter().enumerate() {
+            if !matches!(step, Step::Free(_)) {
+                continue;
+            }
+            let latest =
+                (0..chains.len()).filter(|&k| chains[k].steps.contains(&i)).max_by_key(|&k| *chains[k].steps.end());
+            if let Some(k) = latest {
+                actions[i] = Action::InChain;
+                chain_frees[k].push(i);
+            }
         }
         let n = p.num_devices();
         let mut segments = Vec::new();
@@ -126,7 +144,7 @@ impl Plan {
             })
             .collect();
         let donors = chains.iter().map(|c| if fusion.in_place { take_donor(p, c, &mut frees) } else { None }).collect();
-        Plan { actions, chains, segments, slices, members, consumes, frees, donors }
+        Plan { actions, chains, chain_frees, segments, slices, members, consumes, frees, donors }
     }
 }
 

@@ -505,6 +505,8 @@ mod tests {
             ],
             output: weft_ir::device::BufferId(0),
             intermediates: vec![],
+            kept: vec![],
+            members: vec![],
             steps: 0..=0,
         };
         let mut pool = Pool::default();
@@ -539,6 +541,8 @@ mod tests {
                 ],
                 output: weft_ir::device::BufferId(0),
                 intermediates: vec![],
+                kept: vec![],
+                members: vec![],
                 steps: 0..=0,
             }
         };
@@ -576,6 +580,8 @@ mod tests {
             ],
             output: weft_ir::device::BufferId(0),
             intermediates: vec![],
+            kept: vec![],
+            members: vec![],
             steps: 0..=0,
         };
         let n = 4500;

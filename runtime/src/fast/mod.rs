@@ -148,18 +148,27 @@ impl Backend for FastCpuBackend {
         inputs: &[Option<&HostTensor>],
         into: usize,
         donor: HostTensor,
-    ) -> Result<HostTensor, RuntimeError> {
+    ) -> Result<Vec<HostTensor>, RuntimeError> {
+        // This backend's options keep no values (`FusionOptions::ALL`);
+        // a chain that does runs node by node.
+        if !chain.kept.is_empty() {
+            return crate::backend::compute_fused_then_free(self, chain, inputs, donor);
+        }
         let tried = elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut(), self.threads);
         match tried {
-            Ok(t) => Ok(t),
+            Ok(t) => Ok(vec![t]),
             Err(donor) => crate::backend::compute_fused_then_free(self, chain, inputs, donor),
         }
     }
 
-    fn compute_fused(&self, chain: &FusedChain, inputs: &[&HostTensor]) -> Result<HostTensor, RuntimeError> {
-        let fast = elementwise::fused(chain, inputs, &mut self.pool.borrow_mut(), self.threads);
+    fn compute_fused(&self, chain: &FusedChain, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
+        let fast = if chain.kept.is_empty() {
+            elementwise::fused(chain, inputs, &mut self.pool.borrow_mut(), self.threads)
+        } else {
+            None
+        };
         match fast {
-            Some(t) => Ok(t),
+            Some(t) => Ok(vec![t]),
             None => compute_unfused(self, chain, inputs),
         }
     }

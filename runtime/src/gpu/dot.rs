@@ -13,13 +13,19 @@
 //! TF32), half-type products its tensor-core routines where the device
 //! has them ([`Routine`]); when cubek declines a problem, and for integer
 //! dots, the tiled kernel of `kernels_matmul.rs` runs instead.
+//!
+//! A single product with few output tiles and a long contraction (a
+//! weight gradient: `512×512` summed over 4,096 tokens) would leave most
+//! of a large GPU idle; its contraction is split into runs computed side
+//! by side as a batch, and the partial products summed in order
+//! ([`split_parts`]).
 
 use super::kernels_convert::to_float;
 use super::kernels_matmul::{matmul_tiled, TILE};
 use super::layout::{fill_value, strides};
 use super::ops::{round_to, with_storage};
 use super::storage::{Rounding, Storage};
-use super::{layout, CubeBuffer, CubeclBackend};
+use super::{layout, reduce, CubeBuffer, CubeclBackend};
 use crate::error::RuntimeError;
 use crate::strided::collapse;
 use cubecl::ir::StorageType;
@@ -58,6 +64,11 @@ pub(super) enum Routine {
     /// operands read from their `f32` storage and staged as the half type
     /// (exact: the stored values are the half type's), `f32` accumulation.
     TensorCores,
+    /// [`Routine::TensorCores`] with cubek's specialized `mma` routine
+    /// (loading and computing planes apart): on the H200 25.7 against 23.6
+    /// TFLOP/s at `4096×512×512` and 21.0 against 14.5 at `512×4096×512`
+    /// (BENCHMARKS.md), so products from [`SPECIALIZED_FLOPS`] up take it.
+    TensorCoresSpecialized,
     /// Tensor cores fed by the tensor memory accelerator (cubek's
     /// double-buffered TMA routine), on operands first packed into the half
     /// type: two conversion launches, paid back on large products only.
@@ -72,6 +83,11 @@ pub(super) enum Routine {
 /// than they save on a 256×512×2048 product).
 const PACK_FLOPS: f64 = 8.0e9;
 
+/// Products of at least this many flops, below [`PACK_FLOPS`], take
+/// [`Routine::TensorCoresSpecialized`] (measured from `2·4096·512·512`,
+/// a GPT layer's products; smaller ones keep the double-buffered routine).
+const SPECIALIZED_FLOPS: f64 = 2.0e9;
+
 /// The routines to try for a product of `dtype` with layout `p`, best
 /// first.
 fn candidates<R: Runtime>(be: &CubeclBackend<R>, dtype: DType, p: &MatmulLayout) -> Vec<Routine> {
@@ -83,8 +99,11 @@ fn candidates<R: Runtime>(be: &CubeclBackend<R>, dtype: DType, p: &MatmulLayout)
         let f32s = f32::as_type_native_unchecked().storage_type();
         let mm = &be.client.properties().features.matmul;
         if mm.mma.iter().chain(&mm.cmma).any(|c| c.a_type == h && c.b_type == h && c.cd_type == f32s) {
-            if 2.0 * (p.b * p.m * p.n * p.k) as f64 >= PACK_FLOPS {
+            let flops = 2.0 * (p.b * p.m * p.n * p.k) as f64;
+            if flops >= PACK_FLOPS {
                 v.push(Routine::TensorCoresPacked);
+            } else if flops >= SPECIALIZED_FLOPS {
+                v.push(Routine::TensorCoresSpecialized);
             }
             v.push(Routine::TensorCores);
         }
@@ -111,9 +130,6 @@ struct Operand<R: Runtime> {
     buf: CubeBuffer<R>,
     shape: [usize; 3],
     strides: [usize; 3],
-    /// The operand and its permutation, to copy it dense on demand.
-    src: CubeBuffer<R>,
-    perm: Vec<usize>,
 }
 
 impl<R: Runtime> Operand<R> {
@@ -125,24 +141,38 @@ impl<R: Runtime> Operand<R> {
             Some(st) if st[..] != dense[..] => (x.clone(), st),
             _ => (as_batch(be, x, perm, shape), [dense[0], dense[1], dense[2]]),
         };
-        Operand { buf, shape, strides: st, src: x.clone(), perm: perm.to_vec() }
+        Operand { buf, shape, strides: st }
     }
 
     fn is_dense(&self) -> bool {
         self.strides[..] == strides(&self.shape)[..]
     }
 
-    /// The same operand copied dense.
+    /// The same operand copied dense (one strided copy of the view).
     fn dense(&self, be: &CubeclBackend<R>) -> Operand<R> {
         let st = strides(&self.shape);
-        let buf = if self.is_dense() { self.buf.clone() } else { as_batch(be, &self.src, &self.perm, self.shape) };
-        Operand {
-            buf,
-            shape: self.shape,
-            strides: [st[0], st[1], st[2]],
-            src: self.src.clone(),
-            perm: self.perm.clone(),
+        if self.is_dense() {
+            return Operand { buf: self.buf.clone(), shape: self.shape, strides: self.strides };
         }
+        let buf = be.empty(&TensorType::new(self.buf.ty.dtype, self.shape.to_vec()));
+        let c =
+            layout::Copy { shape: &self.shape, src_off: 0, src_strides: &self.strides, dst_off: 0, dst_strides: &st };
+        layout::copy(be, &self.buf, &buf, c);
+        Operand { buf, shape: self.shape, strides: [st[0], st[1], st[2]] }
+    }
+
+    /// The operand of a product whose contraction is split into `parts`:
+    /// the contracting dimension (`axis` 2 of a left operand, 1 of a right
+    /// one) cut into `parts` runs that become the batch (the operand must
+    /// have a batch of one). A view of the same buffer.
+    fn split(&self, parts: usize, axis: usize) -> Operand<R> {
+        debug_assert!(self.shape[0] == 1 && self.shape[axis] % parts == 0);
+        let mut shape = self.shape;
+        shape[axis] /= parts;
+        shape[0] = parts;
+        let mut st = self.strides;
+        st[0] = self.strides[axis] * shape[axis];
+        Operand { buf: self.buf.clone(), shape, strides: st }
     }
 
     fn binding(&self, handle: &Handle) -> TensorBinding<R> {
@@ -156,6 +186,35 @@ impl<R: Runtime> Operand<R> {
             )
         }
     }
+}
+
+/// Output tiles that keep a large GPU busy: a product with fewer (a
+/// weight gradient's `512×512` output is 64 tiles of `64×64` on an H200's
+/// 132 multiprocessors) splits its contraction ([`split_parts`]).
+const BUSY_TILES: usize = 256;
+/// The output tile a product's cube computes, for counting tiles.
+const SPLIT_TILE: usize = 64;
+/// The shortest run of the contraction a split part takes.
+const MIN_SPLIT_K: usize = 512;
+/// The most parts a contraction is split into.
+const MAX_SPLIT: usize = 16;
+
+/// Into how many parts the contraction of a `[b, m, n, k]` product is
+/// split (split-K; 1: none): a single product (`b = 1`) with too few
+/// output tiles to fill the device ([`BUSY_TILES`]) and a long contraction
+/// is computed as `parts` products of `k / parts` side by side, whose
+/// partial results are summed in order by one column reduction. A
+/// function of the shape alone, so every run sums in the same order.
+fn split_parts(b: usize, m: usize, n: usize, k: usize) -> usize {
+    if b != 1 {
+        return 1;
+    }
+    let tiles = m.div_ceil(SPLIT_TILE) * n.div_ceil(SPLIT_TILE);
+    let mut parts = 1;
+    while tiles * parts < BUSY_TILES && parts < MAX_SPLIT && k % (2 * parts) == 0 && k / (2 * parts) >= MIN_SPLIT_K {
+        parts *= 2;
+    }
+    parts
 }
 
 /// The strides of `x` (a dense buffer of `shape`) permuted by `perm` and
@@ -203,9 +262,11 @@ pub(super) fn dot_general<R: Runtime>(
     let (nb, nc) = (dims.lhs_batch.len(), dims.lhs_contract.len());
     let lo = Operand::new(be, l, &p.lhs_perm, [nb, l.ty.shape.len() - nb - nc, nc], [p.b, p.m, p.k]);
     let ro = Operand::new(be, r, &p.rhs_perm, [nb, nc, r.ty.shape.len() - nb - nc], [p.b, p.k, p.n]);
-    let acc_ty = TensorType::new(accumulator(ty.dtype), vec![p.b, p.m, p.n]);
+    let parts = split_parts(p.b, p.m, p.n, p.k);
+    let (lo, ro) = if parts > 1 { (lo.split(parts, 2), ro.split(parts, 1)) } else { (lo, ro) };
+    let acc_ty = TensorType::new(accumulator(ty.dtype), vec![lo.shape[0], p.m, p.n]);
     let acc = be.empty(&acc_ty);
-    let key = (ty.dtype, [p.b, p.m, p.n, p.k], lo.strides, ro.strides);
+    let key = (ty.dtype, [lo.shape[0], p.m, p.n, lo.shape[2]], lo.strides, ro.strides);
     let known = be.lock_routines().get(&key).copied();
     match known {
         // The routine took this product before; should it decline now,
@@ -243,7 +304,13 @@ pub(super) fn dot_general<R: Runtime>(
             be.lock_routines().insert(key, chosen);
         }
     }
-    Ok(if acc_ty.dtype == ty.dtype { acc.view(ty.clone()) } else { round_to(be, &acc, ty) })
+    Ok(if parts > 1 {
+        reduce::sum_rows_of(be, &acc, parts, ty)
+    } else if acc_ty.dtype == ty.dtype {
+        acc.view(ty.clone())
+    } else {
+        round_to(be, &acc, ty)
+    })
 }
 
 /// Runs `routine` into `out`; false if the device declines it.
@@ -283,7 +350,7 @@ fn run<R: Runtime>(
             let strategy = Strategy::SimpleUnit(Default::default());
             launch_ref(&strategy, &be.client, lhs, rhs, out_binding(), &mut dtypes).is_ok()
         }
-        Routine::TensorCores => {
+        Routine::TensorCores | Routine::TensorCoresSpecialized => {
             let h = half_storage(dtype).expect("tensor cores for half types only");
             let lhs = InputBinding::Normal(l.binding(&l.buf.handle), f32s);
             let rhs = InputBinding::Normal(r.binding(&r.buf.handle), f32s);
@@ -298,7 +365,10 @@ fn run<R: Runtime>(
                 rhs_register: h,
                 acc_register: f32s,
             };
-            let strategy = Strategy::DoubleCyclicMma(Default::default());
+            let strategy = match routine {
+                Routine::TensorCoresSpecialized => Strategy::SpecializedCyclicMma(Default::default()),
+                _ => Strategy::DoubleCyclicMma(Default::default()),
+            };
             launch_ref(&strategy, &be.client, lhs, rhs, out_binding(), &mut dtypes).is_ok()
         }
         Routine::TensorCoresPacked => {

@@ -5,18 +5,20 @@
 //! between those types, a splat (a scalar `broadcast_in_dim`, a splat
 //! `constant`) or a `broadcast_in_dim` that keeps dimension order (its
 //! operand read through an index map); other chains (integers, mixed float
-//! storage, a `bool` result) run node by node.
+//! storage, a `bool` result or kept value) run node by node. The result
+//! and the values the chain keeps for later steps are written to slots of
+//! one allocation, each a view at its own offset.
 
 use super::elementwise::{BinaryF, UnaryF};
 use super::kernels_fused::{fused_float, Access, FusedExpr, FusedOp, Source};
 use super::ops::{binary_float_op, compare_kind, unary_float_op, with_float};
 use super::storage::{Rounding, Storage};
-use super::{CubeBuffer, CubeclBackend};
+use super::{reduce, CubeBuffer, CubeclBackend};
 use crate::backend::compute_unfused;
 use crate::error::RuntimeError;
 use crate::fusion::{Arg, FusedChain};
 use cubecl::prelude::*;
-use weft_ir::{BinaryOp, DType, Literal, LiteralData, Op, TensorType, UnaryOp};
+use weft_ir::{BinaryOp, DType, Literal, LiteralData, Op, ReduceOp, TensorType, UnaryOp};
 
 /// The float op of a node, if it has one (`convert` between dtypes of one
 /// float storage type is a rounding).
@@ -128,8 +130,21 @@ fn expression<R: Runtime>(
         };
         nodes.push((op, rnd));
     }
+    // The result, then the kept values: floats of the chain's storage.
+    if !chain.kept.iter().all(|&(n, _)| float(chain.nodes[n].ty.dtype)) {
+        return None;
+    }
+    let mut stores = vec![inputs.len() + chain.nodes.len() - 1];
+    stores.extend(chain.kept.iter().map(|&(n, _)| inputs.len() + n));
     let dtype = if storage == Storage::F64 { DType::F64 } else { DType::F32 };
-    Some((dtype, FusedExpr { nodes }, sources))
+    Some((dtype, FusedExpr { nodes, stores, pitch: slot_pitch(len, storage) }, sources))
+}
+
+/// The distance in elements between the output slots of a chain of `len`
+/// elements: `len` rounded up to 256 bytes, the strictest binding offset
+/// alignment a device asks for (Vulkan's `minStorageBufferOffsetAlignment`).
+fn slot_pitch(len: usize, storage: Storage) -> usize {
+    len.next_multiple_of(256 / storage.size())
 }
 
 /// The `(pitch, extent, stride)` of each result dimension a
@@ -142,14 +157,15 @@ fn index_map(from: &[usize], dims: &[usize], to: &[usize]) -> Vec<(usize, usize,
     (0..from.len()).filter(|&j| from[j] != 1).map(|j| (pitch(dims[j]), to[dims[j]], stride(j))).collect()
 }
 
-/// Runs `chain` as one kernel when possible, node by node otherwise. A
-/// splat constant in the chain is read from its rank-0 value, which the
-/// device computes once ([`super::constants`]).
-pub(super) fn compute_fused<R: Runtime>(
+/// The rank-0 values of `chain`'s float splat constants (which the device
+/// computes once, [`super::constants`]), and per node the index its
+/// constant takes among the inputs (`inputs` of them, then these).
+#[allow(clippy::type_complexity)]
+fn splat_scalars<R: Runtime>(
     be: &CubeclBackend<R>,
     chain: &FusedChain,
-    inputs: &[&CubeBuffer<R>],
-) -> Result<CubeBuffer<R>, RuntimeError> {
+    inputs: usize,
+) -> Result<(Vec<CubeBuffer<R>>, Vec<Option<usize>>), RuntimeError> {
     let mut scalars = Vec::new();
     let mut constants = Vec::with_capacity(chain.nodes.len());
     for node in &chain.nodes {
@@ -157,27 +173,101 @@ pub(super) fn compute_fused<R: Runtime>(
             Op::Constant(Literal { data: LiteralData::Splat(v), ty }) if ty.dtype.is_float() => {
                 let scalar = Literal::splat(TensorType::new(ty.dtype, vec![]), *v);
                 scalars.push(super::ops::compute(be, &Op::Constant(scalar), &[])?);
-                Some(inputs.len() + scalars.len() - 1)
+                Some(inputs + scalars.len() - 1)
             }
             _ => None,
         });
     }
+    Ok((scalars, constants))
+}
+
+/// A chain ending in a reduction (its value's only reader): one reduction
+/// launch that computes the elementwise part where it reads each element
+/// ([`reduce::reduce_float`]), when the chain keeps no values, its part
+/// fuses and the reduced dimensions are innermost or leading; otherwise
+/// the elementwise part as a chain (its value stored), then the reduction.
+fn reduced<R: Runtime>(
+    be: &CubeclBackend<R>,
+    chain: &FusedChain,
+    inputs: &[&CubeBuffer<R>],
+    op: ReduceOp,
+    dims: &[usize],
+    ty: &TensorType,
+) -> Result<Vec<CubeBuffer<R>>, RuntimeError> {
+    // The elementwise part (computed here, never planned: its `output`
+    // and `intermediates` are not read).
+    let body = FusedChain { nodes: chain.nodes[..chain.nodes.len() - 1].to_vec(), ..chain.clone() };
+    let value = body.nodes.last().expect("a reduction ends a chain of two or more");
+    if chain.kept.is_empty() {
+        let (scalars, constants) = splat_scalars(be, &body, inputs.len())?;
+        let all: Vec<&CubeBuffer<R>> = inputs.iter().copied().chain(scalars.iter()).collect();
+        if let Some((storage, expr, sources)) = expression(be, &body, &all, &constants) {
+            let reads = reduce::Reads { inputs: all, sources, expr, storage };
+            if let Some(out) = reduce::reduce_float(be, op, &reads, &value.ty.shape, dims, ty) {
+                return Ok(vec![out]);
+            }
+        }
+    }
+    // The body's result is the reduced value; should the chain keep it
+    // too, that buffer is also the kept one.
+    let value_at = body.nodes.len() - 1;
+    let body = FusedChain { kept: body.kept.iter().copied().filter(|&(n, _)| n != value_at).collect(), ..body };
+    let mut outs = compute_fused(be, &body, inputs)?.into_iter();
+    let stored = outs.next().expect("the body's value");
+    let mut result = vec![reduce::reduce(be, op, &stored, dims, ty)];
+    let mut stored = Some(stored);
+    for &(n, _) in &chain.kept {
+        result.push(if n == value_at { stored.take().expect("kept once") } else { outs.next().expect("kept value") });
+    }
+    Ok(result)
+}
+
+/// Runs `chain` as one kernel when possible, node by node otherwise,
+/// returning its result and then its kept values. A
+/// splat constant in the chain is read from its rank-0 value, which the
+/// device computes once ([`super::constants`]).
+pub(super) fn compute_fused<R: Runtime>(
+    be: &CubeclBackend<R>,
+    chain: &FusedChain,
+    inputs: &[&CubeBuffer<R>],
+) -> Result<Vec<CubeBuffer<R>>, RuntimeError> {
+    let last = chain.nodes.last().expect("a chain has nodes");
+    if let Op::Reduce { op, dims } = &last.op {
+        return reduced(be, chain, inputs, *op, dims, &last.ty);
+    }
+    let (scalars, constants) = splat_scalars(be, chain, inputs.len())?;
     let all: Vec<&CubeBuffer<R>> = inputs.iter().copied().chain(scalars.iter()).collect();
     let Some((storage_dtype, expr, sources)) = expression(be, chain, &all, &constants) else {
         return compute_unfused(be, chain, inputs);
     };
     let ty = chain.nodes.last().expect("a chain has nodes").ty.clone();
-    let out = be.empty(&ty);
-    if out.len() == 0 {
-        return Ok(out);
+    let len = ty.num_elements();
+    // One allocation holds every value written, a slot each; the result
+    // and kept values are views of their slots.
+    let slots = expr.stores.len();
+    let es = Storage::of(ty.dtype).size();
+    let total = (slots - 1) * expr.pitch + len.max(1);
+    let handle = be.client.empty(total * es);
+    let types = std::iter::once(ty).chain(chain.kept.iter().map(|&(n, _)| chain.nodes[n].ty.clone()));
+    let outs: Vec<CubeBuffer<R>> = types
+        .enumerate()
+        .map(|(s, ty)| {
+            let start = s * expr.pitch;
+            let h =
+                handle.clone().offset_start((start * es) as u64).offset_end(((total - start - len.max(1)) * es) as u64);
+            CubeBuffer { handle: h, ty, _runtime: std::marker::PhantomData }
+        })
+        .collect();
+    if len == 0 {
+        return Ok(outs);
     }
-    let (count, dim) = be.grid(out.len());
-    let masks: SequenceArg<R, Array<u32>> =
-        all.iter().zip(&sources).filter(|(_, s)| matches!(s, Source::Mask(_))).map(|(b, _)| b.arg()).collect();
+    let (count, dim) = be.grid(len);
+    let masks: SequenceArg<R, Array<u32>> = reduce::bound(&all, &sources, true);
+    // SAFETY: `handle` holds `total` elements of the storage type.
+    let out = unsafe { ArrayArg::from_raw_parts(handle, total) };
     with_float!(storage_dtype, F => {
-        let floats: SequenceArg<R, Array<F>> =
-            all.iter().zip(&sources).filter(|(_, s)| matches!(s, Source::Float(_))).map(|(b, _)| b.arg()).collect();
-        fused_float::launch::<F, R>(&be.client, count, dim, floats, masks, out.arg(), expr)
+        let floats: SequenceArg<R, Array<F>> = reduce::bound(&all, &sources, false);
+        fused_float::launch::<F, R>(&be.client, count, dim, floats, masks, out, len, expr)
     });
-    Ok(out)
+    Ok(outs)
 }

@@ -8,7 +8,9 @@
 //! their own (stored as `u32`) and live in registers as 0 and 1. The
 //! kernel walks the list at expansion time (the loop is unrolled), keeping
 //! node values in a `Sequence` of registers, so each distinct chain
-//! compiles to straight-line code: one load per input, the ops, one store.
+//! compiles to straight-line code: one load per input, the ops, one store
+//! per value written (the result, and the values the chain keeps for later
+//! steps, each to its own slot of one output array).
 
 use super::elementwise::{compare_op, float_binary_op, float_unary_op, BinaryF, Cmp, UnaryF};
 use super::math::{is_inf, is_nan};
@@ -60,12 +62,17 @@ pub enum FusedOp {
     IsFinite(usize),
 }
 
-/// A fused chain: the nodes with their result rounding; the last is the
-/// result.
+/// A fused chain: the nodes with their result rounding, and the nodes
+/// whose values the kernel writes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FusedExpr {
     /// The nodes, in evaluation order.
     pub nodes: Vec<(FusedOp, Rounding)>,
+    /// The nodes written, each to its own slot of the output: node
+    /// `stores[s]` at `out[s * pitch + i]`.
+    pub stores: Vec<usize>,
+    /// The distance between two slots of the output, in elements.
+    pub pitch: usize,
 }
 
 #[cube]
@@ -113,24 +120,73 @@ fn eval_node<F: Float>(
     }
 }
 
-/// `out[i] = expr(inputs[..][i], masks[..][i])`.
+/// The values of every node of `expr` at element `i`, in order (the
+/// registers: one per node).
+#[cube]
+fn registers<F: Float>(
+    inputs: &Sequence<Array<F>>,
+    masks: &Sequence<Array<u32>>,
+    i: usize,
+    #[comptime] expr: FusedExpr,
+) -> Sequence<F> {
+    let mut regs = Sequence::<F>::new();
+    let n = comptime![expr.nodes.len()];
+    #[unroll]
+    for k in 0..n {
+        let (op, rnd) = comptime![expr.nodes[k].clone()];
+        let v = eval_node::<F>(inputs, masks, &regs, i, op);
+        regs.push(apply_rounding::<F>(v, rnd));
+    }
+    regs
+}
+
+/// The value of node `expr.stores[0]` at element `i`: what a reduction
+/// reads (a plain one's expression is a load of its operand).
+#[cube]
+pub fn chain_value<F: Float>(
+    inputs: &Sequence<Array<F>>,
+    masks: &Sequence<Array<u32>>,
+    i: usize,
+    #[comptime] expr: FusedExpr,
+) -> F {
+    let at = comptime![expr.stores[0]];
+    let regs = registers::<F>(inputs, masks, i, expr);
+    *regs.index(at)
+}
+
+/// `out[s * pitch + i] = node stores[s] of expr(inputs[..][i],
+/// masks[..][i])` for each slot `s`; `len` elements per slot.
 #[cube(launch)]
+#[allow(clippy::needless_range_loop)] // an unrolled loop over a compile-time list
 pub fn fused_float<F: Float>(
     inputs: &Sequence<Array<F>>,
     masks: &Sequence<Array<u32>>,
     out: &mut Array<F>,
+    len: usize,
     #[comptime] expr: FusedExpr,
 ) {
     let i = ABSOLUTE_POS;
-    if i < out.len() {
-        let mut regs = Sequence::<F>::new();
-        let n = comptime![expr.nodes.len()];
+    if i < len {
+        let slots = comptime![expr.stores.len()];
+        let pitch = comptime![expr.pitch];
+        let stores = comptime![expr.stores.clone()];
+        let regs = registers::<F>(inputs, masks, i, expr);
         #[unroll]
-        for k in 0..n {
-            let (op, rnd) = comptime![expr.nodes[k].clone()];
-            let v = eval_node::<F>(inputs, masks, &regs, i, op);
-            regs.push(apply_rounding::<F>(v, rnd));
+        for s in 0..slots {
+            let at = comptime![s * pitch];
+            out[at + i] = *regs.index(comptime![stores[s]]);
         }
-        out[i] = *regs.index(n - 1);
+    }
+}
+
+impl FusedExpr {
+    /// A plain load of float input 0 at each element: what a reduction of
+    /// a stored operand reads.
+    pub fn operand() -> FusedExpr {
+        FusedExpr {
+            nodes: vec![(FusedOp::Load(Source::Float(0), Access::Element), Rounding::None)],
+            stores: vec![0],
+            pitch: 0,
+        }
     }
 }

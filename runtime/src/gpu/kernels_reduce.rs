@@ -8,7 +8,15 @@
 //! that accumulate strided partial results and combine them in a shared
 //! memory tree (a different summation order: float sums then agree with
 //! the CPU to rounding, max and min still exactly).
+//!
+//! The float kernels read the reduced value through a fused expression
+//! ([`FusedExpr`], evaluated per element by [`chain_value`]): a plain
+//! reduction's is one load of its operand, and a fused chain that ends in
+//! a reduction (a squared norm `sum(g * g)`, a layer norm's `sum((x -
+//! mean)²)`) computes its elements where the reduction reads them, so
+//! they are never stored.
 
+use super::kernels_fused::{chain_value, FusedExpr};
 use super::math::{max_nan, min_nan};
 use super::round::apply_rounding;
 use super::storage::Rounding;
@@ -49,21 +57,23 @@ fn combine_int<I: Int>(a: I, b: I, #[comptime] op: Red) -> I {
 /// result as from the identity, which WGSL cannot spell: infinity).
 #[cube(launch)]
 pub fn reduce_rows<F: Float>(
-    x: &Array<F>,
+    inputs: &Sequence<Array<F>>,
+    masks: &Sequence<Array<u32>>,
     out: &mut Array<F>,
     inner: u32,
     #[comptime] op: Red,
     #[comptime] rnd: Rounding,
+    #[comptime] x: FusedExpr,
 ) {
     let r = ABSOLUTE_POS;
     if r < out.len() {
         let base = r * inner as usize;
         let mut acc = match op {
             Red::Sum => F::new(0.0),
-            _ => x[base],
+            _ => chain_value::<F>(inputs, masks, base, x.clone()),
         };
         for j in 0..inner as usize {
-            acc = combine_float::<F>(acc, x[base + j], op);
+            acc = combine_float::<F>(acc, chain_value::<F>(inputs, masks, base + j, x.clone()), op);
         }
         out[r] = apply_rounding::<F>(acc, rnd);
     }
@@ -96,7 +106,8 @@ pub fn reduce_rows_int<I: Int>(x: &Array<I>, out: &mut Array<I>, inner: u32, #[c
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_rows_cube<F: Float>(
-    x: &Array<F>,
+    inputs: &Sequence<Array<F>>,
+    masks: &Sequence<Array<u32>>,
     out: &mut Array<F>,
     inner: u32,
     chunk: u32,
@@ -105,6 +116,7 @@ pub fn reduce_rows_cube<F: Float>(
     #[comptime] levels: u32,
     #[comptime] op: Red,
     #[comptime] rnd: Rounding,
+    #[comptime] x: FusedExpr,
 ) {
     let c = CUBE_POS;
     let t = UNIT_POS as usize;
@@ -117,11 +129,11 @@ pub fn reduce_rows_cube<F: Float>(
         let base = row * inner as usize;
         let mut acc = match op {
             Red::Sum => F::new(0.0),
-            _ => x[base + start],
+            _ => chain_value::<F>(inputs, masks, base + start, x.clone()),
         };
         let mut j = start + t;
         while j < end {
-            acc = combine_float::<F>(acc, x[base + j], op);
+            acc = combine_float::<F>(acc, chain_value::<F>(inputs, masks, base + j, x.clone()), op);
             j += threads;
         }
         shared[t] = acc;
@@ -156,7 +168,8 @@ pub const COL_LANES: usize = 8;
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_cols_cube<F: Float>(
-    x: &Array<F>,
+    inputs: &Sequence<Array<F>>,
+    masks: &Sequence<Array<u32>>,
     out: &mut Array<F>,
     rows: u32,
     cols: u32,
@@ -164,6 +177,7 @@ pub fn reduce_cols_cube<F: Float>(
     parts: u32,
     #[comptime] op: Red,
     #[comptime] rnd: Rounding,
+    #[comptime] x: FusedExpr,
 ) {
     let blocks = (cols as usize).div_ceil(COL_BLOCK);
     let c = CUBE_POS;
@@ -178,11 +192,11 @@ pub fn reduce_cols_cube<F: Float>(
         let end = select(stop < rows as usize, stop, rows as usize);
         let mut acc = match op {
             Red::Sum => F::new(0.0),
-            _ => x[start * cols as usize + col],
+            _ => chain_value::<F>(inputs, masks, start * cols as usize + col, x.clone()),
         };
         let mut r = start + ty;
         while r < end {
-            acc = combine_float::<F>(acc, x[r * cols as usize + col], op);
+            acc = combine_float::<F>(acc, chain_value::<F>(inputs, masks, r * cols as usize + col, x.clone()), op);
             r += COL_LANES;
         }
         shared[ty * COL_BLOCK + tx] = acc;

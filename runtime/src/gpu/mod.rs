@@ -281,13 +281,25 @@ impl<R: Runtime> Backend for CubeclBackend<R> {
             // Splats and broadcasts join chains: a spread value is read
             // where it is used, not a tensor written and read back, and a
             // launch fewer.
-            FusionOptions { splats: true, broadcasts: true, ..FusionOptions::ELEMENTWISE }
+            // Kept values: a chain goes on past the values later steps
+            // read again (a launch costs microseconds of host time); a
+            // reduction of a chain's value reads it where it is computed; a
+            // chain reaches across a few steps that read none of its values.
+            FusionOptions {
+                splats: true,
+                broadcasts: true,
+                kept: true,
+                reductions: true,
+                across: true,
+                float_kernels: true,
+                ..FusionOptions::ELEMENTWISE
+            }
         } else {
             FusionOptions::NONE
         }
     }
 
-    fn compute_fused(&self, chain: &FusedChain, inputs: &[&CubeBuffer<R>]) -> Result<CubeBuffer<R>, RuntimeError> {
+    fn compute_fused(&self, chain: &FusedChain, inputs: &[&CubeBuffer<R>]) -> Result<Vec<CubeBuffer<R>>, RuntimeError> {
         fused::compute_fused(self, chain, inputs)
     }
 

@@ -13,6 +13,7 @@
 //! adds in the same order on every run. Empty reductions produce the
 //! identity without reading anything.
 
+use super::kernels_fused::{FusedExpr, Source};
 use super::kernels_reduce::{
     reduce_cols_cube, reduce_rows, reduce_rows_cube, reduce_rows_int, Red, COL_BLOCK, COL_LANES, CUBE_THREADS,
 };
@@ -101,6 +102,46 @@ fn reduced_last<R: Runtime>(be: &CubeclBackend<R>, x: &CubeBuffer<R>, dims: &[us
     out
 }
 
+/// What a float reduction reads at each element of the reduced value: a
+/// fused expression over `inputs` ([`crate::gpu::fused`]), or a stored
+/// operand (one load, [`Reads::operand`]).
+pub(super) struct Reads<'a, R: Runtime> {
+    /// The expression's inputs.
+    pub inputs: Vec<&'a CubeBuffer<R>>,
+    /// Where each input goes (its input sequence and index there).
+    pub sources: Vec<Source>,
+    /// The expression; node `stores[0]` is the value reduced.
+    pub expr: FusedExpr,
+    /// The storage dtype of its floats (`F32` or `F64`).
+    pub storage: DType,
+}
+
+impl<'a, R: Runtime> Reads<'a, R> {
+    /// The elements of the stored float buffer `x`.
+    pub fn operand(x: &'a CubeBuffer<R>) -> Self {
+        let storage = if matches!(Storage::of(x.ty.dtype), Storage::F64) { DType::F64 } else { DType::F32 };
+        Reads { inputs: vec![x], sources: vec![Source::Float(0)], expr: FusedExpr::operand(), storage }
+    }
+
+    fn floats<F: Float>(&self) -> SequenceArg<R, Array<F>> {
+        bound(&self.inputs, &self.sources, false)
+    }
+
+    fn masks(&self) -> SequenceArg<R, Array<u32>> {
+        bound(&self.inputs, &self.sources, true)
+    }
+}
+
+/// The kernel arguments of the `inputs` (of a fused expression) that
+/// `sources` sends to one sequence: the boolean ones (`masks`) or the float ones.
+pub(super) fn bound<R: Runtime, E: CubePrimitive>(
+    inputs: &[&CubeBuffer<R>],
+    sources: &[Source],
+    masks: bool,
+) -> SequenceArg<R, Array<E>> {
+    inputs.iter().zip(sources).filter(|(_, s)| matches!(s, Source::Mask(_)) == masks).map(|(b, _)| b.arg()).collect()
+}
+
 /// Reduces `x` over `dims` into a new buffer of type `ty`.
 pub(super) fn reduce<R: Runtime>(
     be: &CubeclBackend<R>,
@@ -113,44 +154,75 @@ pub(super) fn reduce<R: Runtime>(
     if inner == 0 {
         return fill_value(be, ty, identity(op, ty.dtype)).expect("scalar upload");
     }
-    let outer = ty.num_elements();
-    let leading = dims.len() < x.ty.rank() && (0..dims.len()).all(|k| dims.contains(&k));
-    if ty.dtype.is_float() && leading && inner > THREAD_ROW {
-        return columns(be, x, inner, outer, op_of(op), ty);
+    if ty.dtype.is_float() {
+        return reduce_float(be, op, &Reads::operand(x), &x.ty.shape, dims, ty).unwrap_or_else(|| {
+            // Rearranged so the reduced dimensions come last, then read in place.
+            let x = reduced_last(be, x, dims);
+            let last: Vec<usize> = (x.ty.rank() - dims.len()..x.ty.rank()).collect();
+            reduce_float(be, op, &Reads::operand(&x), &x.ty.shape, &last, ty).expect("innermost dimensions")
+        });
     }
     let x = reduced_last(be, x, dims);
     let out = be.empty(ty);
-    let red = op_of(op);
-    let c = &be.client;
-    let inner32 = u32::try_from(inner).expect("rows shorter than 2^32");
-    let d = ty.dtype;
-    if d.is_float() {
-        let rnd = Rounding::of(d);
-        if inner <= THREAD_ROW {
-            let (count, dim) = be.grid(outer);
-            with_float!(d, F => reduce_rows::launch::<F, R>(c, count, dim, x.arg(), out.arg(), inner32, red, rnd));
-        } else {
-            let p = nonempty(inner, parts(outer, inner));
-            if p == 1 {
-                rows_by_cubes(be, &x, &out, inner, 1, red, rnd);
-            } else {
-                // Partials in the storage type, unrounded; the second pass
-                // reduces each row's `p` partials and rounds.
-                let wide = if matches!(Storage::of(d), Storage::F64) { DType::F64 } else { DType::F32 };
-                let partial = be.empty(&TensorType::new(wide, vec![outer * p]));
-                rows_by_cubes(be, &x, &partial, inner, p, red, Rounding::None);
-                rows_by_cubes(be, &partial, &out, p, 1, red, rnd);
-            }
-        }
+    let (count, dim) = be.grid(ty.num_elements());
+    let (c, red, inner32) = (&be.client, op_of(op), u32::try_from(inner).expect("rows shorter than 2^32"));
+    if ty.dtype == DType::I32 {
+        reduce_rows_int::launch::<i32, R>(c, count, dim, x.arg(), out.arg(), inner32, red);
     } else {
-        let (count, dim) = be.grid(outer);
-        if d == DType::I32 {
-            reduce_rows_int::launch::<i32, R>(c, count, dim, x.arg(), out.arg(), inner32, red);
-        } else {
-            reduce_rows_int::launch::<u32, R>(c, count, dim, x.arg(), out.arg(), inner32, red);
-        }
+        reduce_rows_int::launch::<u32, R>(c, count, dim, x.arg(), out.arg(), inner32, red);
     }
     out
+}
+
+/// Reduces the float values `reads` gives (of `shape`) over `dims` into a
+/// new buffer of type `ty`, reading them in place: `None` when the
+/// reduced dimensions are neither the innermost nor the leading ones (a
+/// stored operand is then rearranged first; a fused chain's values are
+/// stored, then reduced).
+pub(super) fn reduce_float<R: Runtime>(
+    be: &CubeclBackend<R>,
+    op: ReduceOp,
+    reads: &Reads<'_, R>,
+    shape: &[usize],
+    dims: &[usize],
+    ty: &TensorType,
+) -> Option<CubeBuffer<R>> {
+    let rank = shape.len();
+    let inner: usize = dims.iter().map(|&d| shape[d]).product();
+    if inner == 0 {
+        return Some(fill_value(be, ty, identity(op, ty.dtype)).expect("scalar upload"));
+    }
+    let outer = ty.num_elements();
+    let red = op_of(op);
+    let leading = dims.len() < rank && (0..dims.len()).all(|k| dims.contains(&k));
+    if leading && inner > THREAD_ROW {
+        return Some(columns(be, reads, inner, outer, red, ty));
+    }
+    if !(rank - dims.len()..rank).all(|k| dims.contains(&k)) {
+        return None;
+    }
+    let out = be.empty(ty);
+    let rnd = Rounding::of(ty.dtype);
+    if inner <= THREAD_ROW {
+        let (count, dim) = be.grid(outer);
+        let inner32 = u32::try_from(inner).expect("rows shorter than 2^32");
+        let expr = reads.expr.clone();
+        with_float!(reads.storage, F => reduce_rows::launch::<F, R>(
+            &be.client, count, dim, reads.floats::<F>(), reads.masks(), out.arg(), inner32, red, rnd, expr
+        ));
+    } else {
+        let p = nonempty(inner, parts(outer, inner));
+        if p == 1 {
+            rows_by_cubes(be, reads, &out, inner, 1, red, rnd);
+        } else {
+            // Partials in the storage type, unrounded; the second pass
+            // reduces each row's `p` partials and rounds.
+            let partial = be.empty(&TensorType::new(reads.storage, vec![outer * p]));
+            rows_by_cubes(be, reads, &partial, inner, p, red, Rounding::None);
+            rows_by_cubes(be, &Reads::operand(&partial), &out, p, 1, red, rnd);
+        }
+    }
+    Some(out)
 }
 
 fn op_of(op: ReduceOp) -> Red {
@@ -166,7 +238,7 @@ fn op_of(op: ReduceOp) -> Red {
 /// partials a second pass folds and rounds.
 fn columns<R: Runtime>(
     be: &CubeclBackend<R>,
-    x: &CubeBuffer<R>,
+    reads: &Reads<'_, R>,
     rows: usize,
     cols: usize,
     red: Red,
@@ -176,21 +248,31 @@ fn columns<R: Runtime>(
     let rnd = Rounding::of(ty.dtype);
     let p = nonempty(rows, col_parts(rows, cols));
     if p == 1 {
-        columns_into(be, x, &out, rows, cols, 1, red, rnd);
+        columns_into(be, reads, &out, rows, cols, 1, red, rnd);
     } else {
-        let wide = if matches!(Storage::of(ty.dtype), Storage::F64) { DType::F64 } else { DType::F32 };
-        let partial = be.empty(&TensorType::new(wide, vec![p * cols]));
-        columns_into(be, x, &partial, rows, cols, p, red, Rounding::None);
-        columns_into(be, &partial, &out, p, cols, 1, red, rnd);
+        let partial = be.empty(&TensorType::new(reads.storage, vec![p * cols]));
+        columns_into(be, reads, &partial, rows, cols, p, red, Rounding::None);
+        columns_into(be, &Reads::operand(&partial), &out, p, cols, 1, red, rnd);
     }
     out
+}
+
+/// The sum of `x`, viewed as `[rows, ty's elements]`, over its rows, rounded
+/// to `ty` (the partial products of a split contraction, in row order).
+pub(super) fn sum_rows_of<R: Runtime>(
+    be: &CubeclBackend<R>,
+    x: &CubeBuffer<R>,
+    rows: usize,
+    ty: &TensorType,
+) -> CubeBuffer<R> {
+    columns(be, &Reads::operand(x), rows, ty.num_elements(), Red::Sum, ty)
 }
 
 /// One [`reduce_cols_cube`] launch: `parts` partial folds of each column.
 #[allow(clippy::too_many_arguments)]
 fn columns_into<R: Runtime>(
     be: &CubeclBackend<R>,
-    x: &CubeBuffer<R>,
+    reads: &Reads<'_, R>,
     out: &CubeBuffer<R>,
     rows: usize,
     cols: usize,
@@ -203,8 +285,9 @@ fn columns_into<R: Runtime>(
     let count = cubecl::server::CubeCountSelection::new(&be.client, cubes).cube_count();
     let dim = CubeDim::new_2d(COL_BLOCK as u32, COL_LANES as u32);
     let [rows, cols, chunk, parts] = [rows, cols, chunk, parts].map(|v| u32::try_from(v).expect("below 2^32"));
-    with_float!(x.ty.dtype, F => reduce_cols_cube::launch::<F, R>(
-        &be.client, count, dim, x.arg(), out.arg(), rows, cols, chunk, parts, red, rnd
+    let expr = reads.expr.clone();
+    with_float!(reads.storage, F => reduce_cols_cube::launch::<F, R>(
+        &be.client, count, dim, reads.floats::<F>(), reads.masks(), out.arg(), rows, cols, chunk, parts, red, rnd, expr
     ));
 }
 
@@ -213,7 +296,7 @@ fn columns_into<R: Runtime>(
 /// piece.
 fn rows_by_cubes<R: Runtime>(
     be: &CubeclBackend<R>,
-    x: &CubeBuffer<R>,
+    reads: &Reads<'_, R>,
     out: &CubeBuffer<R>,
     inner: usize,
     parts: usize,
@@ -227,8 +310,9 @@ fn rows_by_cubes<R: Runtime>(
     let count = cubecl::server::CubeCountSelection::new(&be.client, cubes).cube_count();
     let dim = CubeDim::new_1d(threads as u32);
     let (inner, chunk, parts) = (inner as u32, chunk as u32, parts as u32);
-    with_float!(x.ty.dtype, F => reduce_rows_cube::launch::<F, R>(
-        &be.client, count, dim, x.arg(), out.arg(), inner, chunk, parts, threads, levels, red, rnd
+    let expr = reads.expr.clone();
+    with_float!(reads.storage, F => reduce_rows_cube::launch::<F, R>(
+        &be.client, count, dim, reads.floats::<F>(), reads.masks(), out.arg(), inner, chunk, parts, threads, levels, red, rnd, expr
     ));
 }
 

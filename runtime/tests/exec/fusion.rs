@@ -286,3 +286,210 @@ fn mixed_boolean_chains_fuse() {
         assert!(gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]), "{d}: the bool chain");
     }
 }
+
+/// Values of a chain that later steps read (here a reduction) or that the
+/// program returns no longer split it: the whole elementwise run is one
+/// launch writing its result and those kept values, each bit for bit the
+/// CPU's, and the kept values are freed like any other buffer.
+#[test]
+fn chains_keep_values_read_after_them() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(35);
+    for d in [DType::F32, DType::BF16] {
+        let p: DeviceProgram = format!(
+            "device_program @kept mesh [x=1] {{
+  input %0 : {d}[64,33]
+  input %1 : {d}[64,33]
+  %2 = mul %0, %1 : {d}[64,33]
+  %3 = add %2, %0 : {d}[64,33]
+  %4 = neg %3 : {d}[64,33]
+  %5 = mul %4, %2 : {d}[64,33]
+  %6 = reduce_sum %3 {{dims = [1]}} : {d}[64]
+  return %5, %6, %2
+}}
+"
+        )
+        .parse()
+        .unwrap();
+        let ins: Vec<HostTensor> =
+            (0..2).map(|_| crate::common::random(&mut rng, &TensorType::new(d, vec![64, 33]), -4.0, 4.0)).collect();
+        let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+        let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+        assert_eq!(gpu.fused_chains, 1, "{d}: steps 0..=3 are one chain");
+        for (k, (g, c)) in gpu.outputs[0].iter().zip(&cpu.outputs[0]).enumerate() {
+            // The row sums add in the GPU's order: to rounding.
+            let tol = if k == 1 { 1e-2 } else { 0.0 };
+            check_close(g, c, tol, tol).unwrap_or_else(|e| panic!("{d}: output {k}: {e}"));
+            if k != 1 {
+                assert!(g.bitwise_eq(c), "{d}: output {k}");
+            }
+        }
+    }
+}
+
+/// A chain whose value only a reduction reads ends in that reduction: one
+/// launch that computes each element where the reduction reads it, over
+/// the innermost dimensions (a layer norm's row sums), the leading ones
+/// (a bias gradient) or all (a squared norm); over middle dimensions the
+/// chain's value is stored and reduced. Each equals the CPU to rounding.
+#[test]
+fn chains_end_in_their_reductions() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(36);
+    for d in [DType::F32, DType::BF16] {
+        for dims in ["[2]", "[0, 1]", "[0, 1, 2]", "[1]"] {
+            let kept: Vec<usize> = match dims {
+                "[2]" => vec![6, 20],
+                "[0, 1]" => vec![45],
+                "[0, 1, 2]" => vec![],
+                _ => vec![6, 45],
+            };
+            let out = TensorType::new(d, kept.clone());
+            let p: DeviceProgram = format!(
+                "device_program @norm mesh [x=1] {{
+  input %0 : {d}[6,20,45]
+  input %1 : {d}[45]
+  %2 = broadcast_in_dim %1 {{dims = [2]}} : {d}[6,20,45]
+  %3 = sub %0, %2 : {d}[6,20,45]
+  %4 = constant 0.5 : {d}[6,20,45]
+  %5 = mul %3, %4 : {d}[6,20,45]
+  %6 = mul %5, %3 : {d}[6,20,45]
+  %7 = reduce_sum %6 {{dims = {dims}}} : {out}
+  return %7
+}}
+"
+            )
+            .parse()
+            .unwrap();
+            let ins = vec![
+                crate::common::random(&mut rng, &TensorType::new(d, vec![6, 20, 45]), -2.0, 2.0),
+                crate::common::random(&mut rng, &TensorType::new(d, vec![45]), -2.0, 2.0),
+            ];
+            let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+            let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins.clone()]).unwrap();
+            let unfused = run_program_stats(&p, &[be_clone(&be).with_fusion(false)], vec![ins]).unwrap();
+            assert_eq!(gpu.fused_chains, 1, "{d} over {dims}");
+            let tol = if d == DType::BF16 { 2e-2 } else { 1e-4 };
+            check_close(&gpu.outputs[0][0], &cpu.outputs[0][0], tol, tol)
+                .unwrap_or_else(|e| panic!("{d} over {dims}: {e}"));
+            // Fused or not, the GPU adds in the same order.
+            assert!(gpu.outputs[0][0].bitwise_eq(&unfused.outputs[0][0]), "{d} over {dims}");
+            // The squares are never stored when the reduction reads them in place.
+            let elem = TensorType::new(d, vec![6, 20, 45]).size_bytes();
+            if dims != "[1]" {
+                assert!(gpu.stats[0].peak_live_bytes < 2 * elem, "{d} over {dims}: {}", gpu.stats[0].peak_live_bytes);
+            }
+        }
+    }
+}
+
+/// A chain's value that a reduction reads and later steps read again is
+/// kept and reduced: the reduction and the later reader both see it.
+#[test]
+fn a_reduced_value_can_also_be_kept() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(37);
+    let p: DeviceProgram = "device_program @softmax mesh [x=1] {
+  input %0 : f32[16,40]
+  input %1 : f32[16,40]
+  %2 = add %0, %1 : f32[16,40]
+  %3 = exp %2 : f32[16,40]
+  %4 = reduce_sum %3 {dims = [1]} : f32[16]
+  %5 = broadcast_in_dim %4 {dims = [0]} : f32[16,40]
+  %6 = div %3, %5 : f32[16,40]
+  return %6, %2
+}
+"
+    .parse()
+    .unwrap();
+    let ins: Vec<HostTensor> = (0..2)
+        .map(|_| crate::common::random(&mut rng, &TensorType::new(DType::F32, vec![16, 40]), -2.0, 2.0))
+        .collect();
+    let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+    let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+    assert!(gpu.fused_chains >= 1);
+    for (g, c) in gpu.outputs[0].iter().zip(&cpu.outputs[0]) {
+        check_close(g, c, 1e-5, 1e-6).unwrap();
+    }
+}
+
+/// A global norm over several parameters: each squared norm is a chain
+/// ending in its sum, and the running total one chain of adds that
+/// reaches across them (frees inside its range wait for it); the result
+/// equals the CPU's to rounding, and the GPU runs 1 + n chains for n
+/// parameters.
+#[test]
+fn a_running_total_reaches_across_the_norms() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(38);
+    let n = 6;
+    // Buffers: %k the parameters; %(n+3k) the squares, %(n+3k+1) their
+    // sums, %(n+3k+2) the running total (from k = 1); %(4n) the norm.
+    let (q, s, t) = (|k: usize| n + 3 * k, |k: usize| n + 3 * k + 1, |k: usize| n + 3 * k + 2);
+    let mut text = String::from("device_program @norm mesh [x=1] {\n");
+    for k in 0..n {
+        text += &format!("  input %{k} : f32[{}]\n", 100 + 37 * k);
+    }
+    for k in 0..n {
+        let len = 100 + 37 * k;
+        text += &format!("  %{} = mul %{k}, %{k} : f32[{len}]\n", q(k));
+        text += &format!("  %{} = reduce_sum %{} {{dims = [0]}} : f32[]\n", s(k), q(k));
+        if k == 1 {
+            text += &format!("  %{} = add %{}, %{} : f32[]\n", t(1), s(0), s(1));
+            text += &format!("  free %{}, %{}\n", s(0), s(1));
+        } else if k > 1 {
+            text += &format!("  %{} = add %{}, %{} : f32[]\n", t(k), t(k - 1), s(k));
+            text += &format!("  free %{}, %{}\n", t(k - 1), s(k));
+        }
+        text += &format!("  free %{k}\n");
+    }
+    text += &format!("  %{} = sqrt %{} : f32[]\n  return %{}\n}}\n", 4 * n, t(n - 1), 4 * n);
+    let p: DeviceProgram = weft_ir::device::parse_program(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let ins: Vec<HostTensor> = (0..n)
+        .map(|k| crate::common::random(&mut rng, &TensorType::new(DType::F32, vec![100 + 37 * k]), -1.0, 1.0))
+        .collect();
+    let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+    let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+    assert_eq!(gpu.fused_chains, 1 + n, "{text}");
+    check_close(&gpu.outputs[0][0], &cpu.outputs[0][0], 1e-5, 1e-6).unwrap();
+    assert_eq!(gpu.stats[0].final_live_bytes, 4, "only the norm is left");
+}
+
+/// A `select` on a scalar predicate (a clipped update: `finite ? g·s :
+/// g`) joins the chain on the GPU, its predicate read once per element as
+/// a splat; bit for bit the CPU.
+#[test]
+fn scalar_predicates_fuse() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(39);
+    for pred in ["1.0", "-1.0"] {
+        let p: DeviceProgram = format!(
+            "device_program @clip mesh [x=1] {{
+  input %0 : f32[33,20]
+  input %1 : f32[]
+  %2 = constant {pred} : f32[]
+  %3 = constant 0.0 : f32[]
+  %4 = gt %2, %3 : bool[]
+  %5 = broadcast_in_dim %1 {{dims = []}} : f32[33,20]
+  %6 = mul %0, %5 : f32[33,20]
+  %7 = select %4, %6, %0 : f32[33,20]
+  %8 = neg %7 : f32[33,20]
+  return %8
+}}
+"
+        )
+        .parse()
+        .unwrap();
+        let ins = vec![
+            crate::common::random(&mut rng, &TensorType::new(DType::F32, vec![33, 20]), -2.0, 2.0),
+            crate::common::random(&mut rng, &TensorType::new(DType::F32, vec![]), -2.0, 2.0),
+        ];
+        let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+        let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+        // The spread, the product and the select are never stored: `x`
+        // and the result (and scalars) are all that is ever live.
+        let elem = TensorType::new(DType::F32, vec![33, 20]).size_bytes();
+        assert!(gpu.stats[0].peak_live_bytes < 3 * elem, "{pred}: {}", gpu.stats[0].peak_live_bytes);
+        assert!(gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]), "{pred}");
+    }
+}

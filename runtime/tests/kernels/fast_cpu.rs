@@ -179,16 +179,20 @@ fn fused_chains_split_over_threads_are_bitwise_one_threads() {
         ],
         output: weft_ir::device::BufferId(0),
         intermediates: vec![],
+        kept: vec![],
+        members: vec![],
         steps: 0..=0,
     };
     let (x, y) = (with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -3.0, 3.0));
-    let fresh = |threads: usize| FastCpuBackend::new().with_threads(threads).compute_fused(&chain, &[&x, &y]).unwrap();
+    let fresh = |threads: usize| {
+        FastCpuBackend::new().with_threads(threads).compute_fused(&chain, &[&x, &y]).unwrap().remove(0)
+    };
     let donated = |threads: usize| {
         let be = FastCpuBackend::new().with_threads(threads);
-        be.compute_fused_into(&chain, &[Some(&x), None], 1, y.clone()).unwrap()
+        be.compute_fused_into(&chain, &[Some(&x), None], 1, y.clone()).unwrap().remove(0)
     };
     let one = fresh(1);
-    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &[&x, &y]).unwrap();
+    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &[&x, &y]).unwrap().remove(0);
     assert!(one.bitwise_eq(&slow), "the one-thread chain is the interpreter's");
     for threads in [2, 3, 5] {
         assert!(fresh(threads).bitwise_eq(&one), "{threads} threads");
@@ -235,12 +239,14 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
         ],
         output: weft_ir::device::BufferId(0),
         intermediates: vec![],
+        kept: vec![],
+        members: vec![],
         steps: 0..=0,
     };
     let ins = [with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -1.0, 1.0), HostTensor::zeros(&f)];
     let refs: Vec<&HostTensor> = ins.iter().collect();
-    let fused = be.compute_fused(&chain, &refs).unwrap();
-    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
+    let fused = be.compute_fused(&chain, &refs).unwrap().remove(0);
+    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap().remove(0);
     assert!(fused.bitwise_eq(&slow), "fused chain differs from the interpreter's node-by-node result");
 
     // The same chain in bf16 storage, entered from f32 through a convert:
@@ -272,8 +278,8 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
         f32s(&mut rng, &shape, -1.0, 1.0),
     ];
     let refs: Vec<&HostTensor> = ins.iter().collect();
-    let fused = be.compute_fused(&half, &refs).unwrap();
-    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &half, &refs).unwrap();
+    let fused = be.compute_fused(&half, &refs).unwrap().remove(0);
+    let slow = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &half, &refs).unwrap().remove(0);
     assert_eq!(fused.dtype(), DType::BF16);
     assert!(fused.bitwise_eq(&slow), "bf16 fused chain differs from the interpreter's node-by-node result");
 }
@@ -312,6 +318,8 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
             ],
             output: weft_ir::device::BufferId(0),
             intermediates: vec![],
+            kept: vec![],
+            members: vec![],
             steps: 0..=0,
         };
         let ins = [
@@ -320,10 +328,10 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
             f32s(&mut rng, &shape, -1.0, 1.0),
         ];
         let refs: Vec<&HostTensor> = ins.iter().collect();
-        let fused = be.compute_fused(&chain, &refs).unwrap();
-        let node_by_node = weft_runtime::compute_unfused(&be, &chain, &refs).unwrap();
+        let fused = be.compute_fused(&chain, &refs).unwrap().remove(0);
+        let node_by_node = weft_runtime::compute_unfused(&be, &chain, &refs).unwrap().remove(0);
         assert!(fused.bitwise_eq(&node_by_node), "{shape:?} over {dims:?}: fused differs from node by node");
-        let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
+        let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap().remove(0);
         weft_ir::tensor::check_close(&fused, &interp, 1e-5, 1e-5).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
     }
     // A bf16 chain: the broadcast scalar and the constant are bf16 values.
@@ -340,6 +348,8 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
         ],
         output: weft_ir::device::BufferId(0),
         intermediates: vec![],
+        kept: vec![],
+        members: vec![],
         steps: 0..=0,
     };
     let ins = [
@@ -347,7 +357,7 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
         f32s(&mut rng, &shape, -2.0, 2.0).convert(DType::BF16),
     ];
     let refs: Vec<&HostTensor> = ins.iter().collect();
-    let fused = be.compute_fused(&chain, &refs).unwrap();
-    let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap();
+    let fused = be.compute_fused(&chain, &refs).unwrap().remove(0);
+    let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap().remove(0);
     assert!(fused.bitwise_eq(&interp), "bf16 splat chain differs from the interpreter");
 }

@@ -127,3 +127,40 @@ fn transposed_matrix_operands_are_read_in_place() {
     assert_eq!(routines.len(), 3, "{routines:?}");
     assert!(routines.iter().all(|(_, _, r)| !r.contains("copied dense")), "{routines:?}");
 }
+
+/// A single product with few output tiles and a long contraction (a
+/// weight gradient's shape) splits its contraction into runs computed as
+/// a batch and summed in order: the result still equals the CPU's to
+/// rounding, for row-major and transposed (read in place) operands, and
+/// the routine table shows the split problem.
+#[test]
+fn long_contractions_with_small_outputs_are_split() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut rng = Rng::new(24);
+    let (m, k, n) = (64, 2048, 48);
+    for d in [DType::F32, DType::BF16] {
+        let atol = k as f64 * rtol(d) * 0.5;
+        let cases = [(dot(&[], &[], &[1], &[0]), [m, k], [k, n]), (dot(&[], &[], &[0], &[0]), [k, m], [k, n])];
+        for (op, a, b) in cases {
+            let a = random(&mut rng, &ty(d, &a), -1.0, 1.0);
+            let b = random(&mut rng, &ty(d, &b), -1.0, 1.0);
+            check_op(&be, &op, &[a, b], false, rtol(d), atol);
+        }
+    }
+    let routines = be.matmul_routines();
+    let split: Vec<_> = routines.iter().filter(|(_, [b, _, _, kk], _)| *b == 4 && *kk == k / 4).collect();
+    assert_eq!(split.len(), 4, "{routines:?}");
+    // A contraction four times longer splits into the most parts, 16
+    // runs of 512.
+    let a = random(&mut rng, &ty(DType::F32, &[8, 4 * k]), -1.0, 1.0);
+    let b = random(&mut rng, &ty(DType::F32, &[4 * k, 8]), -1.0, 1.0);
+    check_op(
+        &be,
+        &Op::DotGeneral(DotDims::matmul()),
+        &[a, b],
+        false,
+        rtol(DType::F32),
+        4.0 * k as f64 * rtol(DType::F32) * 0.5,
+    );
+    assert!(be.matmul_routines().iter().any(|(_, s, _)| *s == [16, 8, 8, 512]), "{:?}", be.matmul_routines());
+}
