@@ -14,6 +14,19 @@ pub enum Error {
     /// `Result` of the facade would otherwise be that large.
     #[error(transparent)]
     Compiler(Box<weft_compiler::CompilerError>),
+    /// A signal asked the run to stop (`runner::preempt`): it stopped after
+    /// step `step`, whose checkpoint (if the run has a checkpoint
+    /// directory) is committed.
+    #[error(
+        "preempted: stopped after step {step}{}",
+        match saved { true => "; its checkpoint is committed (run again with --resume to continue)", false => "; the run has no checkpoint directory, so nothing was saved" }
+    )]
+    Preempted {
+        /// The steps done.
+        step: u64,
+        /// Whether a checkpoint of that step was committed.
+        saved: bool,
+    },
     /// The loss was not finite for `steps` steps in a row: the run stopped
     /// at `last`, without saving the non-finite state.
     #[error(

@@ -521,3 +521,57 @@ fn a_rust_trainer_under_mpirun_equals_one_process() {
     assert_eq!(out1.matches("step   0").count(), 1, "{out1}");
     assert_eq!(out2.matches("step   0").count(), 1, "{out2}");
 }
+
+/// `SIGUSR1` (Slurm's `--signal`) to one rank of four: the ranks agree to
+/// stop after the same step, the job exits with 75, that step's checkpoint
+/// is committed, and resumed (on one process) the metrics are an
+/// uninterrupted run's, bit for bit.
+#[test]
+fn a_signal_to_one_rank_stops_every_rank_after_the_same_step() {
+    let Some(_) = mpirun_or_skip("a_signal_to_one_rank_stops_every_rank_after_the_same_step") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("job");
+    let child = start(&dir, "100000", "30");
+    let ranks = started_ranks(child.id(), 4);
+    assert_eq!(ranks.len(), 4, "mpirun started {ranks:?}");
+    let metrics = dir.join("metrics.jsonl");
+    let lines = |p: &Path| std::fs::read_to_string(p).unwrap_or_default().lines().count() as u64;
+    let t = Instant::now();
+    while lines(&metrics) < 3 && t.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(ranks[2], "-USR1");
+    let (out, waited) = wait_at_most(child, Duration::from_secs(60));
+    let out = out.expect("the job stopped by itself");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(75), "{stdout}\n{stderr}");
+    assert!(waited < Duration::from_secs(45), "stopped after {waited:?}");
+    let done = lines(&metrics);
+    assert!(stdout.contains(&format!("preempted: stopped after step {done}")), "{stdout}");
+    let ck = weft::checkpoint::CheckpointManager::open(dir.join("ckpt"), Default::default()).unwrap();
+    assert_eq!(ck.latest_valid_step().unwrap().step, Some(done), "the agreed step is committed");
+    let total = (done + 2).to_string();
+    let resumed = Command::new(WEFT)
+        .arg("train")
+        .arg(root().join("examples/configs/gpt.toml"))
+        .args(["--steps", &total, "--strategy", "fsdp", "--checkpoint-every", "5", "-q", "--resume"])
+        .arg("--metrics")
+        .arg(&metrics)
+        .arg("--checkpoint-dir")
+        .arg(dir.join("ckpt"))
+        .output()
+        .unwrap();
+    ok(&resumed, "the resumed run");
+    let whole = tmp.path().join("whole");
+    let o = train(
+        0,
+        "examples/configs/gpt.toml",
+        &["--steps", &total, "--strategy", "fsdp", "--metrics", whole.join("metrics.jsonl").to_str().unwrap()],
+        &[],
+    );
+    ok(&o, "uninterrupted");
+    assert!(
+        read(&metrics) == read(&whole.join("metrics.jsonl")),
+        "the resumed metrics differ from the uninterrupted run"
+    );
+}

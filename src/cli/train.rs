@@ -1,6 +1,7 @@
 //! `weft train CONFIG.toml [flags]`.
 
 use crate::error::{Error, Result};
+use crate::runner::preempt::{Preemption, PREEMPTED_EXIT};
 use crate::runner::processes::{Launch, Processes};
 use crate::runner::{run_session_on, Line, Overrides, RunConfig};
 use std::path::Path;
@@ -10,7 +11,16 @@ use std::path::Path;
 pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
     let launch = Launch::from_environment()?;
     let processes = launch.processes.as_ref();
+    // SIGTERM, SIGINT, SIGUSR1: stop after the current step, saved.
+    let ov = &Overrides { preemption: Some(Preemption::install()?), ..ov.clone() };
     let result = train_on(config, ov, processes);
+    if let Err(e @ Error::Preempted { .. }) = &result {
+        // Every process agreed on the step: each exits, none aborts the job.
+        if processes.is_none_or(|p| p.is_first()) {
+            println!("{e}");
+        }
+        return Ok(PREEMPTED_EXIT);
+    }
     if let (Err(e), Some(p)) = (&result, processes) {
         // One write per line, so that the lines of processes that fail
         // together do not interleave in the launcher's output.

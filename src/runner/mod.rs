@@ -14,6 +14,7 @@ pub mod estimate;
 mod exec;
 mod mesh;
 mod metrics;
+pub mod preempt;
 pub mod processes;
 pub mod report;
 mod session;
@@ -123,6 +124,10 @@ pub struct Overrides {
     /// spans are its device times (slower).
     #[arg(long)]
     pub trace_sync: bool,
+    /// What stops the run after its current step (`weft train` installs
+    /// the signal handlers of [`preempt`]); none: it runs to the end.
+    #[arg(skip)]
+    pub preemption: Option<preempt::Preemption>,
 }
 
 impl Overrides {

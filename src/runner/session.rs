@@ -467,8 +467,14 @@ pub(crate) fn train_built(
         writer.as_mut(),
         feed.as_mut(),
         |next, ex| {
+            // Asked to stop (by any process): this step's checkpoint, made
+            // durable, is the run's last act.
+            let stop = match &ov.preemption {
+                Some(p) => p.agreed(processes)?,
+                None => false,
+            };
             if let Some(m) = manager.as_mut() {
-                if next % every == 0 || next == total {
+                if next % every == 0 || next == total || stop {
                     let mut state = ex.checkpoint_state(&prepared.step)?;
                     if let Some(id) = &identity {
                         super::data::add_identity(&mut state, id);
@@ -483,6 +489,12 @@ pub(crate) fn train_built(
                         }
                     }
                 }
+            }
+            if stop {
+                if let Some(m) = manager.as_mut() {
+                    m.wait()?;
+                }
+                return Err(crate::error::Error::Preempted { step: next, saved: manager.is_some() });
             }
             Ok(())
         },
