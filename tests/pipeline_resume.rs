@@ -302,8 +302,13 @@ fn a_pipelined_run_with_data_resumes_mid_epoch_bitwise() {
         let mut c = mlp_with_data(&d, "data=2,stage=2", tail);
         c.strategy = Some("dp".into());
         c.steps = steps;
-        c.checkpoint =
-            Some(weft::runner::CheckpointConfig { dir: root.join("ckpt"), every: 2, keep_last: 10, keep_every: None });
+        c.checkpoint = Some(weft::runner::CheckpointConfig {
+            dir: root.join("ckpt"),
+            every: 2,
+            keep_last: 10,
+            keep_every: None,
+            every_seconds: None,
+        });
         c
     };
     let full = dir("data-full");

@@ -89,6 +89,7 @@ fn a_program_reruns_and_resumes_bitwise() {
             every: 5,
             keep_last: 3,
             keep_every: None,
+            every_seconds: None,
         });
         c
     };

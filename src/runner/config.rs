@@ -32,6 +32,7 @@
 //! dir = "runs/mlp/ckpt"
 //! every = 10
 //! keep_last = 3
+//! every_seconds = 600         # also save when 10 minutes have passed
 //!
 //! [shardings]                 # optional: name patterns -> shardings
 //! "params.*.w1" = "[{}, {model}]"
@@ -588,6 +589,10 @@ pub struct CheckpointConfig {
     /// Also keep every K-th step.
     #[serde(default)]
     pub keep_every: Option<u64>,
+    /// Also save at the first step boundary at least this many seconds
+    /// after the last save (process 0's clock decides for a job).
+    #[serde(default)]
+    pub every_seconds: Option<f64>,
 }
 
 fn d_every() -> u64 {

@@ -168,7 +168,8 @@ impl Overrides {
             let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(10);
             let keep_last = c.checkpoint.as_ref().map(|k| k.keep_last).unwrap_or(3);
             let keep_every = c.checkpoint.as_ref().and_then(|k| k.keep_every);
-            c.checkpoint = Some(CheckpointConfig { dir: d.clone(), every, keep_last, keep_every });
+            let every_seconds = c.checkpoint.as_ref().and_then(|k| k.every_seconds);
+            c.checkpoint = Some(CheckpointConfig { dir: d.clone(), every, keep_last, keep_every, every_seconds });
         }
         if let (Some(e), Some(k)) = (self.checkpoint_every, c.checkpoint.as_mut()) {
             k.every = e;

@@ -440,6 +440,8 @@ pub(crate) fn train_built(
         None => None,
     };
     let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(u64::MAX);
+    let every_seconds = c.checkpoint.as_ref().and_then(|k| k.every_seconds);
+    let mut last_save = std::time::Instant::now();
     let total = c.steps;
     let mut trace = match &c.trace {
         Some(t) => {
@@ -468,13 +470,14 @@ pub(crate) fn train_built(
         feed.as_mut(),
         |next, ex| {
             // Asked to stop (by any process): this step's checkpoint, made
-            // durable, is the run's last act.
-            let stop = match &ov.preemption {
-                Some(p) => p.agreed(processes)?,
-                None => false,
-            };
+            // durable, is the run's last act. Time-based saves follow
+            // process 0's clock.
+            let due = every_seconds.filter(|_| manager.is_some()).map(|s| last_save.elapsed().as_secs_f64() >= s);
+            let super::preempt::Boundary { stop, save } =
+                super::preempt::agree(ov.preemption.as_ref(), due, processes)?;
             if let Some(m) = manager.as_mut() {
-                if next % every == 0 || next == total || stop {
+                if next % every == 0 || next == total || stop || save {
+                    last_save = std::time::Instant::now();
                     let mut state = ex.checkpoint_state(&prepared.step)?;
                     if let Some(id) = &identity {
                         super::data::add_identity(&mut state, id);

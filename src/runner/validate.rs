@@ -148,6 +148,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "checkpoint.every", flag: Some("--checkpoint-every"), range: int(1, MAX_STEPS), default: "10", note: "" },
     KeySpec { key: "checkpoint.keep_last", flag: None, range: int(1, 1_000_000), default: "3", note: "" },
     KeySpec { key: "checkpoint.keep_every", flag: None, range: int(1, MAX_STEPS), default: "none", note: "" },
+    KeySpec { key: "checkpoint.every_seconds", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: 1e9, max_inclusive: true }, default: "none", note: "also save at the first step this long after the last save" },
     KeySpec { key: "data.source", flag: None, range: Range::OneOf(&["tokens", "table"]), default: "(required with `[data]`)", note: "`tokens` needs a model whose batch inputs are `tokens` and `targets` (gpt, llama, or such a program)" },
     KeySpec { key: "data.train", flag: None, range: Range::Text("a token file, a `.safetensors` file, or `{ input = \"file.npy\", ... }`"), default: "(required with `[data]`)", note: "" },
     KeySpec { key: "data.val", flag: None, range: Range::Text("as `data.train`"), default: "none", note: "needed when `data.eval_every` > 0" },
@@ -413,6 +414,9 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
         check_int("checkpoint.keep_last", k.keep_last as u64)?;
         if let Some(e) = k.keep_every {
             check_int("checkpoint.keep_every", e)?;
+        }
+        if let Some(s) = k.every_seconds {
+            check_float("checkpoint.every_seconds", s)?;
         }
     }
     if let Some(d) = &c.data {
