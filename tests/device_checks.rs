@@ -36,8 +36,8 @@ fn fusion_lines(p: &DeviceProgram) -> String {
         let ops: Vec<&str> = c.nodes.iter().map(|n| n.op.name()).collect();
         out.push_str(&format!(
             "chain steps {}..={}: inputs [{}] -> %{} via [{}], ops [{}]\n",
-            c.steps.start(),
-            c.steps.end(),
+            c.steps().start(),
+            c.steps().end(),
             bufs(&c.inputs),
             c.output.0,
             bufs(&c.intermediates),

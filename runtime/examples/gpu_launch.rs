@@ -59,8 +59,7 @@ fn chain(ty: &TensorType, long: bool) -> FusedChain {
         output: BufferId(2 + k as u32 - 1),
         intermediates: (2..2 + k as u32 - 1).map(BufferId).collect(),
         kept: vec![],
-        members: vec![],
-        steps: 0..=k - 1,
+        members: (0..k).collect(),
     }
 }
 

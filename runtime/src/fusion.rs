@@ -79,11 +79,17 @@ pub struct FusedChain {
     /// it; only with [`FusionOptions::kept`]): each node's index and its
     /// buffer, in node order.
     pub kept: Vec<(usize, BufferId)>,
-    /// The steps the chain covers (its first to its last compute step).
-    pub steps: RangeInclusive<usize>,
-    /// Its compute steps, in order (all of `steps` but frees, unless the
-    /// chain reaches across other steps: [`FusionOptions::across`]).
+    /// Its compute steps, in order: every step from the first to the last
+    /// but frees, unless the chain reaches across other steps
+    /// ([`FusionOptions::across`]).
     pub members: Vec<usize>,
+}
+
+impl FusedChain {
+    /// The steps the chain covers: its first to its last member.
+    pub fn steps(&self) -> RangeInclusive<usize> {
+        self.members[0]..=self.members[self.members.len() - 1]
+    }
 }
 
 /// Which steps [`plan_fusion_with`] puts in chains (a backend's choice).
@@ -317,7 +323,7 @@ fn chain_at(
         let valid = members[..members.len() - 1].iter().all(|&m| {
             let (_, _, out) = member(&p.steps[m], opts).expect("member");
             let later = |r: &usize| (members.contains(r) && *r > m) || (opts.kept && *r > last);
-            let kept = outputs.contains(&out) || readers[out.index()].iter().any(|&r| r > last);
+            let kept = escapes(out, last, readers, outputs);
             (opts.kept || !outputs.contains(&out)) && readers[out.index()].iter().all(later) && (!kept || float(out))
         }) && writes(&p.steps[last]).is_some_and(float);
         if valid {
@@ -368,6 +374,12 @@ fn admits(p: &DeviceProgram, ins: &[BufferId], out: BufferId, class: &mut Option
     true
 }
 
+/// Whether `b`, computed in a chain whose last member is step `last`, is
+/// read after the chain or returned by the program (a kept value).
+fn escapes(b: BufferId, last: usize, readers: &[Vec<usize>], outputs: &HashSet<BufferId>) -> bool {
+    outputs.contains(&b) || readers[b.index()].iter().any(|&r| r > last)
+}
+
 /// The one buffer a compute step writes.
 fn writes(s: &Step) -> Option<BufferId> {
     match s {
@@ -414,11 +426,14 @@ fn build(
     }
     let output = produced.pop().expect("two or more members");
     // Values read after the chain, or program outputs, are kept.
-    let escapes = |b: &BufferId| outputs.contains(b) || readers[b.index()].iter().any(|&r| r > last);
-    let kept: Vec<(usize, BufferId)> =
-        produced.iter().enumerate().filter(|(_, b)| escapes(b)).map(|(n, &b)| (n, b)).collect();
-    let intermediates = produced.into_iter().filter(|b| !escapes(b)).collect();
-    FusedChain { inputs, nodes, output, intermediates, kept, steps: members[0]..=last, members: members.to_vec() }
+    let kept: Vec<(usize, BufferId)> = produced
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| escapes(b, last, readers, outputs))
+        .map(|(n, &b)| (n, b))
+        .collect();
+    let intermediates = produced.into_iter().filter(|&b| !escapes(b, last, readers, outputs)).collect();
+    FusedChain { inputs, nodes, output, intermediates, kept, members: members.to_vec() }
 }
 
 #[cfg(test)]
@@ -459,7 +474,7 @@ mod tests {
         );
         let c = plan_fusion(&p);
         assert_eq!(c.len(), 1);
-        assert_eq!(c[0].steps, 0..=3);
+        assert_eq!(c[0].steps(), 0..=3);
         assert_eq!(c[0].inputs, vec![BufferId(0), BufferId(1)]);
         assert_eq!(c[0].output, BufferId(4));
         assert_eq!(c[0].intermediates, vec![BufferId(2), BufferId(3)]);
@@ -471,7 +486,7 @@ mod tests {
         assert!(plan_fusion(&q).is_empty());
         // Without that second read of %2, steps 0..=2 fuse.
         q.steps[3] = compute(Op::Binary(BinaryOp::Mul), &[3, 3], 4);
-        assert_eq!(plan_fusion(&q)[0].steps, 0..=2);
+        assert_eq!(plan_fusion(&q)[0].steps(), 0..=2);
         // %2 is read after the run (by the reduction): no chain keeps it.
         let mut r = p.clone();
         r.steps[5] = compute(Op::Unary(UnaryOp::Neg), &[2], 6);
@@ -508,14 +523,14 @@ mod tests {
         };
         let all = plan_fusion_with(&p, FusionOptions::ALL);
         assert_eq!(all.len(), 2, "{all:?}");
-        assert_eq!((all[0].steps.clone(), all[0].output), (0..=2, BufferId(5)));
+        assert_eq!((all[0].steps(), all[0].output), (0..=2, BufferId(5)));
         assert_eq!(all[0].inputs, vec![BufferId(0), BufferId(1), BufferId(2)]);
-        assert_eq!((all[1].steps.clone(), all[1].output), (4..=5, BufferId(7)));
+        assert_eq!((all[1].steps(), all[1].output), (4..=5, BufferId(7)));
         assert_eq!(all[1].intermediates, vec![BufferId(6)]);
         // Elementwise only: the broadcast and the reduction stay steps.
         let plain = plan_fusion(&p);
         assert_eq!(plain.len(), 1, "{plain:?}");
-        assert_eq!(plain[0].steps, 1..=2);
+        assert_eq!(plain[0].steps(), 1..=2);
         assert!(plan_fusion_with(&p, FusionOptions::NONE).is_empty());
         // A squared value read again after its reduction is not fused away.
         let mut q = p.clone();
@@ -543,8 +558,8 @@ mod tests {
         };
         let asked = FusionOptions { broadcasts: true, ..FusionOptions::ELEMENTWISE };
         let c = plan_fusion_with(&program(vec![1]), asked);
-        assert_eq!((c.len(), c[0].steps.clone(), c[0].inputs.clone()), (1, 0..=2, vec![BufferId(1), BufferId(0)]));
-        assert_eq!(plan_fusion_with(&program(vec![1]), FusionOptions::ALL)[0].steps, 1..=2);
+        assert_eq!((c.len(), c[0].steps(), c[0].inputs.clone()), (1, 0..=2, vec![BufferId(1), BufferId(0)]));
+        assert_eq!(plan_fusion_with(&program(vec![1]), FusionOptions::ALL)[0].steps(), 1..=2);
         assert!(is_ordered_broadcast(&Op::BroadcastInDim { dims: vec![0, 2], shape: vec![2, 2, 2] }));
         assert!(!is_ordered_broadcast(&Op::BroadcastInDim { dims: vec![1, 0], shape: vec![2, 2] }));
     }
@@ -574,7 +589,7 @@ mod tests {
         let kept = FusionOptions { kept: true, ..FusionOptions::ELEMENTWISE };
         let c = plan_fusion_with(&p, kept);
         assert_eq!(c.len(), 1, "{c:?}");
-        assert_eq!((c[0].steps.clone(), c[0].output), (0..=2, BufferId(4)));
+        assert_eq!((c[0].steps(), c[0].output), (0..=2, BufferId(4)));
         assert_eq!(c[0].kept, vec![(1, BufferId(3))]);
         assert_eq!(c[0].intermediates, vec![BufferId(2)]);
         // A program output inside the run is kept too.

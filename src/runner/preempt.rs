@@ -16,7 +16,7 @@
 //! The handlers are process-wide (signals are), so only the command-line
 //! tool installs them ([`Preemption::install`]); the library's training
 //! loop reads the flag through the [`Preemption`] it is handed, and tests
-//! hand it one they set themselves ([`Preemption::manual`]).
+//! hand it one they set themselves ([`Preemption::request`]).
 
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +33,9 @@ pub const ABORTED_EXIT: i32 = 130;
 /// The signals that preempt a run.
 pub const SIGNALS: [i32; 3] = [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGUSR1];
 
-/// Whether this process has been asked to stop.
+/// Whether this process has been asked to stop. The default is a flag no
+/// signal sets: [`Preemption::request`] sets it (tests, and callers with
+/// their own notion of a deadline).
 #[derive(Clone, Debug, Default)]
 pub struct Preemption {
     flag: Arc<AtomicBool>,
@@ -51,12 +53,6 @@ impl Preemption {
                 .map_err(|e| Error::Usage(format!("cannot install the handler of signal {sig}: {e}")))?;
         }
         Ok(p)
-    }
-
-    /// A flag no signal sets: [`Preemption::request`] sets it (tests, and
-    /// callers with their own notion of a deadline).
-    pub fn manual() -> Preemption {
-        Preemption::default()
     }
 
     /// Asks the run to stop after its current step.
@@ -109,7 +105,7 @@ mod tests {
 
     #[test]
     fn a_manual_flag_is_set_by_request_only() {
-        let p = Preemption::manual();
+        let p = Preemption::default();
         assert!(!p.requested());
         assert_eq!(agree(Some(&p), None, None).unwrap(), Boundary { stop: false, save: false });
         let q = p.clone();

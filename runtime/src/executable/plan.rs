@@ -78,7 +78,7 @@ impl Plan {
             for &m in &c.members {
                 actions[m] = Action::InChain;
             }
-            actions[*c.steps.end()] = Action::Chain(k);
+            actions[*c.steps().end()] = Action::Chain(k);
             fused_away.extend(c.intermediates.iter().copied());
         }
         for (i, step) in p.steps.iter().enumerate() {
@@ -86,7 +86,7 @@ impl Plan {
                 continue;
             }
             let latest =
-                (0..chains.len()).filter(|&k| chains[k].steps.contains(&i)).max_by_key(|&k| *chains[k].steps.end());
+                (0..chains.len()).filter(|&k| chains[k].steps().contains(&i)).max_by_key(|&k| *chains[k].steps().end());
             if let Some(k) = latest {
                 actions[i] = Action::InChain;
                 chain_frees[k].push(i);
@@ -154,12 +154,12 @@ impl Plan {
 /// (removed from `frees`).
 fn take_donor(p: &DeviceProgram, c: &FusedChain, frees: &mut [Vec<BufferId>]) -> Option<usize> {
     let out = p.ty(c.output);
-    let after = p.steps[c.steps.end() + 1..].iter().take_while(|s| matches!(s, Step::Free(_))).count();
+    let after = p.steps[c.steps().end() + 1..].iter().take_while(|s| matches!(s, Step::Free(_))).count();
     for (i, &b) in c.inputs.iter().enumerate() {
         if p.ty(b) != out {
             continue;
         }
-        for step_frees in &mut frees[*c.steps.start()..=c.steps.end() + after] {
+        for step_frees in &mut frees[*c.steps().start()..=c.steps().end() + after] {
             if let Some(at) = step_frees.iter().position(|&f| f == b) {
                 step_frees.remove(at);
                 return Some(i);

@@ -506,8 +506,7 @@ mod tests {
             output: weft_ir::device::BufferId(0),
             intermediates: vec![],
             kept: vec![],
-            members: vec![],
-            steps: 0..=0,
+            members: vec![0],
         };
         let mut pool = Pool::default();
         assert_eq!(fused(&chain, &[&x], &mut pool, 1).map(|t| t.dtype()), Some(DType::BF16));
@@ -542,8 +541,7 @@ mod tests {
                 output: weft_ir::device::BufferId(0),
                 intermediates: vec![],
                 kept: vec![],
-                members: vec![],
-                steps: 0..=0,
+                members: vec![0],
             }
         };
         let s = HostTensor::from_f32(&[], vec![3.0]).unwrap();
@@ -581,8 +579,7 @@ mod tests {
             output: weft_ir::device::BufferId(0),
             intermediates: vec![],
             kept: vec![],
-            members: vec![],
-            steps: 0..=0,
+            members: vec![0],
         };
         let n = 4500;
         let lr = HostTensor::from_f32(&[], vec![0.01]).unwrap();

@@ -136,8 +136,7 @@ fn expression<R: Runtime>(
     }
     let mut stores = vec![inputs.len() + chain.nodes.len() - 1];
     stores.extend(chain.kept.iter().map(|&(n, _)| inputs.len() + n));
-    let dtype = if storage == Storage::F64 { DType::F64 } else { DType::F32 };
-    Some((dtype, FusedExpr { nodes, stores, pitch: slot_pitch(len, storage) }, sources))
+    Some((Storage::float_of(last.ty.dtype), FusedExpr { nodes, stores, pitch: slot_pitch(len, storage) }, sources))
 }
 
 /// The distance in elements between the output slots of a chain of `len`
@@ -240,7 +239,7 @@ pub(super) fn compute_fused<R: Runtime>(
     let Some((storage_dtype, expr, sources)) = expression(be, chain, &all, &constants) else {
         return compute_unfused(be, chain, inputs);
     };
-    let ty = chain.nodes.last().expect("a chain has nodes").ty.clone();
+    let ty = last.ty.clone();
     let len = ty.num_elements();
     // One allocation holds every value written, a slot each; the result
     // and kept values are views of their slots.

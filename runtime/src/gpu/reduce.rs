@@ -119,8 +119,12 @@ pub(super) struct Reads<'a, R: Runtime> {
 impl<'a, R: Runtime> Reads<'a, R> {
     /// The elements of the stored float buffer `x`.
     pub fn operand(x: &'a CubeBuffer<R>) -> Self {
-        let storage = if matches!(Storage::of(x.ty.dtype), Storage::F64) { DType::F64 } else { DType::F32 };
-        Reads { inputs: vec![x], sources: vec![Source::Float(0)], expr: FusedExpr::operand(), storage }
+        Reads {
+            inputs: vec![x],
+            sources: vec![Source::Float(0)],
+            expr: FusedExpr::operand(),
+            storage: Storage::float_of(x.ty.dtype),
+        }
     }
 
     fn floats<F: Float>(&self) -> SequenceArg<R, Array<F>> {
@@ -150,10 +154,6 @@ pub(super) fn reduce<R: Runtime>(
     dims: &[usize],
     ty: &TensorType,
 ) -> CubeBuffer<R> {
-    let inner: usize = dims.iter().map(|&d| x.ty.shape[d]).product();
-    if inner == 0 {
-        return fill_value(be, ty, identity(op, ty.dtype)).expect("scalar upload");
-    }
     if ty.dtype.is_float() {
         return reduce_float(be, op, &Reads::operand(x), &x.ty.shape, dims, ty).unwrap_or_else(|| {
             // Rearranged so the reduced dimensions come last, then read in place.
@@ -161,6 +161,10 @@ pub(super) fn reduce<R: Runtime>(
             let last: Vec<usize> = (x.ty.rank() - dims.len()..x.ty.rank()).collect();
             reduce_float(be, op, &Reads::operand(&x), &x.ty.shape, &last, ty).expect("innermost dimensions")
         });
+    }
+    let inner: usize = dims.iter().map(|&d| x.ty.shape[d]).product();
+    if inner == 0 {
+        return fill_value(be, ty, identity(op, ty.dtype)).expect("scalar upload");
     }
     let x = reduced_last(be, x, dims);
     let out = be.empty(ty);

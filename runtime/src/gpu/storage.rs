@@ -40,6 +40,16 @@ pub enum Storage {
 }
 
 impl Storage {
+    /// The float dtype that names the float storage of `d` (`F64` for
+    /// `f64`, else `F32`): what [`with_float!`](super::ops) dispatches on.
+    pub fn float_of(d: DType) -> DType {
+        if Storage::of(d) == Storage::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        }
+    }
+
     /// The storage type of a dtype.
     pub fn of(d: DType) -> Storage {
         match d {

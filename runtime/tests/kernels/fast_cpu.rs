@@ -180,8 +180,7 @@ fn fused_chains_split_over_threads_are_bitwise_one_threads() {
         output: weft_ir::device::BufferId(0),
         intermediates: vec![],
         kept: vec![],
-        members: vec![],
-        steps: 0..=0,
+        members: vec![0],
     };
     let (x, y) = (with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -3.0, 3.0));
     let fresh = |threads: usize| {
@@ -240,8 +239,7 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
         output: weft_ir::device::BufferId(0),
         intermediates: vec![],
         kept: vec![],
-        members: vec![],
-        steps: 0..=0,
+        members: vec![0],
     };
     let ins = [with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -1.0, 1.0), HostTensor::zeros(&f)];
     let refs: Vec<&HostTensor> = ins.iter().collect();
@@ -319,8 +317,7 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
             output: weft_ir::device::BufferId(0),
             intermediates: vec![],
             kept: vec![],
-            members: vec![],
-            steps: 0..=0,
+            members: vec![0],
         };
         let ins = [
             HostTensor::from_f32(&[], vec![0.01]).unwrap(),
@@ -349,8 +346,7 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
         output: weft_ir::device::BufferId(0),
         intermediates: vec![],
         kept: vec![],
-        members: vec![],
-        steps: 0..=0,
+        members: vec![0],
     };
     let ins = [
         HostTensor::from_f32(&[], vec![0.3]).unwrap().convert(DType::BF16),
