@@ -16,7 +16,9 @@
 
 mod mpi_support;
 
-use mpi_support::{mpirun, mpirun_or_skip, ok, read, root, step_files, train, train_args, WEFT};
+use mpi_support::{
+    mpirun, mpirun_or_skip, ok, read, root, signal, started_ranks, step_files, train, train_args, wait_at_most, WEFT,
+};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -161,28 +163,6 @@ fn mismatched_ranks_and_too_many_processes_are_named_errors() {
     assert!(err.contains("the mesh has 2 devices but the job has 4 processes"), "{err}");
 }
 
-/// The pids of the weft processes `mpirun` (pid `parent`) started.
-fn children(parent: u32) -> Vec<u32> {
-    let out = Command::new("pgrep").args(["-P", &parent.to_string()]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|s| s.parse().ok()).collect()
-}
-
-/// The pids of the `n` ranks `mpirun` (pid `parent`) starts, once all are
-/// up (or whatever is up after 30 s).
-fn started_ranks(parent: u32, n: usize) -> Vec<u32> {
-    let t = Instant::now();
-    let mut ranks = Vec::new();
-    while ranks.len() < n && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
-        ranks = children(parent);
-    }
-    ranks
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-}
-
 /// Starts a 4-process run of `steps` steps saving every 5 steps.
 fn start(dir: &Path, steps: &str, timeout: &str) -> std::process::Child {
     let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
@@ -192,24 +172,6 @@ fn start(dir: &Path, steps: &str, timeout: &str) -> std::process::Child {
     c.args(["--steps", steps, "--strategy", "fsdp", "--checkpoint-every", "5", "-q"]);
     c.arg("--metrics").arg(&m).arg("--checkpoint-dir").arg(&k);
     c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
-}
-
-/// Waits for `child` at most `limit`; kills it (and its processes) if it
-/// is still running then.
-fn wait_at_most(mut child: std::process::Child, limit: Duration) -> (Option<Output>, Duration) {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if child.try_wait().unwrap().is_some() {
-            return (Some(child.wait_with_output().unwrap()), t.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for p in children(child.id()) {
-        signal(p, "-KILL");
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    (None, t.elapsed())
 }
 
 #[test]

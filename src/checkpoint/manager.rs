@@ -12,6 +12,7 @@
 //! removes leftovers of interrupted saves, which would break a concurrent
 //! writer's save (never a committed step).
 
+use super::across::AcrossSave;
 use super::error::{io, CheckpointError, Result};
 use super::fsutil;
 use super::manifest::{FileEntry, Manifest};
@@ -20,7 +21,10 @@ use super::retention::Retention;
 use super::state::{CheckpointState, RestoreTarget};
 use super::write::{self, CommitInfo, Snapshot};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+use weft_runtime::ProcessGroup;
 
 /// How a manager saves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,9 +49,22 @@ impl Default for CheckpointOptions {
     }
 }
 
-struct InFlight {
-    step: u64,
-    handle: JoinHandle<Result<CommitInfo>>,
+/// The save in flight.
+enum InFlight {
+    /// One process's save: its thread writes and commits.
+    Alone { step: u64, handle: JoinHandle<Result<CommitInfo>> },
+    /// A multi-process save: its thread writes this process's files; the
+    /// commit is a collective of the processes ([`AcrossSave::finish`]).
+    Across(AcrossSave),
+}
+
+impl InFlight {
+    fn step(&self) -> u64 {
+        match self {
+            InFlight::Alone { step, .. } => *step,
+            InFlight::Across(a) => a.step(),
+        }
+    }
 }
 
 /// Saves and restores the checkpoints of one root directory.
@@ -91,7 +108,7 @@ impl CheckpointManager {
 
     /// The step of the save in flight, if any.
     pub fn in_flight(&self) -> Option<u64> {
-        self.in_flight.as_ref().map(|f| f.step)
+        self.in_flight.as_ref().map(InFlight::step)
     }
 
     /// Saves `state` as `step` and returns when it is committed (after
@@ -116,7 +133,7 @@ impl CheckpointManager {
             .name(format!("checkpoint-step-{step}"))
             .spawn(move || commit_and_retain(&root, &options, &snap))
             .map_err(io("spawn writer thread for", &self.root))?;
-        self.in_flight = Some(InFlight { step, handle });
+        self.in_flight = Some(InFlight::Alone { step, handle });
         Ok(previous)
     }
 
@@ -128,12 +145,43 @@ impl CheckpointManager {
     pub fn save_across(
         &mut self,
         step: u64,
-        state: &CheckpointState,
-        group: &dyn weft_runtime::ProcessGroup,
-        timeout: std::time::Duration,
+        state: CheckpointState,
+        group: &Arc<dyn ProcessGroup>,
+        timeout: Duration,
     ) -> Result<CommitInfo> {
         self.wait()?;
-        super::across::save_across(&self.root, &self.options, step, state, group, timeout)
+        super::across::begin(&self.root, &self.options, step, state, Arc::clone(group), timeout)?
+            .finish(&self.root, &self.options)
+    }
+
+    /// Starts saving `state` — this process's devices' blocks — as `step`
+    /// together with every other process of `group` (which call this at
+    /// the same point) and returns once a thread owns the blocks; the save
+    /// commits at a later [`CheckpointManager::wait`], which every process
+    /// calls at the same point (the runner: at the first step boundary at
+    /// which every process reports [`CheckpointManager::across_written`]).
+    /// Waits for a save in flight first and returns its commit.
+    pub fn save_across_async(
+        &mut self,
+        step: u64,
+        state: CheckpointState,
+        group: &Arc<dyn ProcessGroup>,
+        timeout: Duration,
+    ) -> Result<Option<CommitInfo>> {
+        let previous = self.wait()?;
+        let save = super::across::begin(&self.root, &self.options, step, state, Arc::clone(group), timeout)?;
+        self.in_flight = Some(InFlight::Across(save));
+        Ok(previous)
+    }
+
+    /// With a multi-process save in flight: whether this process has
+    /// written its files (so that committing it would not wait for this
+    /// process). `None` without one.
+    pub fn across_written(&self) -> Option<bool> {
+        match &self.in_flight {
+            Some(InFlight::Across(a)) => Some(a.written()),
+            _ => None,
+        }
     }
 
     /// Opens the checkpoint root as a process other than the first of a
@@ -143,9 +191,22 @@ impl CheckpointManager {
         Ok(CheckpointManager { root: root.into(), options, in_flight: None, cleaned: Vec::new() })
     }
 
-    /// Waits for the save in flight, if any, and returns its commit or error.
+    /// Waits for the save in flight, if any, and returns its commit or
+    /// error. A multi-process save is committed here, together with the
+    /// other processes (a collective: all call it at the same point).
     pub fn wait(&mut self) -> Result<Option<CommitInfo>> {
-        let Some(InFlight { step, handle }) = self.in_flight.take() else { return Ok(None) };
+        let handle = match self.in_flight.take() {
+            None => return Ok(None),
+            Some(InFlight::Across(save)) => {
+                let step = save.step();
+                return match save.finish(&self.root, &self.options) {
+                    Ok(info) => Ok(Some(info)),
+                    Err(e) => Err(CheckpointError::AsyncSave { step, source: Box::new(e) }),
+                };
+            }
+            Some(InFlight::Alone { step, handle }) => (step, handle),
+        };
+        let (step, handle) = handle;
         match handle.join() {
             Ok(Ok(info)) => Ok(Some(info)),
             Ok(Err(e)) => Err(CheckpointError::AsyncSave { step, source: Box::new(e) }),
@@ -194,8 +255,17 @@ impl CheckpointManager {
 
 impl Drop for CheckpointManager {
     /// Waits for a save in flight. An error nobody collected panics (or,
-    /// while already panicking, is printed): it is never silently lost.
+    /// while already panicking, is printed): it is never silently lost. A
+    /// multi-process save still in flight is left uncommitted (committing
+    /// takes every process, and a manager dropped early is a failing
+    /// job's): its hidden directory goes when the root is next opened.
     fn drop(&mut self) {
+        if matches!(self.in_flight, Some(InFlight::Across(_))) {
+            if let Some(InFlight::Across(save)) = self.in_flight.take() {
+                save.abandon();
+            }
+            return;
+        }
         if let Err(e) = self.wait() {
             if std::thread::panicking() {
                 eprintln!("checkpoint: {e}");

@@ -47,6 +47,10 @@
 //! file = "runs/mlp/trace.json" # Chrome trace-event JSON (opens in Perfetto)
 //! steps = "1..3"              # default: the run's second and third steps
 //! sync = false                # true: each span waits for its device (GPU times)
+//!
+//! [stragglers]                # optional; several processes (`mpirun`)
+//! ratio = 1.5                 # compute over 1.5x the others' median is slow
+//! steps = 20                  # for 20 steps in a row: process 0 warns
 //! ```
 //!
 //! Unknown keys are errors (a typo never silently does nothing), and every
@@ -139,6 +143,10 @@ pub struct RunConfig {
     /// A step trace (`[trace]`, `--trace`; see `super::trace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSection>,
+    /// When a slow process of a multi-process run is warned about
+    /// (`[stragglers]`; see `super::stragglers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stragglers: Option<super::stragglers::StragglerSection>,
 }
 
 /// `[trace]`: where to write a step trace, of which steps, and whether

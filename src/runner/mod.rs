@@ -7,6 +7,7 @@
 //! revision, mesh, device mapping, seed) beside the checkpoints.
 
 mod backend;
+pub mod boundary;
 mod compile;
 pub mod config;
 pub mod data;
@@ -19,6 +20,7 @@ pub mod processes;
 pub mod report;
 mod session;
 pub mod stages;
+pub mod stragglers;
 pub mod trace;
 pub mod validate;
 
@@ -305,6 +307,10 @@ pub struct RunSummary {
     /// When the run stopped because its loss was not finite for
     /// `divergence_steps` steps in a row: the first and last of them.
     pub diverged: Option<(u64, u64)>,
+    /// In process 0 of a multi-process run: every process's step times
+    /// and the straggler warnings, as `run.json` keeps them
+    /// ([`stragglers::Stragglers::json`]).
+    pub stragglers: Option<serde_json::Value>,
 }
 
 impl RunSummary {
@@ -335,8 +341,9 @@ impl RunSummary {
 }
 
 /// Runs steps on the executor's loaded state from step `first` until
-/// `c.steps`; `on_step(next_step, executor)` runs after every step (for
-/// checkpoints). With a `feed` (`[data]`), each step trains on the feed's
+/// `c.steps`; `on_step(next_step, step_secs, executor)` runs after every
+/// step with a finite loss (for the step boundary: checkpoints, stopping,
+/// step times). With a `feed` (`[data]`), each step trains on the feed's
 /// next batch, of which the feed read only the executor's
 /// [`Executor::batch_rows`] (its wait is the metric `data_wait_ms`) and the validation
 /// metrics evaluated before a step join that step's line; the evaluation
@@ -350,7 +357,7 @@ pub fn run_steps(
     first: u64,
     mut metrics_out: Option<&mut MetricsWriter>,
     mut feed: Option<&mut data::Feed>,
-    mut on_step: impl FnMut(u64, &mut dyn Executor) -> Result<()>,
+    mut on_step: impl FnMut(u64, f64, &mut dyn Executor) -> Result<()>,
     quiet: bool,
     mut trace: Option<&mut trace::TraceWriter>,
 ) -> Result<RunSummary> {
@@ -394,7 +401,8 @@ pub fn run_steps(
             _ => exec.step(&prepared.step, &prepared.batch)?,
         };
         let ran = std::time::Instant::now();
-        step_secs.push((ran - clock).as_secs_f64());
+        let secs = (ran - clock).as_secs_f64();
+        step_secs.push(secs);
         if traced.is_some() {
             exec.set_trace(None);
         }
@@ -419,7 +427,7 @@ pub fn run_steps(
         let finite = m.get("loss").is_none_or(|l| l.is_finite());
         nonfinite = if finite { None } else { Some((nonfinite.map_or(s, |(f, _)| f), s)) };
         if finite {
-            on_step(s + 1, exec)?;
+            on_step(s + 1, secs, exec)?;
         }
         let t3 = std::time::Instant::now();
         if let (Some(t), Some(_)) = (trace.as_deref_mut(), traced) {
@@ -466,6 +474,7 @@ pub fn run_steps(
         evals,
         batch_digests,
         diverged,
+        stragglers: None,
     })
 }
 

@@ -9,9 +9,8 @@
 //! signal while that is under way exits at once with [`ABORTED_EXIT`]:
 //! saves are atomic, so the previous checkpoint is still the newest valid
 //! one. Under several processes the processes agree each step on whether
-//! any was signalled ([`agree`]), so they all stop after the same step;
-//! the same exchange carries process 0's decision to save by time
-//! (`checkpoint.every_seconds`).
+//! any was signalled ([`super::boundary`]), so they all stop after the
+//! same step.
 //!
 //! The handlers are process-wide (signals are), so only the command-line
 //! tool installs them ([`Preemption::install`]); the library's training
@@ -66,39 +65,6 @@ impl Preemption {
     }
 }
 
-/// What every process of a job does at a step boundary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Boundary {
-    /// Stop after this step (some process was asked to).
-    pub stop: bool,
-    /// Save this step because time has passed (`checkpoint.every_seconds`).
-    pub save: bool,
-}
-
-/// The step boundary the processes agree on: stop if any was asked to
-/// (`preemption`), save by time if process 0's clock says so (`due`;
-/// `None` without time-based saves). Under several processes one exchange
-/// of two bytes, so that all stop, or save, after the same step; none when
-/// there is nothing to agree on.
-pub fn agree(
-    preemption: Option<&Preemption>,
-    due: Option<bool>,
-    processes: Option<&super::processes::Processes>,
-) -> Result<Boundary> {
-    let stop = preemption.is_some_and(Preemption::requested);
-    let save = due.unwrap_or(false);
-    match processes {
-        Some(p) if preemption.is_some() || due.is_some() => {
-            let all = p.all_gather(&[stop as u8, save as u8], "the step boundary")?;
-            Ok(Boundary {
-                stop: all.iter().any(|b| b.first() == Some(&1)),
-                save: all.first().and_then(|b| b.get(1)) == Some(&1),
-            })
-        }
-        _ => Ok(Boundary { stop, save }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,11 +73,8 @@ mod tests {
     fn a_manual_flag_is_set_by_request_only() {
         let p = Preemption::default();
         assert!(!p.requested());
-        assert_eq!(agree(Some(&p), None, None).unwrap(), Boundary { stop: false, save: false });
         let q = p.clone();
         q.request();
         assert!(p.requested(), "clones share the flag");
-        assert_eq!(agree(Some(&p), Some(true), None).unwrap(), Boundary { stop: true, save: true });
-        assert_eq!(agree(None, None, None).unwrap(), Boundary { stop: false, save: false });
     }
 }

@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
+use weft_runtime::process::TimedGroup;
 use weft_runtime::process::{check_process_count, device_owners, devices_of_process, Hosts, Reduction};
 use weft_runtime::{HostShare, ProcessGroup};
 
@@ -43,6 +44,9 @@ pub const DEFAULT_PROCESS_TIMEOUT: Duration = Duration::from_secs(300);
 #[derive(Clone)]
 pub struct Processes {
     group: Arc<dyn ProcessGroup>,
+    /// The same transport, timing every call: the time spent waiting for
+    /// the other processes ([`Processes::waited`]).
+    clock: Arc<TimedGroup>,
     hosts: Arc<Hosts>,
     timeout: Duration,
     reduction: Reduction,
@@ -118,8 +122,17 @@ impl Processes {
     /// every process calls it once at start-up, and they exchange their
     /// host names ([`Hosts`]).
     pub fn join(group: Arc<dyn ProcessGroup>, timeout: Duration) -> Result<Processes> {
+        let clock = Arc::new(TimedGroup::new(group));
+        let group: Arc<dyn ProcessGroup> = clock.clone();
         let hosts = Arc::new(Hosts::gather(group.as_ref(), timeout)?);
-        Ok(Processes { group, hosts, timeout, reduction: Reduction::Deterministic })
+        Ok(Processes { group, clock, hosts, timeout, reduction: Reduction::Deterministic })
+    }
+
+    /// The time this process has spent in exchanges with the others since
+    /// it joined (waiting for them, and the transfers): the measure of
+    /// [`super::stragglers`].
+    pub fn waited(&self) -> Duration {
+        self.clock.waited()
     }
 
     /// These processes with sums across them combined in mode `reduction`

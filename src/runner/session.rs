@@ -2,6 +2,7 @@
 
 use super::mesh::{MeshBackend, MeshExecutor};
 use super::processes::Processes;
+use super::stragglers::{StepTime, Stragglers};
 use super::Backend;
 use super::{
     mesh_spec, prepare_model, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary,
@@ -461,6 +462,12 @@ pub(crate) fn train_built(
         }
         None => None,
     };
+    // Process 0 keeps every process's step times (`[stragglers]`).
+    let mut stragglers =
+        processes.filter(|p| p.is_first()).map(|p| Stragglers::new(p.size(), c.stragglers.clone().unwrap_or_default()));
+    let host = |q: usize| processes.map(|p| p.hosts().name(q).to_string()).unwrap_or_default();
+    // The exchange time up to the end of the last step boundary.
+    let mut waited_before = processes.map(|p| p.waited());
     let mut summary = run_steps(
         c,
         prepared,
@@ -468,15 +475,31 @@ pub(crate) fn train_built(
         first,
         writer.as_mut(),
         feed.as_mut(),
-        |next, ex| {
+        |next, secs, ex| {
             // Asked to stop (by any process): this step's checkpoint, made
             // durable, is the run's last act. Time-based saves follow
-            // process 0's clock.
-            let due = every_seconds.filter(|_| manager.is_some()).map(|s| last_save.elapsed().as_secs_f64() >= s);
-            let super::preempt::Boundary { stop, save } =
-                super::preempt::agree(ov.preemption.as_ref(), due, processes)?;
+            // process 0's clock; a multi-process save in flight commits
+            // once every process has written its files.
+            let waited = match (processes, waited_before) {
+                (Some(p), Some(before)) => p.waited().saturating_sub(before).as_secs_f64(),
+                _ => 0.0,
+            };
+            let local = super::boundary::Local {
+                stop: ov.preemption.as_ref().is_some_and(super::preempt::Preemption::requested),
+                save_due: every_seconds.filter(|_| manager.is_some()).map(|s| last_save.elapsed().as_secs_f64() >= s),
+                written: manager.as_ref().and_then(CheckpointManager::across_written),
+                time: StepTime::of(secs, waited),
+            };
+            let boundary = super::boundary::agree(local, processes)?;
+            if let Some(w) = stragglers.as_mut().and_then(|s| s.record(next - 1, &boundary.times, host)) {
+                log(Line::Warn(w));
+            }
+            let stop = boundary.stop;
             if let Some(m) = manager.as_mut() {
-                if next % every == 0 || next == total || stop || save {
+                if boundary.commit {
+                    m.wait()?;
+                }
+                if next % every == 0 || next == total || stop || boundary.save {
                     last_save = std::time::Instant::now();
                     let mut state = ex.checkpoint_state(&prepared.step)?;
                     if let Some(id) = &identity {
@@ -485,25 +508,31 @@ pub(crate) fn train_built(
                     match processes {
                         Some(p) => {
                             super::processes::own_replicated_leaves(&mut state, p.is_first());
-                            m.save_across(next, &state, p.group().as_ref(), p.timeout())?;
+                            m.save_across_async(next, state, p.group(), p.timeout())?;
                         }
                         None => {
                             m.save_async(next, &state)?;
                         }
                     }
                 }
-            }
-            if stop {
-                if let Some(m) = manager.as_mut() {
+                if stop {
                     m.wait()?;
                 }
+            }
+            if stop {
                 return Err(crate::error::Error::Preempted { step: next, saved: manager.is_some() });
             }
+            // The boundary's own exchanges are not the next step's waiting.
+            waited_before = processes.map(|p| p.waited());
             Ok(())
         },
         ov.quiet || !first_process,
         trace.as_mut(),
     )?;
+    summary.stragglers = stragglers.as_ref().map(|s| s.json(host));
+    if let Some(line) = stragglers.as_ref().and_then(|s| s.summary(host)) {
+        log(Line::Info(line));
+    }
     if let Some(t) = &trace {
         log(Line::Info(format!("trace written to {}", t.path().display())));
     }
@@ -592,6 +621,9 @@ fn write_manifest(
         if data.is_some() {
             let waits: Vec<f64> = s.metrics.iter().filter_map(|(_, m)| m.get("data_wait_ms").copied()).collect();
             manifest["timings"]["data_wait_ms_total"] = serde_json::json!(waits.iter().sum::<f64>());
+        }
+        if let Some(st) = &s.stragglers {
+            manifest["timings"]["processes"] = st.clone();
         }
     }
     let text = serde_json::to_string_pretty(&manifest).expect("a JSON value serializes");

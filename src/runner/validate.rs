@@ -166,6 +166,8 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "trace.file", flag: Some("--trace"), range: Range::Text("a file path"), default: "(required with `[trace]`)", note: "a Chrome trace-event JSON of the traced steps (opens in Perfetto); several processes: the rank before the extension" },
     KeySpec { key: "trace.steps", flag: Some("--trace-steps"), range: Range::Text("a step `N` or a half-open range `A..B`, within the run's steps"), default: "the run's second and third steps", note: "" },
     KeySpec { key: "trace.sync", flag: Some("--trace-sync"), range: Range::OneOf(&["true", "false"]), default: "false", note: "each span waits for its device: a GPU's device times (slower)" },
+    KeySpec { key: "stragglers.ratio", flag: None, range: Range::Float { min: 1.0, min_inclusive: false, max: 1e6, max_inclusive: true }, default: "1.5", note: "several processes: a process whose compute exceeds this times the others' median (by 1 ms or more) is slow" },
+    KeySpec { key: "stragglers.steps", flag: None, range: int(1, MAX_STEPS), default: "20", note: "slow steps in a row before process 0 warns (once per streak)" },
 ];
 
 /// The spec of `key` (which must be in [`KEYS`]).
@@ -434,6 +436,10 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             ));
         }
         super::trace::parse_steps(t.steps.as_deref(), 0, u64::MAX)?;
+    }
+    if let Some(s) = &c.stragglers {
+        check_float("stragglers.ratio", s.ratio)?;
+        check_int("stragglers.steps", s.steps)?;
     }
     Ok(mesh)
 }

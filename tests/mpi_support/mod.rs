@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The `weft` binary under test.
 pub const WEFT: &str = env!("CARGO_BIN_EXE_weft");
@@ -110,4 +111,53 @@ pub fn step_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .collect();
     v.sort();
     v
+}
+
+/// The pids of the weft processes `mpirun` (pid `parent`) started.
+pub fn children(parent: u32) -> Vec<u32> {
+    let out = Command::new("pgrep").args(["-P", &parent.to_string()]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|s| s.parse().ok()).collect()
+}
+
+/// The pids of the `n` ranks `mpirun` (pid `parent`) starts, once all are
+/// up (or whatever is up after 30 s).
+pub fn started_ranks(parent: u32, n: usize) -> Vec<u32> {
+    let t = Instant::now();
+    let mut ranks = Vec::new();
+    while ranks.len() < n && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+        ranks = children(parent);
+    }
+    ranks
+}
+
+/// The MPI rank of the process `pid` (from its environment), if it has one.
+pub fn rank_of(pid: u32) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"OMPI_COMM_WORLD_RANK="))
+        .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())
+}
+
+/// Sends `sig` (`-KILL`, `-STOP`, ...) to `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// Waits for `child` at most `limit`; kills it (and its processes) if it
+/// is still running then.
+pub fn wait_at_most(mut child: std::process::Child, limit: Duration) -> (Option<Output>, Duration) {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return (Some(child.wait_with_output().unwrap()), t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in children(child.id()) {
+        signal(p, "-KILL");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (None, t.elapsed())
 }

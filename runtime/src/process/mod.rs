@@ -45,6 +45,7 @@ mod hosts;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod threads;
+mod timed;
 
 pub use comm::ProcessComm;
 pub use fast::{NativeType, Reduction};
@@ -52,6 +53,7 @@ pub use hosts::{this_host_name, Hosts};
 #[cfg(feature = "mpi")]
 pub use mpi::{MpiGroup, MpiSession};
 pub use threads::ThreadGroup;
+pub use timed::TimedGroup;
 
 use crate::error::RuntimeError;
 use std::time::Duration;
