@@ -142,6 +142,15 @@ pub enum Error {
         /// Their hosts: "host b", "hosts b, c".
         hosts: String,
     },
+    /// `weft launch` restarted the job as often as it may, and it failed
+    /// again (or could not be restarted: too few processes left).
+    #[error("weft launch: gave up after {restarts} restarts: {cause}")]
+    GaveUp {
+        /// Restarts made.
+        restarts: u32,
+        /// Why the last attempt failed, and why no other is made.
+        cause: String,
+    },
 }
 
 impl From<weft_compiler::CompilerError> for Error {

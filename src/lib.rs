@@ -9,6 +9,7 @@ pub mod cli;
 pub mod data;
 pub mod diagnostics;
 pub mod error;
+pub mod launch;
 pub mod models;
 pub mod runner;
 pub mod strategy;

@@ -2,11 +2,13 @@
 //!
 //! Each subcommand is a thin layer over the library: parse arguments, call
 //! the stage, print its result or a rendered error, and return an exit code
-//! (0 success, 1 a problem in the user's program or data, 2 bad usage).
+//! (0 success, 1 a problem in the user's program or data or a failure, 2
+//! bad usage, 65 a diverged run, 75 a preempted one: [`exit_code`]).
 
 mod check;
 mod compare;
 mod data;
+mod launch;
 pub mod lower;
 mod model;
 mod plot;
@@ -86,6 +88,11 @@ pub enum Command {
     /// step, shard it over the mesh, train, checkpoint and log metrics.
     #[command(allow_negative_numbers = true)]
     Train(Box<TrainArgs>),
+    /// Run `weft train` as a job of several processes (`mpirun`, or `srun`
+    /// under Slurm) that restarts itself from its checkpoints when it
+    /// fails: `weft launch -n 4 --max-restarts 5 -- train CONFIG [flags]`.
+    #[command(allow_negative_numbers = true)]
+    Launch(Box<launch::LaunchArgs>),
     /// Write a config's model as a program to edit (`-o model.weft`) and,
     /// beside it (`model.toml`), the config that trains that program: its
     /// initialisation, input ranges and tensor-parallel rules as tables.
@@ -203,6 +210,7 @@ pub fn main() -> i32 {
             shard::shard(&file, &mesh, &shard::ShardArgs { func, explain, show, auto, memory_budget })
         }
         Command::Train(args) => train::train(&args.config, &args.overrides),
+        Command::Launch(args) => launch::launch(&args),
         Command::CompareStrategies(args) => compare::compare(&args),
         Command::Model { config, output } => model::model(&config, &output),
         Command::Plot { files, output, metric, log } => plot::plot(&files, &output, &metric, log),
@@ -218,11 +226,23 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            match e {
-                crate::Error::Usage(_) | crate::Error::Invalid { .. } => 2,
-                _ => 1,
-            }
+            exit_code(&e)
         }
+    }
+}
+
+/// The exit code of a run that diverged (`EX_DATAERR`): `weft launch`
+/// does not restart it, since it would diverge again.
+pub const DIVERGED_EXIT: i32 = 65;
+
+/// The exit code of an error: 2 bad usage, [`DIVERGED_EXIT`] a diverged
+/// run, 1 anything else (a problem in the program or data, or a failure a
+/// restart may fix).
+pub fn exit_code(e: &crate::Error) -> i32 {
+    match e {
+        crate::Error::Usage(_) | crate::Error::Invalid { .. } => 2,
+        crate::Error::Diverged { .. } => DIVERGED_EXIT,
+        _ => 1,
     }
 }
 

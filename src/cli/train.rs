@@ -26,8 +26,9 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
         // together do not interleave in the launcher's output.
         let line = format!("error: process {} of {}: {e}\n", p.rank(), p.size());
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
-        // Stop the whole job: no process is left waiting for this one.
-        p.abort_all(1);
+        // Stop the whole job: no process is left waiting for this one. The
+        // code tells `weft launch` whether a restart may help.
+        p.abort_all(super::exit_code(e));
     }
     result
 }
