@@ -264,3 +264,77 @@ fn a_host_cut_off_the_network_stops_both_sides_within_the_timeout() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!stderr.contains("skipping the checkpoint"), "a committed checkpoint was corrupt: {stderr}");
 }
+
+/// `weft launch` over two hosts, one of which drops off the network for
+/// good: the job fails within the collective timeout, the launcher that
+/// waits for the lost host's daemon is stopped after the exit grace, the
+/// probes find h1 alone, and the job restarts there on two processes
+/// (`--min-processes 2`), resumes its newest checkpoint and finishes with
+/// the metrics of an uninterrupted run.
+#[test]
+fn a_launch_that_loses_a_host_restarts_on_the_other_and_finishes() {
+    let test = "a_launch_that_loses_a_host_restarts_on_the_other_and_finishes";
+    let Some(hosts) = NetHosts::up_or_skip(test, 2, 3) else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, k) = files(tmp.path());
+    let agent = format!("{} agent", netns_script().display());
+    let mut c = Command::new(mpi_support::WEFT);
+    c.args(["launch", "--hosts", "h1:2,h2:2", "--min-processes", "2", "--max-restarts", "2"]);
+    c.args(["--restart-delay", "0.5", "--exit-grace", "5", "--probe-timeout", "10"]);
+    for a in ["--allow-run-as-root", "--oversubscribe", "-x", "WEFT_COLLECTIVE_TIMEOUT", "--mca", "plm_rsh_agent"] {
+        c.arg(format!("--mpi-arg={a}"));
+    }
+    c.arg(format!("--mpi-arg={agent}"));
+    for (key, value) in
+        [("oob_tcp_if_include", &hosts.subnet[..]), ("btl_tcp_if_include", &hosts.subnet), ("btl", "self,vader,tcp")]
+    {
+        c.args(["--mpi-arg=--mca", &format!("--mpi-arg={key}"), &format!("--mpi-arg={value}")]);
+    }
+    c.env("WEFT_NETNS_PREFIX", &hosts.prefix).env("WEFT_COLLECTIVE_TIMEOUT", "5");
+    c.arg("--").arg("train").arg(root().join("examples/configs/mlp.toml"));
+    c.args(args("dp", "150", &m, &k)).arg("-q");
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Training on both hosts, a checkpoint committed; then h2 is cut off.
+    let t = Instant::now();
+    let (mut h1, mut h2) = (Vec::new(), Vec::new());
+    while t.elapsed() < Duration::from_secs(60) && (h1.len() < 2 || h2.len() < 2 || !k.join("step_00000003").exists()) {
+        std::thread::sleep(Duration::from_millis(100));
+        (h1, h2) = (weft_pids_on(&hosts, "h1"), weft_pids_on(&hosts, "h2"));
+        if child.try_wait().unwrap().is_some() {
+            let o = child.wait_with_output().unwrap();
+            panic!("the job ended before the cut: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    assert!(h1.len() == 2 && h2.len() == 2, "two weft processes on each host: {h1:?} {h2:?}");
+    let down = Command::new("ip").args(["link", "set", &format!("{}-v2", hosts.prefix), "down"]).status().unwrap();
+    assert!(down.success());
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(240) && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if child.try_wait().unwrap().is_none() {
+        child.kill().ok();
+    }
+    // Open MPI's daemon on the lost host never learns that its job is
+    // gone, and holds the output open: as a lost machine would, it goes
+    // with the host (here, with what runs in the namespaces).
+    for host in ["h1", "h2"] {
+        let ns = format!("ip netns pids {}-{host} | xargs -r kill -9", hosts.prefix);
+        Command::new("sh").arg("-c").arg(ns).status().ok();
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("weft launch: lost host h2"), "{err}");
+    assert!(err.contains("weft launch: restart 1 of 2 in 0.5 s on 2 processes"), "{err}");
+    let log = std::fs::read_to_string(k.join("launch.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["restart", "finished"], "{log}");
+    assert_eq!((records[1]["processes"].as_u64(), records[1]["hosts"].as_str()), (Some(2), Some("h1:2")), "{log}");
+    // Bitwise an uninterrupted run.
+    let one = tmp.path().join("one");
+    let (m1, k1) = files(&one);
+    ok(&train(0, "examples/configs/mlp.toml", &args("dp", "150", &m1, &k1), &[]), "uninterrupted");
+    assert!(read(&m) == read(&m1), "the restarted job's metrics differ from the uninterrupted run");
+}
