@@ -104,6 +104,7 @@ pub(crate) fn begin(
     let writer = std::thread::Builder::new()
         .name(format!("checkpoint-step-{step}"))
         .spawn(move || {
+            fsutil::background_priority();
             // The same plan again, over the state this thread owns (planning
             // is metadata only; the blocks are not copied once more).
             let plan = write::prepare_part(step, &state, max_file_bytes, true).map_err(|e| e.to_string())?;

@@ -141,6 +141,26 @@ fn remove_any(path: &Path) -> Result<()> {
     r.map_err(io("remove", path))
 }
 
+/// Makes the calling thread run only on CPU time nothing else wants
+/// (Linux's `SCHED_IDLE`; `nice` 19 where that is refused): a save written
+/// in the background must not slow the training steps beside it. At the
+/// default priority a writer takes a core's share from steps that keep
+/// every core busy; `nice` 19 alone still let the steps beside a save run
+/// 40% slower on 2 cores and 2 processes, `SCHED_IDLE` 12-16%
+/// (BENCHMARKS.md). Threads it starts inherit the policy. Best effort: a
+/// failure leaves the priority as it was.
+pub(crate) fn background_priority() {
+    // SAFETY: sched_setscheduler gets a valid sched_param that outlives
+    // the call; setpriority takes no pointers. On Linux both act on the
+    // calling thread alone (pid 0 and a thread id).
+    unsafe {
+        let idle = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

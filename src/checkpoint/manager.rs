@@ -131,7 +131,10 @@ impl CheckpointManager {
         let (root, options) = (self.root.clone(), self.options.clone());
         let handle = std::thread::Builder::new()
             .name(format!("checkpoint-step-{step}"))
-            .spawn(move || commit_and_retain(&root, &options, &snap))
+            .spawn(move || {
+                fsutil::background_priority();
+                commit_and_retain(&root, &options, &snap)
+            })
             .map_err(io("spawn writer thread for", &self.root))?;
         self.in_flight = Some(InFlight::Alone { step, handle });
         Ok(previous)
@@ -172,6 +175,16 @@ impl CheckpointManager {
         let save = super::across::begin(&self.root, &self.options, step, state, Arc::clone(group), timeout)?;
         self.in_flight = Some(InFlight::Across(save));
         Ok(previous)
+    }
+
+    /// Whether a save's files are being written now (by its thread; a
+    /// finished save waiting for its commit is not).
+    pub fn writing(&self) -> bool {
+        match &self.in_flight {
+            Some(InFlight::Alone { handle, .. }) => !handle.is_finished(),
+            Some(InFlight::Across(a)) => !a.written(),
+            None => false,
+        }
     }
 
     /// With a multi-process save in flight: whether this process has

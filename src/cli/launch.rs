@@ -12,8 +12,9 @@ pub struct LaunchArgs {
     /// Processes of the job (default: the slots of `--hosts`).
     #[arg(short = 'n', long = "processes")]
     pub processes: Option<usize>,
-    /// The hosts and their slots, `h1:2,h2:2` (default: wherever the
-    /// launcher puts the processes; no host is probed).
+    /// The hosts and their slots, `h1:2,h2:2` (default: under `srun`, the
+    /// allocation's nodes with `SLURM_NTASKS_PER_NODE` slots each; under
+    /// `mpirun`, wherever it puts the processes, and no host is probed).
     #[arg(long)]
     pub hosts: Option<String>,
     /// Restarts at most (0 to 1000).
@@ -55,6 +56,18 @@ fn seconds(flag: &str, v: f64, zero_ok: bool) -> Result<Duration> {
     Err(Error::Usage(format!("{flag} {v}: expected seconds in {low}, 3600]")))
 }
 
+/// The nodes of the Slurm allocation (`scontrol show hostnames`) with
+/// `SLURM_NTASKS_PER_NODE` slots each, so that a restart can leave a lost
+/// node out; `None` outside an allocation or without `scontrol`.
+fn slurm_hosts() -> Option<Vec<crate::launch::HostSlots>> {
+    let list = std::env::var("SLURM_JOB_NODELIST").ok()?;
+    let per = std::env::var("SLURM_NTASKS_PER_NODE").ok()?.split('(').next()?.trim().parse().ok()?;
+    let o = std::process::Command::new("scontrol").args(["show", "hostnames", &list]).output().ok()?;
+    let names: Vec<String> = String::from_utf8_lossy(&o.stdout).split_whitespace().map(String::from).collect();
+    (o.status.success() && !names.is_empty())
+        .then(|| names.into_iter().map(|name| crate::launch::HostSlots { name, slots: per }).collect())
+}
+
 /// Checks the flags and the job's config, then supervises the job.
 pub fn launch(a: &LaunchArgs) -> Result<i32> {
     if a.job.first().map(String::as_str) != Some("train") {
@@ -77,7 +90,12 @@ pub fn launch(a: &LaunchArgs) -> Result<i32> {
                 .into(),
         ));
     };
-    let hosts = a.hosts.as_deref().map(parse_hosts).transpose()?.unwrap_or_default();
+    let launcher = Launcher::parse(&a.launcher)?;
+    let hosts = match (&a.hosts, launcher) {
+        (Some(h), _) => parse_hosts(h)?,
+        (None, Launcher::Srun) => slurm_hosts().unwrap_or_default(),
+        (None, Launcher::Mpirun) => Vec::new(),
+    };
     let slots: usize = hosts.iter().map(|h| h.slots).sum();
     let n = match (a.processes, hosts.is_empty()) {
         (Some(n), _) => n,
@@ -102,7 +120,7 @@ pub fn launch(a: &LaunchArgs) -> Result<i32> {
         hosts,
         max_restarts: a.max_restarts,
         min_processes: min,
-        launcher: Launcher::parse(&a.launcher)?,
+        launcher,
         launcher_args: a.launcher_args.clone(),
         restart_delay: seconds("--restart-delay", a.restart_delay, true)?,
         probe_timeout: seconds("--probe-timeout", a.probe_timeout, false)?,

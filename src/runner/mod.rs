@@ -307,6 +307,9 @@ pub struct RunSummary {
     /// When the run stopped because its loss was not finite for
     /// `divergence_steps` steps in a row: the first and last of them.
     pub diverged: Option<(u64, u64)>,
+    /// The steps (by number) that began while a checkpoint's files were
+    /// being written in the background.
+    pub saving: std::collections::BTreeSet<u64>,
     /// In process 0 of a multi-process run: every process's step times
     /// and the straggler warnings, as `run.json` keeps them
     /// ([`stragglers::Stragglers::json`]).
@@ -325,6 +328,20 @@ impl RunSummary {
             line += &format!("; loss scale {scale}, {skipped} of {} steps skipped", self.metrics.len());
         }
         Some(line)
+    }
+
+    /// The median step time (seconds) of the steps after the first that
+    /// began while a checkpoint was being written, and of the others, with
+    /// their counts: what a background save costs the steps beside it.
+    pub fn step_secs_while_saving(&self) -> [(Option<f64>, usize); 2] {
+        let mut parts: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for ((s, _), t) in self.metrics.iter().zip(&self.step_secs).skip(1) {
+            parts[usize::from(!self.saving.contains(s))].push(*t);
+        }
+        parts.map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            (v.get(v.len() / 2).copied(), v.len())
+        })
     }
 
     /// The steady-state step time in seconds: the median over the steps
@@ -474,6 +491,7 @@ pub fn run_steps(
         evals,
         batch_digests,
         diverged,
+        saving: Default::default(),
         stragglers: None,
     })
 }

@@ -468,6 +468,7 @@ pub(crate) fn train_built(
     let host = |q: usize| processes.map(|p| p.hosts().name(q).to_string()).unwrap_or_default();
     // The exchange time up to the end of the last step boundary.
     let mut waited_before = processes.map(|p| p.waited());
+    let mut saving = std::collections::BTreeSet::new();
     let mut summary = run_steps(
         c,
         prepared,
@@ -522,6 +523,9 @@ pub(crate) fn train_built(
             if stop {
                 return Err(crate::error::Error::Preempted { step: next, saved: manager.is_some() });
             }
+            if manager.as_ref().is_some_and(CheckpointManager::writing) {
+                saving.insert(next);
+            }
             // The boundary's own exchanges are not the next step's waiting.
             waited_before = processes.map(|p| p.waited());
             Ok(())
@@ -530,6 +534,7 @@ pub(crate) fn train_built(
         trace.as_mut(),
     )?;
     summary.stragglers = stragglers.as_ref().map(|s| s.json(host));
+    summary.saving = saving;
     if let Some(line) = stragglers.as_ref().and_then(|s| s.summary(host)) {
         log(Line::Info(line));
     }
@@ -551,6 +556,13 @@ pub(crate) fn train_built(
             "steady-state step {:.2} ms (median of {} steps after the first){versus}",
             t * 1e3,
             summary.step_secs.len().saturating_sub(1).max(1),
+        )));
+    }
+    if let [(Some(busy), n), (Some(quiet), _)] = summary.step_secs_while_saving() {
+        log(Line::Info(format!(
+            "steps while a checkpoint was written in the background: median {:.2} ms ({n} steps), {:+.1}% against              the others",
+            busy * 1e3,
+            (busy / quiet - 1.0) * 100.0
         )));
     }
     if let Some(w) = super::data::wait_summary(&summary) {
@@ -618,6 +630,9 @@ fn write_manifest(
             "first_step_s": s.step_secs.first(),
             "steps_timed": s.step_secs.len(),
         });
+        let [(busy, n), (quiet, m)] = s.step_secs_while_saving();
+        manifest["timings"]["step_s_while_saving"] = serde_json::json!({ "median": busy, "steps": n });
+        manifest["timings"]["step_s_otherwise"] = serde_json::json!({ "median": quiet, "steps": m });
         if data.is_some() {
             let waits: Vec<f64> = s.metrics.iter().filter_map(|(_, m)| m.get("data_wait_ms").copied()).collect();
             manifest["timings"]["data_wait_ms_total"] = serde_json::json!(waits.iter().sum::<f64>());
