@@ -23,8 +23,12 @@
 //! requeue brings it back). A signal to `weft launch` (`SIGTERM`,
 //! `SIGINT`, `SIGUSR1`) is relayed to the launcher as `SIGUSR1`, which
 //! `mpirun` and `srun` pass to every rank: the ranks preempt (commit the
-//! step in progress) and the launch exits with their code; a second
-//! signal is relayed as `SIGTERM`, which stops the job at once.
+//! step in progress; a rank the cluster signalled itself ignores the
+//! repeat) and the launch exits with their code; a second signal is
+//! relayed as `SIGTERM`, which stops the job at once. A signal while the
+//! job is down (between attempts) ends the launch with 75, no attempt
+//! made. The launcher runs in a process group of its own, without
+//! standard input, and gets `SIGTERM` if the launch dies.
 //!
 //! Every attempt is logged on standard error and appended to
 //! `launch.jsonl` in the checkpoint directory: its processes and hosts,
@@ -271,12 +275,33 @@ fn spawn_group(c: &mut Command) -> std::io::Result<Child> {
     c.process_group(0).spawn()
 }
 
+/// Whether a line of the job's standard error may name the cause of a
+/// failure ([`cause_of`]): such lines are kept however long the output.
+fn names_a_cause(line: &str) -> bool {
+    line.starts_with("error: ")
+        || line.contains("exited on signal")
+        || line.contains("noticed that process")
+        || line.contains("srun: error:")
+}
+
 /// Runs one attempt: starts the job, passes its standard error through
-/// (keeping the lines that name a cause), relays signals, and returns how
-/// it ended and whether a signal came.
-fn attempt(mut c: Command, relay: &Relay, grace: Duration) -> Result<(Ended, bool)> {
+/// (keeping the lines that name a cause), relays the signals that come
+/// after `handled` of them, and returns how it ended and how many signals
+/// have come in all.
+fn attempt(mut c: Command, relay: &Relay, handled: usize, grace: Duration) -> Result<(Ended, usize)> {
     let program = c.get_program().to_string_lossy().into_owned();
-    let mut child = spawn_group(c.stderr(Stdio::piped())).map_err(|e| {
+    // No terminal input for a launcher in a background process group (it
+    // would stop on SIGTTIN); a launch that dies takes the job with it.
+    c.stdin(Stdio::null()).stderr(Stdio::piped());
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls prctl(2), which is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = spawn_group(&mut c).map_err(|e| {
         Error::Usage(format!("cannot start `{program}`: {e} (is the MPI launcher installed and on PATH?)"))
     })?;
     let lines = Arc::new(Mutex::new(Vec::new()));
@@ -285,20 +310,24 @@ fn attempt(mut c: Command, relay: &Relay, grace: Duration) -> Result<(Ended, boo
     let pipe = child.stderr.take().expect("piped");
     let (kept, failing) = (Arc::clone(&lines), Arc::clone(&failed));
     let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(pipe).lines().map_while(|l| l.ok()) {
+        // Bytes, not text: a line that is not UTF-8 must not stop the
+        // draining (the launcher would die of SIGPIPE).
+        let mut pipe = std::io::BufReader::new(pipe);
+        let mut buf = Vec::new();
+        while pipe.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
+            let line = String::from_utf8_lossy(&buf).trim_end_matches(['\n', '\r']).to_string();
+            buf.clear();
             let _ = writeln!(std::io::stderr().lock(), "{line}");
             if line.starts_with("error: ") {
                 failing.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Instant::now);
             }
             let mut k = kept.lock().unwrap_or_else(|p| p.into_inner());
-            if k.len() < 4096 {
+            if k.len() < 4096 || names_a_cause(&line) {
                 k.push(line);
             }
         }
     });
-    let before = relay.received();
     let mut relayed = 0;
-    let mut killed = false;
     let status = loop {
         if let Some(s) = child.try_wait().map_err(|e| Error::Usage(format!("waiting for `{program}`: {e}")))? {
             break s;
@@ -308,28 +337,30 @@ fn attempt(mut c: Command, relay: &Relay, grace: Duration) -> Result<(Ended, boo
         let since = *failed.lock().unwrap_or_else(|p| p.into_inner());
         if since.is_some_and(|t| t.elapsed() > grace) {
             kill_group(&mut child);
-            killed = true;
             continue;
         }
-        let now = relay.received() - before;
+        let now = relay.received().saturating_sub(handled);
         if now > relayed {
-            // The first: the ranks preempt; any later one: stop now.
+            // The first: the ranks preempt (a rank signalled already
+            // ignores a repeated SIGUSR1); any later one: stop now.
             send(&child, if relayed == 0 { libc::SIGUSR1 } else { libc::SIGTERM });
-            relayed += 1;
+            relayed = now;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    if killed {
-        // The launcher's daemons may hold the pipe open; the lines so far
-        // are enough.
-        std::thread::sleep(Duration::from_millis(200));
-    } else {
-        let _ = reader.join();
+    // What the launcher started may hold the pipe open (a lost host's
+    // daemon): the lines so far are enough after a moment.
+    let t = Instant::now();
+    while !reader.is_finished() && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !reader.is_finished() {
+        kill_group(&mut child);
     }
     let lines = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let text = status_text(&status);
     let cause = if status.success() { "finished".to_string() } else { cause_of(&lines, &text) };
-    Ok((Ended { code: status.code(), cause }, relayed > 0))
+    Ok((Ended { code: status.code(), cause }, handled + relayed))
 }
 
 /// Whether `host` answers: a one-process job that runs `true` there
@@ -370,13 +401,17 @@ pub fn supervise(plan: &LaunchPlan, program: &Path, log: &mut dyn FnMut(String))
     let mut hosts = plan.hosts.clone();
     let mut n = plan.processes;
     let mut restarts = 0u32;
+    // Signals relayed (or seen between attempts) so far.
+    let mut handled = 0;
     loop {
         let attempt_no = restarts + 1;
         let on = if hosts.is_empty() { String::new() } else { format!(" on {}", hosts_text(&hosts)) };
         log(format!("weft launch: attempt {attempt_no} ({n} processes{on})"));
         let started = std::time::SystemTime::now();
         let c = job_command(plan.launcher, &plan.launcher_args, n, &hosts, program, &plan.train_args);
-        let (ended, signalled) = attempt(c, &relay, plan.exit_grace)?;
+        let (ended, seen) = attempt(c, &relay, handled, plan.exit_grace)?;
+        let signalled = seen > handled;
+        handled = seen;
         let mut record = serde_json::json!({
             "attempt": attempt_no,
             "processes": n,
@@ -405,8 +440,9 @@ pub fn supervise(plan: &LaunchPlan, program: &Path, log: &mut dyn FnMut(String))
             done(&mut record, "gave up");
             return Err(Error::GaveUp { restarts, cause: ended.cause });
         }
-        // Where the next attempt can run.
-        if !hosts.is_empty() {
+        // Where the next attempt can run (every named host is probed: one
+        // lost before may be back).
+        if !plan.hosts.is_empty() {
             let live: Vec<HostSlots> = plan.hosts.iter().filter(|h| probe(plan, h)).cloned().collect();
             let lost: Vec<&str> = plan.hosts.iter().filter(|h| !live.contains(h)).map(|h| h.name.as_str()).collect();
             let slots: usize = live.iter().map(|h| h.slots).sum();
@@ -425,11 +461,14 @@ pub fn supervise(plan: &LaunchPlan, program: &Path, log: &mut dyn FnMut(String))
             if !lost.is_empty() {
                 log(format!("weft launch: lost host{} {}", if lost.len() == 1 { "" } else { "s" }, lost.join(", ")));
             }
-            // All there: the same processes; else the most that fit.
-            if !lost.is_empty() {
-                hosts = live;
-                n = next;
-            }
+            // All there: the job's processes; else the most that fit.
+            (hosts, n) = if lost.is_empty() { (live, plan.processes) } else { (live, next) };
+        }
+        if relay.received() > handled {
+            // Asked to stop while the job was down: no new attempt.
+            done(&mut record, "stopped");
+            log("weft launch: signalled between attempts; not restarting".into());
+            return Ok(PREEMPTED_EXIT);
         }
         restarts += 1;
         record["restart"] = restarts.into();
@@ -440,7 +479,14 @@ pub fn supervise(plan: &LaunchPlan, program: &Path, log: &mut dyn FnMut(String))
             plan.restart_delay.as_secs_f64(),
             ended.cause
         ));
-        std::thread::sleep(plan.restart_delay);
+        let t = Instant::now();
+        while t.elapsed() < plan.restart_delay && relay.received() == handled {
+            std::thread::sleep(Duration::from_millis(20).min(plan.restart_delay));
+        }
+        if relay.received() > handled {
+            log("weft launch: signalled before the restart; not restarting".into());
+            return Ok(PREEMPTED_EXIT);
+        }
     }
 }
 

@@ -527,7 +527,7 @@ fn negative_numbers_nan_sizes_pipeline_axes_and_divergence_are_named() {
                 &["error: /sys/weft-metrics.jsonl: "]),
             case("a prefetch queue past the memory limit", &[("c.toml", PREFETCH), ("train.bin", "abcd")], &["train", "c.toml"], 1,
                 &["1024 prefetched batches 64.0 MiB", "more than the memory limit of 64.0 MiB"]),
-            case("a loss that is NaN from step 1", &[("c.toml", DIVERGES)], &["train", "c.toml", "--metrics", "m.jsonl"], 1,
+            case("a loss that is NaN from step 1", &[("c.toml", DIVERGES)], &["train", "c.toml", "--metrics", "m.jsonl"], 65,
                 &["the run diverged: the loss was not finite for 3 steps in a row (steps 1 to 3)", "last checkpoint is the one of step 1"]),
         ],
         &[],

@@ -41,23 +41,30 @@ fn rank_1(dir: &Path, not: &[u32]) -> Option<u32> {
     })
 }
 
-/// A small deterministic generator of the kill moments (xorshift).
-fn moments(seed: u64, n: usize) -> Vec<Duration> {
+/// The kill moments: how many more steps each attempt runs before its
+/// rank 1 is killed (1 to 40; xorshift from `seed`), so that the kills land
+/// mid-run on a machine of any speed.
+fn moments(seed: u64, n: usize) -> Vec<usize> {
     let mut x = seed;
     (0..n)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            Duration::from_millis(200 + x % 1000)
+            1 + (x % 40) as usize
         })
         .collect()
 }
 
-/// Kills rank 1 at each of `moments` after it comes up; returns the pids.
-fn kill_rank_1(dir: &Path, launch: &mut Child, moments: &[Duration]) -> Vec<u32> {
+fn metrics_lines(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("m.jsonl")).map_or(0, |t| t.lines().count())
+}
+
+/// Kills rank 1 of each attempt once it has run `moments[k]` more steps
+/// (by the metrics file) since it came up; returns the pids.
+fn kill_rank_1(dir: &Path, launch: &mut Child, moments: &[usize]) -> Vec<u32> {
     let mut killed = Vec::new();
-    for wait in moments {
+    for &more in moments {
         let t = Instant::now();
         let pid = loop {
             assert!(launch.try_wait().unwrap().is_none(), "the launch ended after {} kills", killed.len());
@@ -65,9 +72,18 @@ fn kill_rank_1(dir: &Path, launch: &mut Child, moments: &[Duration]) -> Vec<u32>
                 break p;
             }
             assert!(t.elapsed() < Duration::from_secs(120), "no rank 1 came up");
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
         };
-        std::thread::sleep(*wait);
+        // A resumed attempt rewrites the metrics file to its checkpoint's
+        // step first: count from what it holds once it trains.
+        let start = metrics_lines(dir);
+        let mut base = start;
+        while metrics_lines(dir) < base + more {
+            assert!(launch.try_wait().unwrap().is_none(), "the launch ended after {} kills", killed.len());
+            assert!(t.elapsed() < Duration::from_secs(120), "the attempt made no progress");
+            base = base.min(metrics_lines(dir));
+            std::thread::sleep(Duration::from_millis(2));
+        }
         signal(pid, "-KILL");
         killed.push(pid);
     }

@@ -292,13 +292,14 @@ fn a_launch_that_loses_a_host_restarts_on_the_other_and_finishes() {
     }
     c.env("WEFT_NETNS_PREFIX", &hosts.prefix).env("WEFT_COLLECTIVE_TIMEOUT", "5");
     c.arg("--").arg("train").arg(root().join("examples/configs/mlp.toml"));
-    c.args(args("dp", "150", &m, &k)).arg("-q");
+    // Steps of about 7 ms: the job is still early when h2 is cut off.
+    c.args(args("dp", "600", &m, &k)).arg("-q");
     let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     // Training on both hosts, a checkpoint committed; then h2 is cut off.
     let t = Instant::now();
     let (mut h1, mut h2) = (Vec::new(), Vec::new());
     while t.elapsed() < Duration::from_secs(60) && (h1.len() < 2 || h2.len() < 2 || !k.join("step_00000003").exists()) {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(10));
         (h1, h2) = (weft_pids_on(&hosts, "h1"), weft_pids_on(&hosts, "h2"));
         if child.try_wait().unwrap().is_some() {
             let o = child.wait_with_output().unwrap();
@@ -335,6 +336,6 @@ fn a_launch_that_loses_a_host_restarts_on_the_other_and_finishes() {
     // Bitwise an uninterrupted run.
     let one = tmp.path().join("one");
     let (m1, k1) = files(&one);
-    ok(&train(0, "examples/configs/mlp.toml", &args("dp", "150", &m1, &k1), &[]), "uninterrupted");
+    ok(&train(0, "examples/configs/mlp.toml", &args("dp", "600", &m1, &k1), &[]), "uninterrupted");
     assert!(read(&m) == read(&m1), "the restarted job's metrics differ from the uninterrupted run");
 }

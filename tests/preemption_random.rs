@@ -1,7 +1,7 @@
 //! Preemption at random moments (`runner::preempt`): `SIGTERM` sent ten
-//! times at seeded random moments — during steps and during the saves of
-//! a checkpoint every other step — to one process, and to ranks of
-//! `mpirun -n 2`. Every run exits with code 75 within the bound, the step
+//! times at seeded random moments (a random step, then a random delay of
+//! a step or two) — during steps and during the saves of a checkpoint
+//! every other step — to one process, and to ranks of `mpirun -n 2`. Every run exits with code 75 within the bound, the step
 //! in progress is the newest valid checkpoint, and `--resume` continues to
 //! metrics bitwise equal to an uninterrupted run's.
 
@@ -21,9 +21,12 @@ const BOUND: Duration = Duration::from_secs(30);
 /// Steps of the uninterrupted reference (more than any trial reaches).
 const REFERENCE_STEPS: u64 = 1000;
 
-/// The trials' moments: milliseconds after the run's first metrics line
-/// (xorshift from `WEFT_TEST_SEED`, printed, so a failure reruns).
-fn moments(n: usize) -> Vec<u64> {
+/// The trials' moments: how many steps a run has written before the
+/// signal (1 to 150), and a delay of 0 to 4 ms after that (a step of this
+/// model takes 2 to 3 ms here, a save about as long), so that the signals
+/// land mid-run on a machine of any speed. Xorshift from `WEFT_TEST_SEED`,
+/// printed, so a failure reruns.
+fn moments(n: usize) -> Vec<(usize, u64)> {
     let mut x: u64 = std::env::var("WEFT_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x0dd_c0ffee);
     eprintln!("signal moments from seed {x} (WEFT_TEST_SEED)");
     (0..n)
@@ -31,7 +34,7 @@ fn moments(n: usize) -> Vec<u64> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            x % 600
+            (1 + (x % 150) as usize, (x >> 20) % 5)
         })
         .collect()
 }
@@ -63,15 +66,15 @@ fn run_args(trial: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Waits for the run's first metrics line, then `after` milliseconds.
-fn wait_for_steps(trial: &Path, after: u64, running: &mut dyn FnMut() -> bool) {
+/// Waits until the run has written `steps` metrics lines, then `delay_ms`.
+fn wait_for_steps(trial: &Path, (steps, delay_ms): (usize, u64), running: &mut dyn FnMut() -> bool) {
     let t = Instant::now();
-    while lines(&trial.join("m.jsonl")).is_empty() {
+    while lines(&trial.join("m.jsonl")).len() < steps {
         assert!(running(), "the run ended before the signal");
-        assert!(t.elapsed() < Duration::from_secs(120), "the run wrote no metrics");
-        std::thread::sleep(Duration::from_millis(5));
+        assert!(t.elapsed() < Duration::from_secs(120), "the run wrote too few metrics");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    std::thread::sleep(Duration::from_millis(after));
+    std::thread::sleep(Duration::from_millis(delay_ms));
 }
 
 /// Checks a preempted trial: exit 75 within the bound, the step in
@@ -141,9 +144,9 @@ fn sigterm_at_random_moments_of_two_processes() {
         assert_eq!(ranks.len(), 2, "mpirun started {ranks:?}");
         wait_for_steps(&trial, after, &mut || child.try_wait().unwrap().is_none());
         // As a cluster does: one rank, the other, or both (by the moment).
-        let to: Vec<u32> = match after % 3 {
+        let to: Vec<u32> = match after.0 % 3 {
             0 => ranks.clone(),
-            r => ranks.iter().copied().filter(|&p| rank_of(p) == Some(r as usize - 1)).collect(),
+            r => ranks.iter().copied().filter(|&p| rank_of(p) == Some(r - 1)).collect(),
         };
         for p in to {
             signal(p, "-TERM");

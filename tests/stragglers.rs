@@ -9,8 +9,10 @@ use mpi_support::{mpirun, mpirun_or_skip, rank_of, signal, started_ranks, wait_a
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const CONFIG: &str = "steps = 80\nseed = 3\nmesh = \"data=2\"\nstrategy = \"dp\"\n\
-[model]\nkind = \"mlp\"\nlayers = 2\nd = 128\nh = 512\nbatch = 128\n\
+/// Steps of about 40 ms here: each holds two of the stopped windows of
+/// rank 1 on a machine several times faster.
+const CONFIG: &str = "steps = 60\nseed = 3\nmesh = \"data=2\"\nstrategy = \"dp\"\n\
+[model]\nkind = \"mlp\"\nlayers = 2\nd = 256\nh = 1024\nbatch = 256\n\
 [optimizer]\nkind = \"adamw\"\nlr = 1e-3\n\
 [checkpoint]\ndir = \"ck\"\nevery = 1000\n\
 [stragglers]\nratio = 1.3\nsteps = 5\n";
@@ -55,7 +57,7 @@ fn a_slowed_rank_is_named_in_the_straggler_report() {
     let wait = |q: usize| p[q]["wait_ms"]["p50"].as_f64().unwrap();
     assert!(wait(0) > wait(1), "rank 0 waits for rank 1: {p}");
     for q in 0..2 {
-        assert_eq!(p[q]["steps"], 80, "{p}");
+        assert_eq!(p[q]["steps"], 60, "{p}");
         assert!(p[q]["compute_ms"]["p99"].as_f64().unwrap() >= compute(q), "{p}");
     }
 }

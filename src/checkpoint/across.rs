@@ -56,6 +56,8 @@ pub(crate) struct AcrossSave {
     /// The plan (its manifest; the files are the writer's).
     snap: Snapshot<'static>,
     writer: JoinHandle<std::result::Result<Vec<FileEntry>, String>>,
+    /// The writer's thread id (0 until it has started).
+    tid: Arc<std::sync::atomic::AtomicI32>,
     group: Arc<dyn ProcessGroup>,
     timeout: Duration,
 }
@@ -101,17 +103,19 @@ pub(crate) fn begin(
     let snap = Snapshot { step, manifest, files: Vec::new() };
     let into = dir.clone();
     let max_file_bytes = options.max_file_bytes;
+    let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let tid_of_writer = Arc::clone(&tid);
     let writer = std::thread::Builder::new()
         .name(format!("checkpoint-step-{step}"))
         .spawn(move || {
-            fsutil::background_priority();
+            tid_of_writer.store(fsutil::background_priority(), std::sync::atomic::Ordering::SeqCst);
             // The same plan again, over the state this thread owns (planning
             // is metadata only; the blocks are not copied once more).
             let plan = write::prepare_part(step, &state, max_file_bytes, true).map_err(|e| e.to_string())?;
             plan.files.iter().map(|f| write::write_file(&into, f, step).map_err(|e| e.to_string())).collect()
         })
         .map_err(|e| remote(step, group.rank(), format!("cannot start the writer thread: {e}")))?;
-    Ok(AcrossSave { step, dir, snap, writer, group, timeout })
+    Ok(AcrossSave { step, dir, snap, writer, tid, group, timeout })
 }
 
 impl AcrossSave {
@@ -131,9 +135,13 @@ impl AcrossSave {
     /// process 0 commits once every file is durable and every process
     /// learns the outcome.
     pub(crate) fn finish(self, root: &Path, options: &CheckpointOptions) -> Result<CommitInfo> {
-        let AcrossSave { step, dir, snap, writer, group, timeout } = self;
+        let AcrossSave { step, dir, snap, writer, tid, group, timeout } = self;
         let group = group.as_ref();
         let first = group.rank() == 0;
+        // Awaited now: the writer is no longer background work.
+        if !writer.is_finished() {
+            fsutil::normal_priority(tid.load(std::sync::atomic::Ordering::SeqCst));
+        }
         let written = writer.join().unwrap_or_else(|_| Err("the writer thread panicked".into()));
         let mine = written.as_ref().map(|v| v.len()).unwrap_or(0);
         let bytes_mine: u64 = written.as_ref().map(|v| v.iter().map(|f| f.bytes).sum()).unwrap_or(0);
@@ -182,10 +190,11 @@ impl AcrossSave {
         }
     }
 
-    /// Waits for this process's files and leaves the save uncommitted, with
-    /// no exchange (the job is failing): its hidden directory is removed
-    /// when the root is next opened.
+    /// Leaves the save uncommitted, with no exchange and without waiting
+    /// for the writer (the job is failing, and its error must not wait for
+    /// a disk): the hidden directory is removed when the root is next
+    /// opened.
     pub(crate) fn abandon(self) {
-        let _ = self.writer.join();
+        drop(self.writer);
     }
 }

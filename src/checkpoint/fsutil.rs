@@ -146,18 +146,37 @@ fn remove_any(path: &Path) -> Result<()> {
 /// in the background must not slow the training steps beside it. At the
 /// default priority a writer takes a core's share from steps that keep
 /// every core busy; `nice` 19 alone still let the steps beside a save run
-/// 40% slower on 2 cores and 2 processes, `SCHED_IDLE` 12-16%
-/// (BENCHMARKS.md). Threads it starts inherit the policy. Best effort: a
-/// failure leaves the priority as it was.
-pub(crate) fn background_priority() {
+/// about 40% slower on 2 cores and 2 processes, `SCHED_IDLE` 12-30%
+/// (BENCHMARKS.md). Threads it starts inherit the policy. Returns the
+/// thread's id, for [`normal_priority`] once the save is awaited. Best
+/// effort: a failure leaves the priority as it was.
+pub(crate) fn background_priority() -> i32 {
     // SAFETY: sched_setscheduler gets a valid sched_param that outlives
-    // the call; setpriority takes no pointers. On Linux both act on the
-    // calling thread alone (pid 0 and a thread id).
+    // the call; gettid and setpriority take no pointers. On Linux both act
+    // on the calling thread alone (pid 0 and a thread id).
     unsafe {
+        let tid = libc::gettid();
         let idle = libc::sched_param { sched_priority: 0 };
         if libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) != 0 {
-            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
         }
+        tid
+    }
+}
+
+/// Puts thread `tid` (of this process, lowered by [`background_priority`])
+/// back at the normal priority: a save being waited for is the training's
+/// critical path, and idle-priority writers starve on a host whose other
+/// processes poll for them. Best effort (a `nice` 19 fallback stays).
+pub(crate) fn normal_priority(tid: i32) {
+    if tid <= 0 {
+        return;
+    }
+    // SAFETY: as in `background_priority`; `tid` names a thread of this
+    // process whose handle the caller still holds (it has not been joined).
+    unsafe {
+        let normal = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(tid, libc::SCHED_OTHER, &normal);
     }
 }
 

@@ -55,7 +55,7 @@ enum InFlight {
     Alone { step: u64, handle: JoinHandle<Result<CommitInfo>> },
     /// A multi-process save: its thread writes this process's files; the
     /// commit is a collective of the processes ([`AcrossSave::finish`]).
-    Across(AcrossSave),
+    Across(Box<AcrossSave>),
 }
 
 impl InFlight {
@@ -173,7 +173,7 @@ impl CheckpointManager {
     ) -> Result<Option<CommitInfo>> {
         let previous = self.wait()?;
         let save = super::across::begin(&self.root, &self.options, step, state, Arc::clone(group), timeout)?;
-        self.in_flight = Some(InFlight::Across(save));
+        self.in_flight = Some(InFlight::Across(Box::new(save)));
         Ok(previous)
     }
 

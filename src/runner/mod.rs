@@ -358,9 +358,11 @@ impl RunSummary {
 }
 
 /// Runs steps on the executor's loaded state from step `first` until
-/// `c.steps`; `on_step(next_step, step_secs, executor)` runs after every
-/// step with a finite loss (for the step boundary: checkpoints, stopping,
-/// step times). With a `feed` (`[data]`), each step trains on the feed's
+/// `c.steps`; `on_step(next_step, time, executor)` runs after every step
+/// with a finite loss (for the step boundary: checkpoints, stopping, step
+/// times), `time` being the step's compute and its waiting for other
+/// processes by `waited` (a running total of the time spent in exchanges,
+/// read just before and after the step; none: no waiting). With a `feed` (`[data]`), each step trains on the feed's
 /// next batch, of which the feed read only the executor's
 /// [`Executor::batch_rows`] (its wait is the metric `data_wait_ms`) and the validation
 /// metrics evaluated before a step join that step's line; the evaluation
@@ -374,9 +376,10 @@ pub fn run_steps(
     first: u64,
     mut metrics_out: Option<&mut MetricsWriter>,
     mut feed: Option<&mut data::Feed>,
-    mut on_step: impl FnMut(u64, f64, &mut dyn Executor) -> Result<()>,
+    mut on_step: impl FnMut(u64, stragglers::StepTime, &mut dyn Executor) -> Result<()>,
     quiet: bool,
     mut trace: Option<&mut trace::TraceWriter>,
+    waited: Option<&dyn Fn() -> std::time::Duration>,
 ) -> Result<RunSummary> {
     let total = c.steps;
     let bar = if quiet {
@@ -411,6 +414,7 @@ pub fn run_steps(
         };
         let evaluated = val.is_some();
         exec.set_trace(traced);
+        let waited_before = waited.map(|w| w());
         let clock = std::time::Instant::now();
         // A feed reads only the rows of the batch the executor's devices need.
         let mut m = match (&fed, feed.as_deref()) {
@@ -420,6 +424,10 @@ pub fn run_steps(
         let ran = std::time::Instant::now();
         let secs = (ran - clock).as_secs_f64();
         step_secs.push(secs);
+        let waited_secs = match (waited, waited_before) {
+            (Some(w), Some(before)) => w().saturating_sub(before).as_secs_f64(),
+            _ => 0.0,
+        };
         if traced.is_some() {
             exec.set_trace(None);
         }
@@ -444,7 +452,7 @@ pub fn run_steps(
         let finite = m.get("loss").is_none_or(|l| l.is_finite());
         nonfinite = if finite { None } else { Some((nonfinite.map_or(s, |(f, _)| f), s)) };
         if finite {
-            on_step(s + 1, secs, exec)?;
+            on_step(s + 1, stragglers::StepTime::of(secs, waited_secs), exec)?;
         }
         let t3 = std::time::Instant::now();
         if let (Some(t), Some(_)) = (trace.as_deref_mut(), traced) {

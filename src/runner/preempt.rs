@@ -5,8 +5,9 @@
 //! time limit) set a flag; the training loop reads it at each step
 //! boundary, commits a checkpoint of the step it just finished, waits until
 //! that checkpoint is durable and stops with [`crate::Error::Preempted`],
-//! which `weft train` turns into exit code [`PREEMPTED_EXIT`]. A second
-//! signal while that is under way exits at once with [`ABORTED_EXIT`]:
+//! which `weft train` turns into exit code [`PREEMPTED_EXIT`]. A `SIGTERM`
+//! or `SIGINT` while that is under way exits at once with [`ABORTED_EXIT`]
+//! (a repeated `SIGUSR1` is ignored):
 //! saves are atomic, so the previous checkpoint is still the newest valid
 //! one. Under several processes the processes agree each step on whether
 //! any was signalled ([`super::boundary`]), so they all stop after the
@@ -41,15 +42,24 @@ pub struct Preemption {
 }
 
 impl Preemption {
-    /// Installs the handlers of [`SIGNALS`]: the first sets the flag, a
-    /// second one exits the process with [`ABORTED_EXIT`].
+    /// Installs the handlers of [`SIGNALS`]: the first sets the flag; a
+    /// `SIGTERM` or `SIGINT` after it exits the process with
+    /// [`ABORTED_EXIT`]. A repeated `SIGUSR1` changes nothing: it is a
+    /// notice to stop soon, which a cluster and `weft launch` may both
+    /// deliver (Slurm signals every process of a job, and the launch
+    /// relays what it gets).
     pub fn install() -> Result<Preemption> {
         let p = Preemption::default();
         for sig in SIGNALS {
-            // Registered first, so the first signal finds the flag unset.
-            signal_hook::flag::register_conditional_shutdown(sig, ABORTED_EXIT, Arc::clone(&p.flag))
-                .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&p.flag)))
-                .map_err(|e| Error::Usage(format!("cannot install the handler of signal {sig}: {e}")))?;
+            let installed = if sig == signal_hook::consts::SIGUSR1 {
+                signal_hook::flag::register(sig, Arc::clone(&p.flag)).map(|_| ())
+            } else {
+                // Registered first, so the first signal finds the flag unset.
+                signal_hook::flag::register_conditional_shutdown(sig, ABORTED_EXIT, Arc::clone(&p.flag))
+                    .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&p.flag)))
+                    .map(|_| ())
+            };
+            installed.map_err(|e| Error::Usage(format!("cannot install the handler of signal {sig}: {e}")))?;
         }
         Ok(p)
     }

@@ -2,7 +2,7 @@
 
 use super::mesh::{MeshBackend, MeshExecutor};
 use super::processes::Processes;
-use super::stragglers::{StepTime, Stragglers};
+use super::stragglers::Stragglers;
 use super::Backend;
 use super::{
     mesh_spec, prepare_model, run_steps, Executor, InterpExecutor, MetricsWriter, Overrides, RunConfig, RunSummary,
@@ -347,7 +347,15 @@ pub(crate) fn train_built(
     let mut resumed = false;
     if resume {
         let m = manager.as_ref().ok_or_else(|| Error::Resume("needs a checkpoint directory".into()))?;
-        let latest = m.latest_valid_step()?;
+        let mut latest = m.latest_valid_step()?;
+        if let Some(p) = processes {
+            // Process 0's choice for all: another host's view of a shared
+            // directory may lag (a restart moments after a commit).
+            let mine = latest.step.map_or(u64::MAX, |s| s).to_le_bytes();
+            let all = p.all_gather(&mine, "the step to resume")?;
+            let first = u64::from_le_bytes(all[0][..8].try_into().expect("8 bytes"));
+            latest.step = (first != u64::MAX).then_some(first);
+        }
         for s in &latest.skipped {
             log(Line::Warn(format!("skipping the checkpoint at step {}: {}", s.step, s.error)));
         }
@@ -466,8 +474,6 @@ pub(crate) fn train_built(
     let mut stragglers =
         processes.filter(|p| p.is_first()).map(|p| Stragglers::new(p.size(), c.stragglers.clone().unwrap_or_default()));
     let host = |q: usize| processes.map(|p| p.hosts().name(q).to_string()).unwrap_or_default();
-    // The exchange time up to the end of the last step boundary.
-    let mut waited_before = processes.map(|p| p.waited());
     let mut saving = std::collections::BTreeSet::new();
     let mut summary = run_steps(
         c,
@@ -476,20 +482,16 @@ pub(crate) fn train_built(
         first,
         writer.as_mut(),
         feed.as_mut(),
-        |next, secs, ex| {
+        |next, time, ex| {
             // Asked to stop (by any process): this step's checkpoint, made
             // durable, is the run's last act. Time-based saves follow
             // process 0's clock; a multi-process save in flight commits
             // once every process has written its files.
-            let waited = match (processes, waited_before) {
-                (Some(p), Some(before)) => p.waited().saturating_sub(before).as_secs_f64(),
-                _ => 0.0,
-            };
             let local = super::boundary::Local {
                 stop: ov.preemption.as_ref().is_some_and(super::preempt::Preemption::requested),
                 save_due: every_seconds.filter(|_| manager.is_some()).map(|s| last_save.elapsed().as_secs_f64() >= s),
                 written: manager.as_ref().and_then(CheckpointManager::across_written),
-                time: StepTime::of(secs, waited),
+                time,
             };
             let boundary = super::boundary::agree(local, processes)?;
             if let Some(w) = stragglers.as_mut().and_then(|s| s.record(next - 1, &boundary.times, host)) {
@@ -526,12 +528,11 @@ pub(crate) fn train_built(
             if manager.as_ref().is_some_and(CheckpointManager::writing) {
                 saving.insert(next);
             }
-            // The boundary's own exchanges are not the next step's waiting.
-            waited_before = processes.map(|p| p.waited());
             Ok(())
         },
         ov.quiet || !first_process,
         trace.as_mut(),
+        processes.map(|p| move || p.waited()).as_ref().map(|f| f as &dyn Fn() -> std::time::Duration),
     )?;
     summary.stragglers = stragglers.as_ref().map(|s| s.json(host));
     summary.saving = saving;
@@ -560,7 +561,8 @@ pub(crate) fn train_built(
     }
     if let [(Some(busy), n), (Some(quiet), _)] = summary.step_secs_while_saving() {
         log(Line::Info(format!(
-            "steps while a checkpoint was written in the background: median {:.2} ms ({n} steps), {:+.1}% against              the others",
+            "steps while a checkpoint was written in the background: median {:.2} ms ({n} steps), {:+.1}% against \
+             the others",
             busy * 1e3,
             (busy / quiet - 1.0) * 100.0
         )));

@@ -114,8 +114,9 @@ impl Stragglers {
         }
     }
 
-    /// Records one step's times (in rank order); returns the warning of a
-    /// process that has just been slow for `steps` steps in a row.
+    /// Records the times of step `step` (numbered from 0, as the metrics
+    /// file does; in rank order); returns the warning of a process that
+    /// has just been slow for `steps` steps in a row.
     /// `host(q)` names process `q`'s host.
     pub fn record(&mut self, step: u64, times: &[StepTime], host: impl Fn(usize) -> String) -> Option<String> {
         if times.len() != self.times.len() || times.len() < 2 {
@@ -141,14 +142,13 @@ impl Stragglers {
                 let recent = |r: usize| median(self.times[r].iter().rev().take(n).map(|t| t.compute_ms).collect());
                 let rest: Vec<f64> = (0..compute.len()).filter(|&r| r != q).map(recent).collect();
                 let (mine, theirs) = (recent(q), median(rest));
+                // Steps as the metrics file numbers them (from 0).
                 let w = format!(
-                    "process {q} (host {}) is a straggler: its compute took {:.1}× the others' for the {} steps \
-                     up to step {} (median {mine:.2} ms against {theirs:.2} ms); the others wait for it in every \
-                     collective",
+                    "process {q} (host {}) is a straggler: its compute took {:.1}× the others' in steps {}–{step} \
+                     (median {mine:.2} ms against {theirs:.2} ms); the others wait for it in every collective",
                     host(q),
                     mine / theirs.max(1e-9),
-                    self.rule.steps,
-                    step + 1,
+                    step + 1 - self.rule.steps,
                 );
                 self.warnings.push(w.clone());
                 warning.get_or_insert(w);
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(s.record(4, &slow, host), None);
         let w = s.record(5, &slow, host).expect("three slow steps in a row");
         assert!(w.starts_with("process 2 (host h2) is a straggler"), "{w}");
-        assert!(w.contains("2.9×") && w.contains("against 10.50 ms") && w.contains("up to step 6"), "{w}");
+        assert!(w.contains("2.9×") && w.contains("against 10.50 ms") && w.contains("in steps 3–5"), "{w}");
         assert_eq!(s.record(6, &slow, host), None, "once per streak");
         let j = s.json(host);
         assert_eq!(j["processes"][2]["slowest_steps"], 6);
