@@ -159,6 +159,23 @@ impl From<weft_compiler::CompilerError> for Error {
     }
 }
 
+/// The exit code of a run that diverged (`EX_DATAERR`): `weft launch`
+/// does not restart it, since it would diverge again.
+pub const DIVERGED_EXIT: i32 = 65;
+
+impl Error {
+    /// The exit code of the command that failed with this error: 2 bad
+    /// usage, [`DIVERGED_EXIT`] a diverged run, 1 anything else (a problem
+    /// in the program or data, or a failure a restart may fix).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) | Error::Invalid { .. } => 2,
+            Error::Diverged { .. } => DIVERGED_EXIT,
+            _ => 1,
+        }
+    }
+}
+
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

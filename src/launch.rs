@@ -17,7 +17,7 @@
 //! lost) is killed with everything it started.
 //!
 //! What is not restarted: a success; a usage error (exit 2: it would fail
-//! the same way); a diverged run (exit [`crate::cli::DIVERGED_EXIT`]: it
+//! the same way); a diverged run (exit [`crate::error::DIVERGED_EXIT`]: it
 //! would diverge again from the same checkpoint); a preempted one (exit
 //! [`PREEMPTED_EXIT`]: the cluster wants the job gone, and its own
 //! requeue brings it back). A signal to `weft launch` (`SIGTERM`,
@@ -197,7 +197,7 @@ pub struct Ended {
 impl Ended {
     /// Whether a restart may fix it.
     pub fn restartable(&self) -> bool {
-        !matches!(self.code, Some(0) | Some(2) | Some(PREEMPTED_EXIT) | Some(crate::cli::DIVERGED_EXIT))
+        !matches!(self.code, Some(0) | Some(2) | Some(PREEMPTED_EXIT) | Some(crate::error::DIVERGED_EXIT))
     }
 }
 
@@ -577,6 +577,6 @@ mod tests {
         let e = |code| Ended { code, cause: String::new() };
         assert!(e(Some(1)).restartable() && e(Some(137)).restartable() && e(None).restartable());
         assert!(!e(Some(0)).restartable() && !e(Some(2)).restartable() && !e(Some(75)).restartable());
-        assert!(!e(Some(crate::cli::DIVERGED_EXIT)).restartable());
+        assert!(!e(Some(crate::error::DIVERGED_EXIT)).restartable());
     }
 }

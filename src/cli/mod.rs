@@ -3,7 +3,7 @@
 //! Each subcommand is a thin layer over the library: parse arguments, call
 //! the stage, print its result or a rendered error, and return an exit code
 //! (0 success, 1 a problem in the user's program or data or a failure, 2
-//! bad usage, 65 a diverged run, 75 a preempted one: [`exit_code`]).
+//! bad usage, 65 a diverged run, 75 a preempted one: [`crate::Error::exit_code`]).
 
 mod check;
 mod compare;
@@ -226,23 +226,8 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            exit_code(&e)
+            e.exit_code()
         }
-    }
-}
-
-/// The exit code of a run that diverged (`EX_DATAERR`): `weft launch`
-/// does not restart it, since it would diverge again.
-pub const DIVERGED_EXIT: i32 = 65;
-
-/// The exit code of an error: 2 bad usage, [`DIVERGED_EXIT`] a diverged
-/// run, 1 anything else (a problem in the program or data, or a failure a
-/// restart may fix).
-pub fn exit_code(e: &crate::Error) -> i32 {
-    match e {
-        crate::Error::Usage(_) | crate::Error::Invalid { .. } => 2,
-        crate::Error::Diverged { .. } => DIVERGED_EXIT,
-        _ => 1,
     }
 }
 

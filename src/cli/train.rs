@@ -28,7 +28,7 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         // Stop the whole job: no process is left waiting for this one. The
         // code tells `weft launch` whether a restart may help.
-        p.abort_all(super::exit_code(e));
+        p.abort_all(e.exit_code());
     }
     result
 }

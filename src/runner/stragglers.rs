@@ -157,6 +157,11 @@ impl Stragglers {
         warning
     }
 
+    /// Process `q`'s compute and waiting times of every recorded step.
+    fn series(&self, q: usize) -> (Vec<f64>, Vec<f64>) {
+        self.times[q].iter().map(|t| (t.compute_ms, t.wait_ms)).unzip()
+    }
+
     /// The line a run ends with: the process the others waited for most
     /// often, if any step had a straggler; `None` for one process.
     pub fn summary(&self, host: impl Fn(usize) -> String) -> Option<String> {
@@ -165,13 +170,9 @@ impl Stragglers {
             return None;
         }
         let q = (0..self.slowest.len()).fold(0, |m, q| if self.slowest[q] > self.slowest[m] { q } else { m });
-        let per: Vec<String> = self
-            .times
-            .iter()
-            .enumerate()
-            .map(|(r, t)| {
-                let c: Vec<f64> = t.iter().map(|t| t.compute_ms).collect();
-                let w: Vec<f64> = t.iter().map(|t| t.wait_ms).collect();
+        let per: Vec<String> = (0..self.times.len())
+            .map(|r| {
+                let (c, w) = self.series(r);
                 format!("{r}: compute {:.2} ms, wait {:.2} ms", quantile(&c, 0.5), quantile(&w, 0.5))
             })
             .collect();
@@ -186,17 +187,13 @@ impl Stragglers {
     /// steps the others waited for it, and the median and 99th percentile
     /// of its compute and waiting times; the warnings given.
     pub fn json(&self, host: impl Fn(usize) -> String) -> serde_json::Value {
-        let processes: Vec<serde_json::Value> = self
-            .times
-            .iter()
-            .enumerate()
-            .map(|(q, t)| {
-                let c: Vec<f64> = t.iter().map(|t| t.compute_ms).collect();
-                let w: Vec<f64> = t.iter().map(|t| t.wait_ms).collect();
+        let processes: Vec<serde_json::Value> = (0..self.times.len())
+            .map(|q| {
+                let (c, w) = self.series(q);
                 serde_json::json!({
                     "rank": q,
                     "host": host(q),
-                    "steps": t.len(),
+                    "steps": c.len(),
                     "slowest_steps": self.slowest[q],
                     "compute_ms": { "p50": quantile(&c, 0.5), "p99": quantile(&c, 0.99) },
                     "wait_ms": { "p50": quantile(&w, 0.5), "p99": quantile(&w, 0.99) },
