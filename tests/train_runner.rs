@@ -91,3 +91,31 @@ fn a_checkpoint_saved_on_one_mesh_resumes_on_another() {
     assert!(single.is_empty(), "already at step 6");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The utilisation a run reports (`run.json` `timings.utilisation`): the
+/// model's FLOPs per step do not depend on the layout; the partitioned
+/// program's (the hardware's) are at least as many; MFU is model FLOP/s
+/// over the peak, a declared `peak_tflops` per device included.
+#[test]
+fn model_flops_do_not_depend_on_the_layout_and_mfu_is_over_the_peak() {
+    let summary = |mesh: &str, strategy: &str, peak: Option<f64>| {
+        let mut c = RunConfig::from_toml(MLP).unwrap();
+        (c.mesh, c.strategy, c.peak_tflops) = (Some(mesh.into()), Some(strategy.into()), peak);
+        let s = run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}).unwrap();
+        s.utilisation.expect("a timed run reports its utilisation")
+    };
+    let one = summary("data=1", "none", None);
+    let split = summary("data=2,model=4", "fsdp_tp", None);
+    let f = |u: &serde_json::Value, k: &str| u[k].as_f64().unwrap_or_else(|| panic!("{k} in {u}"));
+    // The MLP's products: forward 2·B·d·h per matrix, backward twice that.
+    let gemm = 6.0 * 8.0 * (2.0 * 2.0 * 16.0 * 32.0);
+    assert!(f(&one, "model_flops_per_step") >= gemm && f(&one, "model_flops_per_step") < 2.0 * gemm, "{one}");
+    assert_eq!(f(&one, "model_flops_per_step"), f(&one, "hardware_flops_per_step"), "one device: {one}");
+    assert_eq!(f(&split, "model_flops_per_step"), f(&one, "model_flops_per_step"), "{split}");
+    assert!(f(&split, "hardware_flops_per_step") >= f(&split, "model_flops_per_step"), "{split}");
+    let mfu = f(&split, "model_flops_per_s") / f(&split, "peak_flops_per_s");
+    assert!((f(&split, "mfu") - mfu).abs() <= 1e-12 * mfu, "{split}");
+    assert!(f(&split, "hfu") >= f(&split, "mfu"), "{split}");
+    let declared = summary("data=2", "dp", Some(2.5));
+    assert_eq!(f(&declared, "peak_flops_per_s"), 2.5e12 * 2.0, "{declared}");
+}

@@ -9,6 +9,7 @@
 //! reduction = "deterministic" # or "fast": MPI's own sums across processes (not bitwise reproducible)
 //! metrics = "runs/mlp/metrics.jsonl"
 //! mesh_invariant = false      # true: bitwise the same metrics on every mesh (slower)
+//! peak_tflops = 989           # a device's peak, for the MFU a run reports (GPUs)
 //!
 //! [model]
 //! kind = "mlp"                # or "gpt"; or instead a program:
@@ -111,6 +112,12 @@ pub struct RunConfig {
     /// The chunk count of `mesh_invariant` sums (a power of two; default 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sum_chunks: Option<usize>,
+    /// The peak TFLOP/s of one device, for the model FLOPs utilisation a
+    /// run reports (default: the calibrated CPU rate on the CPU backends;
+    /// none on a GPU: declare the card's, e.g. 989 for an H100's dense
+    /// bf16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_tflops: Option<f64>,
     /// Stop with an error after this many steps in a row whose loss is not
     /// finite (default 3; 0: never stop). Such steps are never checkpointed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -310,6 +310,10 @@ pub struct RunSummary {
     /// The steps (by number) that began while a checkpoint's files were
     /// being written in the background.
     pub saving: std::collections::BTreeSet<u64>,
+    /// The model and hardware FLOPs per step, the FLOP/s reached and the
+    /// utilisation of the peak, as `run.json` keeps them
+    /// ([`report::Utilisation::json`]); `None` before a step is timed.
+    pub utilisation: Option<serde_json::Value>,
     /// In process 0 of a multi-process run: every process's step times
     /// and the straggler warnings, as `run.json` keeps them
     /// ([`stragglers::Stragglers::json`]).
@@ -500,6 +504,7 @@ pub fn run_steps(
         batch_digests,
         diverged,
         saving: Default::default(),
+        utilisation: None,
         stragglers: None,
     })
 }

@@ -82,3 +82,134 @@ pub fn json(p: &StepPrediction, measured: Option<f64>) -> serde_json::Value {
 pub fn ms(seconds: f64) -> String {
     format!("{:.2} ms", seconds * 1e3)
 }
+
+/// What a run's steps achieve against the machine's peak: the model's
+/// FLOPs per step (the unpartitioned step's, priced by the cost model: the
+/// work of the model, not the work a layout repeats on several devices),
+/// the partitioned program's FLOPs on all devices (the hardware's work),
+/// the FLOP/s each reaches at the measured step time, and the fraction of
+/// a peak: model FLOPs utilisation (MFU) and hardware FLOPs utilisation
+/// (HFU), as torchtitan and PaLM report them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Utilisation {
+    /// FLOPs of one step of the unpartitioned program.
+    pub model_flops: f64,
+    /// FLOPs of one step summed over the partitioned program's devices.
+    pub hardware_flops: f64,
+    /// The measured step time (seconds).
+    pub step_s: f64,
+    /// The peak FLOP/s of the machine the run uses, and where it comes
+    /// from; `None` when none is known (a GPU without `peak_tflops`).
+    pub peak: Option<(f64, String)>,
+}
+
+impl Utilisation {
+    /// Model FLOP/s.
+    pub fn model_flops_per_s(&self) -> f64 {
+        self.model_flops / self.step_s
+    }
+
+    /// Model FLOPs utilisation: model FLOP/s over the peak.
+    pub fn mfu(&self) -> Option<f64> {
+        self.peak.as_ref().map(|(p, _)| self.model_flops_per_s() / p)
+    }
+
+    /// Hardware FLOPs utilisation: the partitioned program's FLOP/s over
+    /// the peak.
+    pub fn hfu(&self) -> Option<f64> {
+        self.peak.as_ref().map(|(p, _)| self.hardware_flops / self.step_s / p)
+    }
+
+    /// `model 1.23 GFLOP/step at 45.6 GFLOP/s: MFU 23.5% (HFU 24.1%) of
+    /// 194 GFLOP/s (...)`.
+    pub fn line(&self) -> String {
+        let peak = match (&self.peak, self.mfu(), self.hfu()) {
+            (Some((p, why)), Some(m), Some(h)) => {
+                format!(": MFU {:.1}% (HFU {:.1}%) of {} ({why})", m * 100.0, h * 100.0, flops_per_s(*p))
+            }
+            _ => "; no peak known (declare one with peak_tflops)".to_string(),
+        };
+        format!("model {}/step at {}{peak}", si(self.model_flops, "FLOP"), flops_per_s(self.model_flops_per_s()))
+    }
+
+    /// For `run.json`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model_flops_per_step": self.model_flops,
+            "hardware_flops_per_step": self.hardware_flops,
+            "step_s": self.step_s,
+            "model_flops_per_s": self.model_flops_per_s(),
+            "peak_flops_per_s": self.peak.as_ref().map(|(p, _)| *p),
+            "peak_source": self.peak.as_ref().map(|(_, w)| w.clone()),
+            "mfu": self.mfu(),
+            "hfu": self.hfu(),
+        })
+    }
+}
+
+fn si(v: f64, unit: &str) -> String {
+    let (scale, prefix) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(s, _)| v >= *s)
+        .unwrap_or((1.0, ""));
+    format!("{:.3} {prefix}{unit}", v / scale)
+}
+
+fn flops_per_s(v: f64) -> String {
+    si(v, "FLOP/s")
+}
+
+/// The peak FLOP/s of a run's machine: `declared_tflops` per device where
+/// given (`peak_tflops`), else for the CPU backends the calibrated GEMM
+/// rate per core ([`machine::CPU_GEMM_FLOPS_PER_CORE`]) times the cores
+/// of every host the run uses (`hosts`, each with this host's cores); a
+/// GPU without a declared peak has none.
+pub fn peak(backend: Backend, devices: usize, hosts: usize, declared_tflops: Option<f64>) -> Option<(f64, String)> {
+    if let Some(t) = declared_tflops {
+        return Some((t * 1e12 * devices as f64, format!("declared {t} TFLOP/s per device × {devices}")));
+    }
+    if !backend.on_host() {
+        return None;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = machine::CPU_GEMM_FLOPS_PER_CORE;
+    let of = if hosts > 1 { format!(" on each of {hosts} hosts") } else { String::new() };
+    Some((
+        per * (cores * hosts.max(1)) as f64,
+        format!("the calibrated GEMM rate {} per core × {cores} cores{of}", flops_per_s(per)),
+    ))
+}
+
+/// The FLOPs of one step of `prepared`'s unpartitioned program: its step
+/// compiled for a mesh of the same axes, each of size 1, and priced.
+pub fn model_flops(prepared: &Prepared, mesh: &Mesh) -> Result<f64> {
+    let axes: Vec<(&str, usize)> = mesh.axes().iter().map(|a| (a.name.as_str(), 1)).collect();
+    let one = Mesh::new(&axes)?;
+    let state = Some(prepared.step.state.len());
+    let (pf, _) = super::compile::compile(&prepared.step.module, "train_step", &one, None, state)?;
+    Ok(predict_program(&pf.program, &one, &AutoShardOptions::default()).flops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utilisation_is_flops_over_time_over_the_peak() {
+        let u = Utilisation { model_flops: 2e9, hardware_flops: 3e9, step_s: 0.5, peak: Some((8e9, "test".into())) };
+        assert_eq!(u.model_flops_per_s(), 4e9);
+        assert_eq!((u.mfu(), u.hfu()), (Some(0.5), Some(0.75)));
+        assert_eq!(u.line(), "model 2.000 GFLOP/step at 4.000 GFLOP/s: MFU 50.0% (HFU 75.0%) of 8.000 GFLOP/s (test)");
+        let none = Utilisation { peak: None, ..u };
+        assert!(none.line().ends_with("no peak known (declare one with peak_tflops)"), "{}", none.line());
+        assert_eq!(none.json()["mfu"], serde_json::Value::Null);
+        let (cuda, cpu): (Backend, Backend) = ("cuda".parse().unwrap(), "cpu".parse().unwrap());
+        let declared = peak(cuda, 8, 1, Some(989.0)).unwrap();
+        assert_eq!(declared.0, 989e12 * 8.0);
+        assert!(peak(cuda, 8, 1, None).is_none());
+        let cpu = peak(cpu, 8, 2, None).unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        assert_eq!(cpu.0, machine::CPU_GEMM_FLOPS_PER_CORE * cores * 2.0);
+        assert!(cpu.1.ends_with("on each of 2 hosts"), "{}", cpu.1);
+    }
+}

@@ -567,6 +567,21 @@ pub(crate) fn train_built(
             (busy / quiet - 1.0) * 100.0
         )));
     }
+    let utilisation = match (predicted, summary.steady_step_secs()) {
+        (Some(p), Some(step_s)) => {
+            // One device: the partitioned program is the model's.
+            let devices = mesh.num_devices();
+            let model_flops = if devices == 1 { p.flops } else { super::report::model_flops(prepared, mesh)? };
+            let hosts = processes.map_or(1, |p| p.hosts().distinct_of(0..p.size()).len());
+            let peak = super::report::peak(backend, devices, hosts, c.peak_tflops);
+            Some(super::report::Utilisation { model_flops, hardware_flops: p.flops * devices as f64, step_s, peak })
+        }
+        _ => None,
+    };
+    if let Some(u) = &utilisation {
+        log(Line::Info(format!("utilisation: {}", u.line())));
+    }
+    summary.utilisation = utilisation.as_ref().map(super::report::Utilisation::json);
     if let Some(w) = super::data::wait_summary(&summary) {
         log(Line::Info(w));
     }
@@ -641,6 +656,9 @@ fn write_manifest(
         }
         if let Some(st) = &s.stragglers {
             manifest["timings"]["processes"] = st.clone();
+        }
+        if let Some(u) = &s.utilisation {
+            manifest["timings"]["utilisation"] = u.clone();
         }
     }
     let text = serde_json::to_string_pretty(&manifest).expect("a JSON value serializes");

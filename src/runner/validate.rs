@@ -109,6 +109,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "memory_limit", flag: Some("--memory-limit"), range: Range::Text("a size ≥ 1 byte: `16GiB`, `512MiB`, `1e9`"), default: "`WEFT_MEMORY_LIMIT`, else MemTotal", note: "the run's estimated memory must fit" },
     KeySpec { key: "mesh_invariant", flag: Some("--mesh-invariant"), range: Range::OneOf(&["true", "false"]), default: "false", note: "sums in an order every mesh shares: bitwise-equal metrics across meshes, slower" },
     KeySpec { key: "divergence_steps", flag: None, range: int(0, MAX_STEPS), default: "3", note: "a run stops with an error after this many steps in a row with a non-finite loss (0: never); such steps are not checkpointed" },
+    KeySpec { key: "peak_tflops", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: 1e6, max_inclusive: true }, default: "the calibrated CPU rate (cpu); none (GPUs)", note: "a device's peak TFLOP/s: the run reports its model FLOPs utilisation (MFU) against it" },
     KeySpec { key: "sum_chunks", flag: None, range: Range::Text("a power of two ≥ 2"), default: "8", note: "`mesh_invariant` only; every shard count of a summed dimension must divide it" },
     KeySpec { key: "model.kind", flag: None, range: Range::OneOf(&["mlp", "gpt", "llama"]), default: "(required unless `model.program`)", note: "a built-in model" },
     KeySpec { key: "model.program", flag: None, range: Range::Text("a path to a program in the text format, relative to the config file"), default: "none", note: "instead of `model.kind`: trains the program (see \"Program models\")" },
@@ -436,6 +437,9 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             ));
         }
         super::trace::parse_steps(t.steps.as_deref(), 0, u64::MAX)?;
+    }
+    if let Some(t) = c.peak_tflops {
+        check_float("peak_tflops", t)?;
     }
     if let Some(s) = &c.stragglers {
         check_float("stragglers.ratio", s.ratio)?;
