@@ -95,13 +95,23 @@ fn a_checkpoint_saved_on_one_mesh_resumes_on_another() {
 /// The utilisation a run reports (`run.json` `timings.utilisation`): the
 /// model's FLOPs per step do not depend on the layout; the partitioned
 /// program's (the hardware's) are at least as many; MFU is model FLOP/s
-/// over the peak, a declared `peak_tflops` per device included.
+/// over the peak, a declared `peak_tflops` per device included. And each
+/// device's verdict (`timings.devices`): compute on every device,
+/// communication on those of a split mesh.
 #[test]
 fn model_flops_do_not_depend_on_the_layout_and_mfu_is_over_the_peak() {
     let summary = |mesh: &str, strategy: &str, peak: Option<f64>| {
         let mut c = RunConfig::from_toml(MLP).unwrap();
         (c.mesh, c.strategy, c.peak_tflops) = (Some(mesh.into()), Some(strategy.into()), peak);
         let s = run_session(&c, &Overrides { quiet: true, ..Default::default() }, &mut |_| {}).unwrap();
+        // Where each device's steps went: every device computed, and the
+        // devices of a split mesh communicated.
+        let per = s.verdict.per_device();
+        assert_eq!(per.len(), mesh.split([',', '=']).filter_map(|x| x.parse::<usize>().ok()).product::<usize>());
+        for ([compute, comm, idle], _) in &per {
+            assert!(*compute > 0.0 && *comm >= 0.0 && *idle >= 0.0, "{per:?}");
+            assert_eq!(*comm > 0.0, strategy != "none", "{mesh} {strategy}: {per:?}");
+        }
         s.utilisation.expect("a timed run reports its utilisation")
     };
     let one = summary("data=1", "none", None);

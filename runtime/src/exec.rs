@@ -36,6 +36,31 @@ pub struct DeviceStats {
     pub final_live_bytes: usize,
 }
 
+/// Where one device's time went in a run of an [`crate::Executable`]: the
+/// wall time of its lane's run, and of it the time in its own ops, fused
+/// chains and transfers (compute) and in its collectives (communication,
+/// contribution and receipt; all of it exposed: collectives do not
+/// overlap compute yet). The rest is idle: the lane running its other
+/// devices, or waiting. Host-side times: on a GPU, whose kernels run
+/// asynchronously, the waits at transfers and collectives absorb device
+/// time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceTime {
+    /// The lane's run, start to end.
+    pub wall: std::time::Duration,
+    /// In the device's ops, fused chains and transfers.
+    pub compute: std::time::Duration,
+    /// In the device's collectives.
+    pub communication: std::time::Duration,
+}
+
+impl DeviceTime {
+    /// The wall time in neither compute nor communication.
+    pub fn idle(&self) -> std::time::Duration {
+        self.wall.saturating_sub(self.compute + self.communication)
+    }
+}
+
 /// The result of [`run_program_stats`].
 #[derive(Debug)]
 pub struct RunOutput {
@@ -75,8 +100,8 @@ pub fn run_program_stats<B: Backend>(
     let ctx = RunCtx { program, plan: &plan, comm: &comm };
     let mut devices = Vec::with_capacity(n);
     for (d, (backend, ins)) in backends.iter().zip(inputs).enumerate() {
-        let mut dev =
-            DeviceRun { device: d, backend, slots: Slots::new(program), transfers: Default::default(), trace: None };
+        let (slots, transfers, time) = (Slots::new(program), Default::default(), Default::default());
+        let mut dev = DeviceRun { device: d, backend, slots, transfers, trace: None, time };
         for (&b, t) in program.inputs.iter().zip(ins) {
             let buf = backend.upload_owned(t).map_err(|e| input_err(d, program, b, e))?;
             dev.slots.put(b, buf);

@@ -49,7 +49,7 @@ pub use devices::{
     available_backends, open_devices, open_devices_shared, select_backend, BackendKind, DeviceMap, Devices, HostShare,
 };
 pub use error::RuntimeError;
-pub use exec::{run_program, run_program_stats, DeviceStats, RunOutput};
+pub use exec::{run_program, run_program_stats, DeviceStats, DeviceTime, RunOutput};
 pub use executable::{shard_slice_op, ExecOptions, ExecStats, Executable, TransferStats};
 pub use fast::FastCpuBackend;
 pub use process::{ProcessComm, ProcessGroup, ThreadGroup};

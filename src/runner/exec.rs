@@ -73,6 +73,12 @@ pub trait Executor {
     fn take_trace(&mut self) -> Option<weft_runtime::Trace> {
         None
     }
+    /// Per device of this process, where its time went in the last step
+    /// ([`weft_runtime::DeviceTime`]); `None` for executors without
+    /// devices of their own.
+    fn device_times(&self) -> Option<Vec<weft_runtime::DeviceTime>> {
+        None
+    }
 }
 
 /// The prefix of the parameter leaves of a training state.

@@ -248,6 +248,13 @@ fn keep_local<T>(all: Vec<T>, local: &[usize]) -> Vec<T> {
 }
 
 impl Executor for MeshExecutor {
+    fn device_times(&self) -> Option<Vec<weft_runtime::DeviceTime>> {
+        match &self.engine {
+            Engine::Simulator { .. } => None,
+            Engine::Devices { exe, .. } => Some(exe.stats().times.clone()),
+        }
+    }
+
     fn set_trace(&mut self, mode: Option<weft_runtime::TraceMode>) {
         if let Engine::Devices { exe, .. } = &mut self.engine {
             exe.set_trace(mode);

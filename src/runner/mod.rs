@@ -23,6 +23,7 @@ pub mod stages;
 pub mod stragglers;
 pub mod trace;
 pub mod validate;
+pub mod verdict;
 
 pub use backend::Backend;
 pub use config::{CheckpointConfig, ModelConfig, OptimizerConfig, RunConfig, TraceSection};
@@ -310,6 +311,9 @@ pub struct RunSummary {
     /// The steps (by number) that began while a checkpoint's files were
     /// being written in the background.
     pub saving: std::collections::BTreeSet<u64>,
+    /// Per device of this process, where the steps after the first spent
+    /// their time ([`verdict::Verdict`]).
+    pub verdict: verdict::Verdict,
     /// The model and hardware FLOPs per step, the FLOP/s reached and the
     /// utilisation of the peak, as `run.json` keeps them
     /// ([`report::Utilisation::json`]); `None` before a step is timed.
@@ -403,6 +407,7 @@ pub fn run_steps(
     let (mut nonfinite, mut diverged) = (None::<(u64, u64)>, None);
     let limit = c.divergence_steps.unwrap_or(DIVERGENCE_STEPS);
     let (mut evals, mut batch_digests) = (Vec::new(), Vec::new());
+    let mut verdict = verdict::Verdict::default();
     let start = std::time::Instant::now();
     for s in first..total {
         let traced = trace.as_deref().and_then(|t| t.mode_for(s));
@@ -428,6 +433,11 @@ pub fn run_steps(
         let ran = std::time::Instant::now();
         let secs = (ran - clock).as_secs_f64();
         step_secs.push(secs);
+        if s > first {
+            if let Some(t) = exec.device_times() {
+                verdict.record(&t);
+            }
+        }
         let waited_secs = match (waited, waited_before) {
             (Some(w), Some(before)) => w().saturating_sub(before).as_secs_f64(),
             _ => 0.0,
@@ -504,6 +514,7 @@ pub fn run_steps(
         batch_digests,
         diverged,
         saving: Default::default(),
+        verdict,
         utilisation: None,
         stragglers: None,
     })

@@ -567,6 +567,10 @@ pub(crate) fn train_built(
             (busy / quiet - 1.0) * 100.0
         )));
     }
+    if let Some(line) = summary.verdict.line() {
+        let host = if backend.on_host() { "" } else { "; host times: the GPU runs ahead (--trace-sync times a step)" };
+        log(Line::Info(format!("{line}{host}")));
+    }
     let utilisation = match (predicted, summary.steady_step_secs()) {
         (Some(p), Some(step_s)) => {
             // One device: the partitioned program is the model's.
@@ -660,6 +664,7 @@ fn write_manifest(
         if let Some(u) = &s.utilisation {
             manifest["timings"]["utilisation"] = u.clone();
         }
+        manifest["timings"]["devices"] = s.verdict.json();
     }
     let text = serde_json::to_string_pretty(&manifest).expect("a JSON value serializes");
     std::fs::write(&path, text + "\n").map_err(|source| Error::Io { path, source })

@@ -75,6 +75,9 @@ pub(crate) struct DeviceRun<'a, B: Backend> {
     pub transfers: TransferStats,
     /// The spans of a traced run ([`crate::trace`]).
     pub trace: Option<Recorder>,
+    /// Where the device's time went ([`crate::DeviceTime`]; the lane sets
+    /// the wall time).
+    pub time: crate::DeviceTime,
 }
 
 impl<B: Backend> DeviceRun<'_, B> {
@@ -112,6 +115,7 @@ pub(crate) struct RunCtx<'a> {
 pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_, B>]) -> Result<(), RuntimeError> {
     for seg in &ctx.plan.segments {
         for dev in devices.iter_mut() {
+            let t = std::time::Instant::now();
             for i in seg.local.clone() {
                 let begun = dev.clock();
                 guard(ctx, dev.device, run_local(ctx, dev, i))?;
@@ -119,6 +123,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
                     trace_local(ctx, dev, i, begun);
                 }
             }
+            dev.time.compute += t.elapsed();
         }
         let Some(i) = seg.collective else { continue };
         let Step::Collective { op, input, .. } = &ctx.program.steps[i] else {
@@ -129,6 +134,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
         // (`Backend::collective_on_device`), which never meets the host.
         let mut native: Vec<Option<B::Buffer>> = (0..devices.len()).map(|_| None).collect();
         for (k, dev) in devices.iter_mut().enumerate() {
+            let started = std::time::Instant::now();
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
             let what = || (ctx.program.ty(*input).size_bytes() as u64, format!("group {:?}", m.group));
@@ -141,6 +147,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
                 }
                 native[k] = Some(buf);
                 dev.span(begun, SpanKind::Collective, op.name(), Some(i), what);
+                dev.time.communication += started.elapsed();
                 continue;
             }
             let t = if ctx.plan.consumes[i] {
@@ -153,6 +160,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
             dev.transfers.count_download(&t, Transfer::Collective);
             guard(ctx, dev.device, ctx.comm.contribute(call, t))?;
             dev.span(begun, SpanKind::Contribute, op.name(), Some(i), what);
+            dev.time.communication += started.elapsed();
         }
         for (k, dev) in devices.iter_mut().enumerate() {
             let Step::Collective { output, .. } = &ctx.program.steps[i] else { unreachable!() };
@@ -160,6 +168,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
                 dev.slots.put(*output, buf);
                 continue;
             }
+            let started = std::time::Instant::now();
             let m = &members[dev.device];
             let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
             let begun = dev.clock();
@@ -170,6 +179,7 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
                 guard(ctx, dev.device, dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name())))?;
             dev.slots.put(*output, buf);
             dev.span(begun, SpanKind::Receive, op.name(), Some(i), || (bytes, format!("group {:?}", m.group)));
+            dev.time.communication += started.elapsed();
         }
     }
     Ok(())

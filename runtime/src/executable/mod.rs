@@ -94,6 +94,8 @@ pub struct ExecStats {
     pub transfers: TransferStats,
     /// Per device, memory of the last run (resident state included).
     pub devices: Vec<DeviceStats>,
+    /// Per device, where its time went in the last run.
+    pub times: Vec<crate::DeviceTime>,
 }
 
 /// How an executable is built.
@@ -146,7 +148,7 @@ enum Job {
 }
 
 /// Per device of the lane: its outputs, stats, transfers and spans.
-type LaneRun = Vec<(Vec<HostTensor>, DeviceStats, TransferStats, Vec<Span>)>;
+type LaneRun = Vec<(Vec<HostTensor>, DeviceStats, TransferStats, Vec<Span>, crate::DeviceTime)>;
 
 enum Reply {
     Loaded(Result<Vec<TransferStats>, RuntimeError>),
@@ -284,7 +286,11 @@ where
             lanes,
             workers,
             state,
-            stats: ExecStats { devices: vec![DeviceStats::default(); n], ..Default::default() },
+            stats: ExecStats {
+                devices: vec![DeviceStats::default(); n],
+                times: vec![crate::DeviceTime::default(); n],
+                ..Default::default()
+            },
             backend_name,
             trace: None,
             last_trace: None,
@@ -407,9 +413,10 @@ where
         for (w, lane) in self.workers.iter_mut().zip(&self.lanes) {
             match w.recv() {
                 Ok(Reply::Ran(Ok(devs))) => {
-                    for ((outs, ds, t, s), &d) in devs.into_iter().zip(lane) {
+                    for ((outs, ds, t, s, time), &d) in devs.into_iter().zip(lane) {
                         self.stats.transfers.add(&t);
                         self.stats.devices[d] = ds;
+                        self.stats.times[d] = time;
                         outputs.push(outs);
                         spans.extend(s);
                     }
@@ -702,13 +709,16 @@ fn run<B: Backend>(
     clock: Option<(TraceMode, std::time::Instant)>,
 ) -> Result<LaneRun, RuntimeError> {
     let p = &shared.program;
+    let started = std::time::Instant::now();
     let ctx = RunCtx { program: p, plan: &shared.plan, comm: shared.comm.as_ref() };
     let mut runs: Vec<DeviceRun<'_, B>> = Vec::with_capacity(lane.devices.len());
     let mut placed = Ok(());
     for (k, ins) in inputs.into_iter().enumerate() {
         let (device, backend) = (lane.devices[k], &lane.backends[k]);
         let trace = clock.map(|(mode, start)| Recorder::new(mode, start, device));
-        let mut dev = DeviceRun { device, backend, slots: Slots::new(p), transfers: TransferStats::default(), trace };
+        let (slots, transfers, time) = (Slots::new(p), TransferStats::default(), crate::DeviceTime::default());
+        let mut dev = DeviceRun { device, backend, slots, transfers, trace, time };
+        let t = std::time::Instant::now();
         let mut ins = ins.into_iter();
         for (i, &b) in p.inputs.iter().enumerate() {
             if shared.donor_output[i].is_some() {
@@ -731,6 +741,7 @@ fn run<B: Backend>(
                 }
             }
         }
+        dev.time.compute += t.elapsed();
         runs.push(dev);
     }
     if let Err(e) = placed {
@@ -740,6 +751,7 @@ fn run<B: Backend>(
     run_lane(&ctx, &mut runs)?;
     let mut out = Vec::with_capacity(runs.len());
     for (k, mut dev) in runs.into_iter().enumerate() {
+        let t = std::time::Instant::now();
         let mut outs = Vec::new();
         for (o, &b) in p.outputs.iter().enumerate() {
             if shared.donated_input[o].is_none() {
@@ -776,7 +788,13 @@ fn run<B: Backend>(
             lane.resident[k][i] = Some(buf);
         }
         let spans = dev.trace.take().map(|r| r.spans).unwrap_or_default();
-        out.push((outs, dev.slots.finish(), dev.transfers, spans));
+        dev.time.compute += t.elapsed();
+        out.push((outs, dev.slots.finish(), dev.transfers, spans, dev.time));
+    }
+    // Every device of the lane spans the lane's whole run.
+    let wall = started.elapsed();
+    for o in &mut out {
+        o.4.wall = wall;
     }
     Ok(out)
 }
