@@ -24,9 +24,9 @@
 //! exchanges stay on the training loop's thread, in the same order in
 //! every process, so they cannot interleave with a step's collectives.
 
+use super::commit::{commit_and_retain_written, CheckpointOptions};
 use super::error::{CheckpointError, Result};
 use super::fsutil;
-use super::manager::{commit_and_retain_written, CheckpointOptions};
 use super::manifest::FileEntry;
 use super::state::CheckpointState;
 use super::write::{self, CommitInfo, Snapshot};

@@ -13,41 +13,18 @@
 //! writer's save (never a committed step).
 
 use super::across::AcrossSave;
+use super::commit::{commit_and_retain, CheckpointOptions};
 use super::error::{io, CheckpointError, Result};
 use super::fsutil;
-use super::manifest::{FileEntry, Manifest};
+use super::manifest::Manifest;
 use super::read::{self, LatestValid, Restored};
-use super::retention::Retention;
 use super::state::{CheckpointState, RestoreTarget};
-use super::write::{self, CommitInfo, Snapshot};
+use super::write::{self, CommitInfo};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use weft_runtime::ProcessGroup;
-
-/// How a manager saves.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckpointOptions {
-    /// Which old steps to delete after each save.
-    pub retention: Retention,
-    /// Shard files are cut at about this size (a block larger than it gets
-    /// a file of its own); bounds the memory a save needs per file.
-    pub max_file_bytes: u64,
-    /// Threads used to write or read shard files.
-    pub threads: usize,
-}
-
-impl Default for CheckpointOptions {
-    /// Keep everything, 128 MiB files, one thread per core.
-    fn default() -> Self {
-        CheckpointOptions {
-            retention: Retention::keep_all(),
-            max_file_bytes: 128 << 20,
-            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        }
-    }
-}
 
 /// The save in flight.
 enum InFlight {
@@ -287,32 +264,4 @@ impl Drop for CheckpointManager {
             }
         }
     }
-}
-
-/// Writes and commits a snapshot, then applies the retention policy.
-fn commit_and_retain(root: &Path, options: &CheckpointOptions, snap: &Snapshot<'_>) -> Result<CommitInfo> {
-    let info = write::write(root, snap, options.threads)?;
-    retain(root, options, snap, info)
-}
-
-/// Commits a snapshot whose `files` are written in `tmp` (by every process
-/// of a multi-process save), then applies the retention policy.
-pub(crate) fn commit_and_retain_written(
-    root: &Path,
-    options: &CheckpointOptions,
-    snap: &Snapshot<'_>,
-    tmp: &Path,
-    files: Vec<FileEntry>,
-) -> Result<CommitInfo> {
-    let info = write::commit_written(root, snap, tmp, files)?;
-    retain(root, options, snap, info)
-}
-
-fn retain(root: &Path, options: &CheckpointOptions, snap: &Snapshot<'_>, mut info: CommitInfo) -> Result<CommitInfo> {
-    let committed = fsutil::list_steps(root)?;
-    for step in options.retention.to_delete(&committed, snap.step) {
-        fsutil::delete_step(root, step)?;
-        info.deleted.push(step);
-    }
-    Ok(info)
 }

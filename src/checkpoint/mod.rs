@@ -24,6 +24,7 @@
 //! format is specified in `specs/checkpoint.md`.
 
 mod across;
+mod commit;
 pub mod crash;
 mod error;
 mod fsutil;
@@ -37,9 +38,10 @@ mod retention;
 mod state;
 mod write;
 
+pub use commit::CheckpointOptions;
 pub use error::{CheckpointError, Result};
 pub use fsutil::step_dir_name;
-pub use manager::{CheckpointManager, CheckpointOptions};
+pub use manager::CheckpointManager;
 pub use manifest::{FileEntry, LeafEntry, Manifest, ShardEntry, FORMAT, MANIFEST, MANIFEST_SHA, VERSION};
 pub use mesh::{BlockLayout, MeshSpec};
 pub use read::{latest_valid_step, list_steps, restore, validate_step, LatestValid, Restored, SkippedStep};
