@@ -206,9 +206,7 @@ impl Ended {
 /// that died, else the exit status.
 pub fn cause_of(stderr: &[String], status: &str) -> String {
     let weft = stderr.iter().find(|l| l.starts_with("error: "));
-    let launcher = stderr
-        .iter()
-        .find(|l| l.contains("exited on signal") || l.contains("noticed that process") || l.contains("srun: error:"));
+    let launcher = stderr.iter().find(|l| names_a_cause(l));
     match (weft, launcher) {
         (Some(l), _) => l.trim_start_matches("error: ").trim().to_string(),
         (None, Some(l)) => l.trim().to_string(),
@@ -462,7 +460,8 @@ pub fn supervise(plan: &LaunchPlan, program: &Path, log: &mut dyn FnMut(String))
                 log(format!("weft launch: lost host{} {}", if lost.len() == 1 { "" } else { "s" }, lost.join(", ")));
             }
             // All there: the job's processes; else the most that fit.
-            (hosts, n) = if lost.is_empty() { (live, plan.processes) } else { (live, next) };
+            n = if lost.is_empty() { plan.processes } else { next };
+            hosts = live;
         }
         if relay.received() > handled {
             // Asked to stop while the job was down: no new attempt.

@@ -117,23 +117,6 @@ impl CheckpointManager {
         Ok(previous)
     }
 
-    /// Saves `state` — this process's devices' blocks — as `step` together
-    /// with every other process of `group` (which call this at the same
-    /// point), and returns once the step is committed by process 0 or the
-    /// save failed in any process ([`super::across`]). Waits for a save in
-    /// flight first.
-    pub fn save_across(
-        &mut self,
-        step: u64,
-        state: CheckpointState,
-        group: &Arc<dyn ProcessGroup>,
-        timeout: Duration,
-    ) -> Result<CommitInfo> {
-        self.wait()?;
-        super::across::begin(&self.root, &self.options, step, state, Arc::clone(group), timeout)?
-            .finish(&self.root, &self.options)
-    }
-
     /// Starts saving `state` — this process's devices' blocks — as `step`
     /// together with every other process of `group` (which call this at
     /// the same point) and returns once a thread owns the blocks; the save
@@ -185,19 +168,12 @@ impl CheckpointManager {
     /// error. A multi-process save is committed here, together with the
     /// other processes (a collective: all call it at the same point).
     pub fn wait(&mut self) -> Result<Option<CommitInfo>> {
-        let handle = match self.in_flight.take() {
+        let (step, done) = match self.in_flight.take() {
             None => return Ok(None),
-            Some(InFlight::Across(save)) => {
-                let step = save.step();
-                return match save.finish(&self.root, &self.options) {
-                    Ok(info) => Ok(Some(info)),
-                    Err(e) => Err(CheckpointError::AsyncSave { step, source: Box::new(e) }),
-                };
-            }
-            Some(InFlight::Alone { step, handle }) => (step, handle),
+            Some(InFlight::Across(save)) => (save.step(), Ok(save.finish(&self.root, &self.options))),
+            Some(InFlight::Alone { step, handle }) => (step, handle.join()),
         };
-        let (step, handle) = handle;
-        match handle.join() {
+        match done {
             Ok(Ok(info)) => Ok(Some(info)),
             Ok(Err(e)) => Err(CheckpointError::AsyncSave { step, source: Box::new(e) }),
             Err(panic) => {
@@ -250,10 +226,8 @@ impl Drop for CheckpointManager {
     /// takes every process, and a manager dropped early is a failing
     /// job's): its hidden directory goes when the root is next opened.
     fn drop(&mut self) {
-        if matches!(self.in_flight, Some(InFlight::Across(_))) {
-            if let Some(InFlight::Across(save)) = self.in_flight.take() {
-                save.abandon();
-            }
+        if let Some(InFlight::Across(save)) = self.in_flight.take_if(|f| matches!(f, InFlight::Across(_))) {
+            save.abandon();
             return;
         }
         if let Err(e) = self.wait() {

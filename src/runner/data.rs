@@ -295,16 +295,13 @@ impl Feed {
 /// `data wait: median X ms, total Y ms = Z% of the step time` for a run
 /// with `[data]` (the waits are `data_wait_ms` in its metrics).
 pub fn wait_summary(summary: &super::RunSummary) -> Option<String> {
-    let mut waits: Vec<f64> = summary.metrics.iter().filter_map(|(_, m)| m.get("data_wait_ms").copied()).collect();
-    if waits.is_empty() {
-        return None;
-    }
+    let waits: Vec<f64> = summary.metrics.iter().filter_map(|(_, m)| m.get("data_wait_ms").copied()).collect();
+    let median = super::median(&waits)?;
     let total: f64 = waits.iter().sum();
     let steps: f64 = summary.step_secs.iter().sum::<f64>() * 1e3;
-    waits.sort_by(f64::total_cmp);
     Some(format!(
         "data wait: median {:.3} ms, total {:.1} ms over {} steps = {:.2}% of the step time",
-        waits[waits.len() / 2],
+        median,
         total,
         waits.len(),
         100.0 * total / steps.max(1e-9)

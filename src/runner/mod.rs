@@ -346,23 +346,23 @@ impl RunSummary {
         for ((s, _), t) in self.metrics.iter().zip(&self.step_secs).skip(1) {
             parts[usize::from(!self.saving.contains(s))].push(*t);
         }
-        parts.map(|mut v| {
-            v.sort_by(f64::total_cmp);
-            (v.get(v.len() / 2).copied(), v.len())
-        })
+        parts.map(|v| (median(&v), v.len()))
     }
 
     /// The steady-state step time in seconds: the median over the steps
     /// after the first (the first pays one-time costs), or the only step.
     pub fn steady_step_secs(&self) -> Option<f64> {
         let tail = if self.step_secs.len() > 1 { &self.step_secs[1..] } else { &self.step_secs[..] };
-        if tail.is_empty() {
-            return None;
-        }
-        let mut v = tail.to_vec();
-        v.sort_by(f64::total_cmp);
-        Some(v[v.len() / 2])
+        median(tail)
     }
+}
+
+/// The median of the times a run reports (the upper one of an even
+/// count); `None` for none.
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
 }
 
 /// Runs steps on the executor's loaded state from step `first` until

@@ -475,6 +475,7 @@ pub(crate) fn train_built(
         processes.filter(|p| p.is_first()).map(|p| Stragglers::new(p.size(), c.stragglers.clone().unwrap_or_default()));
     let host = |q: usize| processes.map(|p| p.hosts().name(q).to_string()).unwrap_or_default();
     let mut saving = std::collections::BTreeSet::new();
+    let waited = processes.map(|p| move || p.waited());
     let mut summary = run_steps(
         c,
         prepared,
@@ -532,7 +533,7 @@ pub(crate) fn train_built(
         },
         ov.quiet || !first_process,
         trace.as_mut(),
-        processes.map(|p| move || p.waited()).as_ref().map(|f| f as &dyn Fn() -> std::time::Duration),
+        waited.as_ref().map(|f| f as &dyn Fn() -> std::time::Duration),
     )?;
     summary.stragglers = stragglers.as_ref().map(|s| s.json(host));
     summary.saving = saving;
