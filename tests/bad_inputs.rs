@@ -97,6 +97,16 @@ fn run_cases(cases: &[Case], extra_files: &[(&str, String)]) {
 fn bad_configs_and_flags_name_the_key_value_and_range() {
     run_cases(
         &[
+            case("a straggler ratio of 1", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[stragglers]\nratio = 1.0\n")], &["train", "c.toml"], 2,
+                &["stragglers.ratio = 1: must be a finite number in (1, 1e6]"]),
+            case("straggler steps 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[stragglers]\nsteps = 0\n")], &["train", "c.toml"], 2,
+                &["stragglers.steps = 0: must be an integer in [1, "]),
+            case("an unknown straggler key", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[stragglers]\nratoi = 2.0\n")], &["train", "c.toml"], 2,
+                &["unknown field `ratoi`, expected `ratio` or `steps`"]),
+            case("a peak of 0 TFLOP/s", &[("c.toml", "steps = 2\npeak_tflops = 0.0\n[model]\nkind = \"mlp\"\n")], &["train", "c.toml"], 2,
+                &["peak_tflops = 0: must be a finite number in (0, 1e6]"]),
+            case("a NaN peak", &[("c.toml", "steps = 2\npeak_tflops = nan\n[model]\nkind = \"mlp\"\n")], &["train", "c.toml"], 2,
+                &["peak_tflops = NaN: must be a finite number in (0, 1e6]"]),
             case("mlp width 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nd = 0\n")], &["train", "c.toml"], 2,
                 &["error: model.d = 0: must be an integer in [1, 1048576]"]),
             case("mlp hidden 0", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\nh = 0\n")], &["train", "c.toml"], 2,
