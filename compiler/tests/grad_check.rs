@@ -10,7 +10,8 @@ use weft_compiler::autodiff::{value_and_grad, GradOptions};
 use weft_compiler::emit::Emitter;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{
-    BinaryOp, CompareOp, DType, DotDims, Literal, Module, Op, ReduceOp, TensorSharding, TensorType, UnaryOp, ValueId,
+    BinaryOp, CompareOp, DType, DotDims, IndexOp, Literal, Module, Op, ReduceOp, TensorSharding, TensorType, UnaryOp,
+    ValueId,
 };
 
 /// A small deterministic generator (SplitMix64) for test data.
@@ -196,6 +197,35 @@ fn cases() -> Vec<Case> {
             e.op(Op::Reduce { op: r, dims: vec![1] }, &[p[0]])
         }));
     }
+    // The indexing ops: repeated and out-of-range indices included.
+    let ids = |e: &mut Emitter<'_>, shape: &[usize], v: &[f64]| {
+        let ty = TensorType::new(DType::I32, shape.to_vec());
+        e.op(Op::Constant(Literal { ty, data: weft_ir::LiteralData::Dense(v.to_vec()) }), &[])
+    };
+    cs.push(case("gather_rows", vec![(s(&[4, 3]), -1.0, 1.0)], move |e, p| {
+        let i = ids(e, &[2, 3], &[3.0, 0.0, -1.0, 1.0, 4.0, 1.0]);
+        let sq = e.mul(p[0], p[0]);
+        e.op(Op::Index(IndexOp::Gather { axis: 0, batch_dims: 0 }), &[sq, i])
+    }));
+    cs.push(case("gather_batched", vec![(s(&[3, 5]), -1.0, 1.0)], move |e, p| {
+        let i = ids(e, &[3, 2], &[4.0, 4.0, 0.0, 2.0, 1.0, 7.0]);
+        e.op(Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 }), &[p[0], i])
+    }));
+    cs.push(case("scatter_add", vec![(s(&[2, 3, 2]), -1.0, 1.0)], move |e, p| {
+        let i = ids(e, &[3], &[2.0, 0.0, 2.0]);
+        let sq = e.mul(p[0], p[0]);
+        e.op(Op::Index(IndexOp::ScatterAdd { axis: 1, batch_dims: 0, size: 4 }), &[i, sq])
+    }));
+    for reverse in [false, true] {
+        cs.push(case("cumsum", vec![(s(&[3, 4]), -1.0, 1.0)], move |e, p| {
+            let sq = e.mul(p[0], p[0]);
+            e.op(Op::Index(IndexOp::Cumsum { dim: 1, reverse }), &[sq])
+        }));
+    }
+    cs.push(case("top_k_values", vec![(s(&[3, 5]), -1.0, 1.0)], |e, p| {
+        let k = e.op(Op::Index(IndexOp::TopK { k: 2 }), &[p[0]]);
+        e.op(Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 }), &[p[0], k])
+    }));
     cs.push(case("sharding_constraint", vec![(s(&[2, 2]), -1.0, 1.0)], |e, p| {
         let sq = e.mul(p[0], p[0]);
         e.op(Op::ShardingConstraint { sharding: TensorSharding::new(&[&["x"], &[]]) }, &[sq])

@@ -209,6 +209,46 @@ fn position_dependent_ops() {
     );
 }
 
+/// Integer indices from an `f32` parameter in [-1, 1): `convert(x * s)`,
+/// so some fall out of range (negative, or past an extent below `s`).
+fn indices(f: &mut F, x: ValueId, s: f64) -> ValueId {
+    let ty = f.0.ty(x).clone();
+    let k = f.op(Op::Constant(Literal::splat(ty, s)), &[]);
+    let m = f.op(Op::Binary(BinaryOp::Mul), &[x, k]);
+    f.op(Op::Convert { to: DType::I32 }, &[m])
+}
+
+#[test]
+fn indexing_ops() {
+    use weft_ir::IndexOp;
+    run_cases(
+        &[
+            // An embedding lookup and its transpose: a split table gathers
+            // locally and sums; split tokens scatter into partial sums.
+            case("gather_rows_and_scatter_back", &[&[8, 8], &[4, 8]], |f, p| {
+                let ids = indices(f, p[1], 10.0);
+                let g = f.op(Op::Index(IndexOp::Gather { axis: 0, batch_dims: 0 }), &[p[0], ids]);
+                let s = f.op(Op::Index(IndexOp::ScatterAdd { axis: 0, batch_dims: 0, size: 8 }), &[ids, g]);
+                vec![g, s]
+            }),
+            // Cross-entropy's pick of the target's logit.
+            case("take_along_axis", &[&[8, 8], &[8]], |f, p| {
+                let ids = indices(f, p[1], 8.0);
+                let g = f.op(Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 }), &[p[0], ids]);
+                let s = f.op(Op::Index(IndexOp::ScatterAdd { axis: 1, batch_dims: 1, size: 8 }), &[ids, g]);
+                vec![g, s]
+            }),
+            case("cumsum_and_top_k", &[&[8, 8]], |f, p| {
+                let c = f.op(Op::Index(IndexOp::Cumsum { dim: 1, reverse: true }), &[p[0]]);
+                let k = f.op(Op::Index(IndexOp::TopK { k: 3 }), &[c]);
+                let v = f.op(Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 }), &[c, k]);
+                vec![c, k, v]
+            }),
+        ],
+        6,
+    );
+}
+
 fn typed_case(name: &'static str, params: &[(DType, &[usize])], body: Body) -> Case {
     Case { name, params: params.iter().map(|(d, s)| TensorType::new(*d, s.to_vec())).collect(), body }
 }

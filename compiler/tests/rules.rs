@@ -142,3 +142,30 @@ fn factor_kinds_and_occurrences() {
     assert_eq!(r.occurrences(2), vec![(0, 1), (1, 0)]);
     assert!(r.in_result(0) && r.in_result(1) && !r.in_result(2));
 }
+
+#[test]
+fn indexing_ops() {
+    use weft_ir::IndexOp;
+    let i32t = |s: &[usize]| TensorType::new(DType::I32, s.to_vec());
+    // Embedding: the table's rows are a reduction factor (a split table
+    // gathers locally and leaves a pending sum); the ids' dims pass through.
+    let g = Op::Index(IndexOp::Gather { axis: 0, batch_dims: 0 });
+    assert_eq!(
+        text(g, &[t(&[32, 8]), i32t(&[4, 6])]),
+        "([i, j], [k, l])->([k, l, j]) {i=32, j=8, k=4, l=6} reduction={i}"
+    );
+    // take_along_axis: the batch dim is shared by all three.
+    let take = Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 });
+    assert_eq!(text(take, &[t(&[4, 32]), i32t(&[4])]), "([i, j], [i])->([i]) {i=4, j=32} reduction={j}");
+    // The transpose: the table's rows belong to the result alone, the
+    // token dims are summed.
+    let s = Op::Index(IndexOp::ScatterAdd { axis: 0, batch_dims: 0, size: 32 });
+    assert_eq!(
+        text(s, &[i32t(&[4, 6]), t(&[4, 6, 8])]),
+        "([k, l], [k, l, j])->([i, j]) {i=32, j=8, k=4, l=6} reduction={k, l}"
+    );
+    let c = Op::Index(IndexOp::Cumsum { dim: 1, reverse: false });
+    assert_eq!(text(c, &[t(&[4, 8])]), "([i, j])->([i, j]) {i=4, j=8} need_replication={j}");
+    let k = Op::Index(IndexOp::TopK { k: 2 });
+    assert_eq!(text(k, &[t(&[4, 8])]), "([i, j])->([i, k]) {i=4, j=8, k=2} need_replication={j, k}");
+}

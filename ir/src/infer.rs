@@ -228,6 +228,7 @@ pub fn infer(op: &Op, operands: &[&TensorType], funcs: &dyn SignatureLookup) -> 
             }
             one(TensorType::new(t.dtype, shape))
         }
+        Op::Index(i) => one(i.infer(operands)?),
         Op::DotGeneral(dims) => infer_dot(dims, operands[0], operands[1]).map(|t| vec![t]),
         Op::Reduce { op: _, dims } => {
             let t = operands[0];

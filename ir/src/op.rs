@@ -6,7 +6,7 @@
 //! ([`crate::infer()`]) is a pure function of the op and its operand types.
 //! Semantics follow StableHLO; `specs/ir.md` has the table.
 
-use crate::{DType, Literal, Shape, TensorSharding, TensorType};
+use crate::{DType, IndexOp, Literal, Shape, TensorSharding, TensorType};
 
 /// Elementwise unary operations.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -391,6 +391,9 @@ pub enum Op {
         /// The reduced dimensions (strictly increasing).
         dims: Vec<usize>,
     },
+    /// An indexing op (`gather`, `scatter_add`, `cumsum`, `top_k`); their
+    /// facts live in [`crate::indexing`].
+    Index(IndexOp),
     /// Calls another function of the module; one result per callee result.
     Call {
         /// Name of the callee.
@@ -435,6 +438,7 @@ impl Op {
             Op::Pad { .. } => "pad",
             Op::DotGeneral(_) => "dot_general",
             Op::Reduce { op, .. } => op.name(),
+            Op::Index(i) => i.name(),
             Op::Call { .. } => "call",
             Op::ShardingConstraint { .. } => "sharding_constraint",
             Op::Reshard { .. } => "reshard",
@@ -457,6 +461,7 @@ impl Op {
             | Op::Reshard { .. } => Some(1),
             Op::Binary(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) => Some(2),
             Op::Select => Some(3),
+            Op::Index(i) => Some(i.arity()),
             Op::Concatenate { .. } | Op::Call { .. } => None,
         }
     }

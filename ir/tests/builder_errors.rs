@@ -73,7 +73,7 @@ fn composite_errors_name_the_composite() {
     let line = line!() + 1;
     f.embedding(ids, table);
     let m = err(f);
-    assert!(m.contains("`one_hot` in `embedding`") && m.contains(&at(line)), "{m}");
+    assert!(m.contains("`gather` in `embedding`") && m.contains(&at(line)), "{m}");
 }
 
 #[test]

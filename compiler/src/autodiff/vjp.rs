@@ -9,7 +9,7 @@
 //! cotangent is split evenly among the tied inputs, as `lax` does.
 
 use crate::emit::Emitter;
-use weft_ir::{BinaryOp, CompareOp, DotDims, Op, ReduceOp, UnaryOp, ValueId};
+use weft_ir::{BinaryOp, CompareOp, DotDims, IndexOp, Op, ReduceOp, UnaryOp, ValueId};
 
 /// Cotangent contributions of `op`'s operands.
 pub(super) fn vjp(e: &mut Emitter<'_>, op: &Op, xs: &[ValueId], y: ValueId, g: ValueId) -> Vec<Option<ValueId>> {
@@ -127,11 +127,31 @@ pub(super) fn vjp(e: &mut Emitter<'_>, op: &Op, xs: &[ValueId], y: ValueId, g: V
             let sb = broadcast_back(e, share, dims, &xt.shape);
             vec![Some(e.mul(sb, ind))]
         }
+        Op::Index(i) => index(e, i, xs, g),
         Op::ShardingConstraint { sharding } => {
             // Gradients get the same sharding as their primals.
             vec![Some(e.op(Op::ShardingConstraint { sharding: sharding.clone() }, &[g]))]
         }
         Op::Reshard { .. } => vec![Some(g)],
+    }
+}
+
+/// The indexing ops: a gather's transpose is the scatter-add of its
+/// cotangent to the same indices (and back), a prefix sum's is the suffix
+/// sum; indices and `top_k`'s positions take no gradient.
+fn index(e: &mut Emitter<'_>, op: &IndexOp, xs: &[ValueId], g: ValueId) -> Vec<Option<ValueId>> {
+    match *op {
+        IndexOp::Gather { axis, batch_dims } => {
+            let size = e.ty(xs[0]).shape[axis];
+            vec![Some(e.op(Op::Index(IndexOp::ScatterAdd { axis, batch_dims, size }), &[xs[1], g])), None]
+        }
+        IndexOp::ScatterAdd { axis, batch_dims, .. } => {
+            vec![None, Some(e.op(Op::Index(IndexOp::Gather { axis, batch_dims }), &[g, xs[0]]))]
+        }
+        IndexOp::Cumsum { dim, reverse } => {
+            vec![Some(e.op(Op::Index(IndexOp::Cumsum { dim, reverse: !reverse }), &[g]))]
+        }
+        IndexOp::TopK { .. } => vec![None],
     }
 }
 

@@ -280,13 +280,19 @@ fn tensor_layouts(rule: &OpRule, m: &[Vec<usize>], mesh: &Mesh) -> Option<(Vec<M
 
 /// Floating-point operations of one instruction (unsharded): `2·Π factor
 /// sizes` for `dot_general`, one per element read for reductions, one per
-/// result element for element-wise ops; data movement (broadcast, reshape,
-/// transpose, slice, pad, concatenate) and constants count zero.
+/// result element for element-wise ops, one per update of a `scatter_add`
+/// and per element of a `cumsum` or `top_k`; data movement (broadcast,
+/// reshape, transpose, slice, pad, concatenate, gather) and constants count
+/// zero.
 pub fn inst_flops(op: &Op, rule: &OpRule, operands: &[&TensorType], result: &TensorType) -> f64 {
     match op {
         Op::DotGeneral(_) => 2.0 * rule.factors.iter().map(|f| f.size as f64).product::<f64>(),
         Op::Reduce { .. } => operands[0].num_elements() as f64,
         Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Convert { .. } => result.num_elements() as f64,
+        // A scatter adds every update; a scan adds once per element; a
+        // top-k compares every element (a gather only moves data).
+        Op::Index(weft_ir::IndexOp::ScatterAdd { .. }) => operands[1].num_elements() as f64,
+        Op::Index(weft_ir::IndexOp::Cumsum { .. } | weft_ir::IndexOp::TopK { .. }) => operands[0].num_elements() as f64,
         _ => 0.0,
     }
 }

@@ -24,7 +24,7 @@ use super::reshard::lower_reshard;
 use crate::error::{CompilerError, Result, Site};
 use crate::sharding::{plan_reshard, Mesh, MeshSharding};
 use weft_ir::device::{BufferId, DeviceProgram};
-use weft_ir::{Function, LiteralData, Op, TensorType, ValueId};
+use weft_ir::{Function, IndexOp, LiteralData, Op, TensorType, ValueId};
 
 /// The lowered program and the global layout of its inputs and outputs.
 pub(crate) struct Lowered {
@@ -88,6 +88,20 @@ pub(crate) fn lower_function(f: &Function, mesh: &Mesh) -> Result<Lowered> {
                 axes.sort_unstable();
                 let op = *rop;
                 b.collective(local, &axes, |axes| weft_ir::device::Collective::AllReduce { axes, op })
+            }
+            Op::Index(IndexOp::Gather { axis, .. }) => {
+                // A split table: gather the indices that fall in this
+                // device's rows (the rest read zeros): a partial sum.
+                let x = inst.operands[0];
+                let axes = shardings[x.index()].dims[*axis].axes.clone();
+                let idx = shift_indices(&mut b, ins[1], &axes, f.ty(x).shape[*axis]);
+                compute(&mut b, &inst.op, vec![ins[0], idx], f.ty(r), rs)
+            }
+            Op::Index(IndexOp::ScatterAdd { axis, size, .. }) => {
+                // A split result: add the updates whose indices fall in this
+                // device's rows (the rest are dropped).
+                let idx = shift_indices(&mut b, ins[0], &rs.dims[*axis].axes, *size);
+                compute(&mut b, &inst.op, vec![idx, ins[1]], f.ty(r), rs)
             }
             op => compute(&mut b, op, ins, f.ty(r), rs),
         };
@@ -158,6 +172,27 @@ fn cheaper_at_source(
         }
         _ => None,
     }
+}
+
+/// `indices` minus the first global position of this device's block of a
+/// dimension of extent `extent` split over `axes` (unchanged when it is
+/// not split): indices outside the block become out of range (negative,
+/// or past the block; unsigned ones wrap past it), which a gather reads as
+/// zeros and a scatter drops.
+fn shift_indices(b: &mut DeviceBuilder<'_>, indices: BufferId, axes: &[usize], extent: usize) -> BufferId {
+    if b.mesh.product(axes) == 1 {
+        return indices;
+    }
+    let ity = b.ty(indices).clone();
+    let line = TensorType::new(ity.dtype, vec![extent]);
+    let iota = b.compute(Op::Iota { dim: 0, ty: line.clone() }, vec![], line);
+    let mine = b.shard_slice(iota, &[axes.to_vec()]);
+    let first = TensorType::new(ity.dtype, vec![1]);
+    let start = b.compute(Op::Slice { start: vec![0], limit: vec![1], stride: vec![1] }, vec![mine], first);
+    let scalar = TensorType::new(ity.dtype, vec![]);
+    let start = b.compute(Op::Reshape { shape: vec![] }, vec![start], scalar);
+    let spread = b.compute(Op::BroadcastInDim { dims: vec![], shape: ity.shape.clone() }, vec![start], ity.clone());
+    b.compute(Op::Binary(weft_ir::BinaryOp::Sub), vec![indices, spread], ity)
 }
 
 /// Emits the local computation of one compute instruction whose result (of

@@ -31,7 +31,7 @@
 //! - `call` has no rule: calls are inlined before propagation.
 
 use std::fmt;
-use weft_ir::{Op, ReduceOp, TensorType};
+use weft_ir::{IndexOp, Op, ReduceOp, TensorType};
 
 /// How a factor behaves when it is sharded.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -232,6 +232,7 @@ pub fn rule_for(op: &Op, operands: &[&TensorType], results: &[&TensorType]) -> O
             }
             (vec![lf, rf], res)
         }
+        Op::Index(i) => index_rule(i, operands, out, &mut b),
         Op::Reduce { op: rop, dims } => {
             let reduced = if *rop == ReduceOp::Sum { Reduction } else { CombinedReduction };
             let t = operands[0];
@@ -243,6 +244,63 @@ pub fn rule_for(op: &Op, operands: &[&TensorType], results: &[&TensorType]) -> O
         }
     };
     Some(OpRule { factors: b.factors, operands: ops, results: vec![res], kind })
+}
+
+/// The indexing ops' factors.
+/// - `gather`: the paired batch dimensions and the dimensions before the
+///   axis pass through; the gathered axis is a *reduction* factor of the
+///   operand alone (a device holding a block of rows gathers the indices
+///   that fall in it, shifted to its block, and reads zeros for the rest:
+///   the partial results sum to the gather, which is Megatron's
+///   vocabulary-parallel embedding); the indices' own dimensions and the
+///   trailing dimensions pass through to the result.
+/// - `scatter_add`: the transpose: the result's axis is a factor of the
+///   result alone (each device adds the indices that fall in its block),
+///   and the indices' own dimensions are reduction factors of the indices
+///   and updates (a batch split of the tokens leaves per-device partial
+///   sums, the data-parallel gradient of an embedding).
+/// - `cumsum` needs its dimension whole; `top_k` its last dimension (and
+///   its `k` positions are a factor of the result alone, also whole).
+fn index_rule(
+    op: &IndexOp,
+    operands: &[&TensorType],
+    out: &[usize],
+    b: &mut Builder,
+) -> (Vec<TensorFactors>, TensorFactors) {
+    use FactorKind::*;
+    // One factor per dimension of `shape`, of kind `kind(d)`.
+    let dims = |b: &mut Builder, shape: &[usize], kind: &dyn Fn(usize) -> FactorKind| -> TensorFactors {
+        shape.iter().enumerate().map(|(d, &n)| vec![b.factor(n, kind(d))]).collect()
+    };
+    match *op {
+        IndexOp::Gather { axis, batch_dims } => {
+            let (x, idx) = (operands[0], operands[1]);
+            let xf = dims(b, &x.shape, &|d| if d == axis { Reduction } else { PassThrough });
+            let own = dims(b, &idx.shape[batch_dims..], &|_| PassThrough);
+            let idxf = [&xf[..batch_dims], &own[..]].concat();
+            let res = [&xf[..axis], &own[..], &xf[axis + 1..]].concat();
+            (vec![xf, idxf], res)
+        }
+        IndexOp::ScatterAdd { axis, batch_dims, .. } => {
+            let idx = operands[0];
+            let res = dims(b, out, &|_| PassThrough);
+            let own = dims(b, &idx.shape[batch_dims..], &|_| Reduction);
+            let idxf = [&res[..batch_dims], &own[..]].concat();
+            let updf = [&res[..axis], &own[..], &res[axis + 1..]].concat();
+            (vec![idxf, updf], res)
+        }
+        IndexOp::Cumsum { dim, .. } => {
+            let f = dims(b, out, &|d| if d == dim { NeedReplication } else { PassThrough });
+            (vec![f.clone()], f)
+        }
+        IndexOp::TopK { k } => {
+            let x = operands[0];
+            let last = x.rank() - 1;
+            let xf = dims(b, &x.shape, &|d| if d == last { NeedReplication } else { PassThrough });
+            let res = [&xf[..last], &[vec![b.factor(k, NeedReplication)]][..]].concat();
+            (vec![xf], res)
+        }
+    }
 }
 
 /// Factorises a row-major reshape from `inp` to `out`, as Shardy does: walk

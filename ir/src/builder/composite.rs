@@ -176,8 +176,8 @@ impl FunctionBuilder {
     }
 
     /// Embedding lookup `table[ids]`: integer `ids` of shape `S` and
-    /// `table[V, D]` give `[S..., D]`. Built as `one_hot(ids) @ table`, so
-    /// its gradient is an ordinary matmul (ids outside `0..V` give zeros).
+    /// `table[V, D]` give `[S..., D]`, by a `gather` of rows (ids outside
+    /// `0..V` give zeros); its gradient is a `scatter_add` into the table.
     #[track_caller]
     pub fn embedding(&self, ids: Value, table: Value) -> Value {
         self.scope("embedding", || {
@@ -186,8 +186,7 @@ impl FunctionBuilder {
                 self.fail("embedding", format!("the table must be [vocab, dim], got {tt}"));
                 return self.poison();
             }
-            let oh = self.one_hot(ids, tt.shape[0], tt.dtype);
-            self.matmul(oh, table)
+            self.gather(table, ids, 0, 0)
         })
     }
 

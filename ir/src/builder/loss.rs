@@ -5,9 +5,10 @@ use crate::DType;
 
 impl FunctionBuilder {
     /// Mean softmax cross-entropy of `logits[..., C]` against integer
-    /// `labels[...]` (same leading shape): `mean(-sum(one_hot(labels) *
-    /// log_softmax(logits), -1))`. Stable for large logits; a label outside
-    /// `0..C` contributes 0. The result is a scalar of the logits' dtype.
+    /// `labels[...]` (same leading shape): the mean of
+    /// `-log_softmax(logits)[label]`, the log-probability read by a `gather`
+    /// (no one-hot tensor). Stable for large logits; a label outside `0..C`
+    /// contributes 0. The result is a scalar of the logits' dtype.
     #[track_caller]
     pub fn softmax_cross_entropy(&self, logits: Value, labels: Value) -> Value {
         self.scope("softmax_cross_entropy", || {
@@ -23,8 +24,12 @@ impl FunctionBuilder {
                 );
                 return self.poison();
             }
-            let oh = self.one_hot(labels, tl.shape[r - 1], tl.dtype);
-            let picked = self.sum(self.mul(oh, self.log_softmax(logits, -1)), &[-1], false);
+            // The label's log-probability, read by index (no one-hot).
+            let last = r - 1;
+            let picked = self.emit1(
+                crate::Op::Index(crate::IndexOp::Gather { axis: last, batch_dims: last }),
+                &[self.log_softmax(logits, -1), labels],
+            );
             self.neg(self.mean_all(picked))
         })
     }

@@ -49,6 +49,7 @@ mod composite;
 mod constants;
 mod core;
 mod elementwise;
+mod indexing;
 mod linalg;
 mod loss;
 mod module;

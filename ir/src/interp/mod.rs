@@ -54,12 +54,16 @@
 //!   between neighbours. `slice` supports strides. `iota` produces the
 //!   index converted to the dtype (so large indices round in `bf16`).
 //!   `select` takes a scalar or full-shape predicate.
+//! - **gather**, **scatter_add**, **cumsum**, **top_k**: as
+//!   [`crate::indexing`] says (out-of-range indices read 0 and are
+//!   dropped; sums accumulate as `reduce_sum` does, in a fixed order).
 //! - **call** runs the callee recursively; **sharding_constraint** and
 //!   **reshard** are the identity on the global value.
 
 mod dot;
 mod elementwise;
 mod exec;
+mod index;
 mod reduce;
 pub mod scalar;
 mod shape;
@@ -122,6 +126,7 @@ fn eval_simple(op: &Op, xs: &[&HostTensor]) -> Result<HostTensor, String> {
         Op::Pad { low, high, interior } => shape::pad(xs[0], xs[1], low, high, interior),
         Op::DotGeneral(dims) => dot::dot_general(xs[0], xs[1], dims),
         Op::Reduce { op, dims } => reduce::reduce(*op, xs[0], dims),
+        Op::Index(i) => index::eval(i, xs),
         Op::ShardingConstraint { .. } | Op::Reshard { .. } | Op::Reshape { .. } | Op::Call { .. } => {
             unreachable!("`{}` is handled by the caller", op.name())
         }

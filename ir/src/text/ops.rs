@@ -9,7 +9,8 @@
 use super::ast::TypeAnn;
 use super::attrs::{as_bool, as_i64_list, as_usize, as_usize_list, take_sharding, Attr, Attrs};
 use super::literal::{literal_for, LitAst};
-use crate::{BinaryOp, CompareOp, DotDims, Loc, Op, ParseError, ReduceOp, UnaryOp};
+use crate::indexing::IndexAttr;
+use crate::{BinaryOp, CompareOp, DotDims, IndexOp, Loc, Op, ParseError, ReduceOp, UnaryOp};
 
 /// Every op mnemonic, in the order of the spec's table.
 pub(crate) fn mnemonics() -> Vec<&'static str> {
@@ -20,6 +21,7 @@ pub(crate) fn mnemonics() -> Vec<&'static str> {
     v.extend(["select", "convert", "broadcast_in_dim", "reshape", "transpose", "slice", "concatenate", "pad"]);
     v.push("dot_general");
     v.extend(ReduceOp::ALL.iter().map(|r| r.name()));
+    v.extend(IndexOp::names());
     v.extend(["call", "sharding_constraint", "reshard"]);
     v
 }
@@ -48,7 +50,7 @@ pub(crate) fn attr_names(mnemonic: &str) -> &'static [&'static str] {
         "dot_general" => &["lhs_batch", "rhs_batch", "lhs_contract", "rhs_contract"],
         "sharding_constraint" | "reshard" => SHARDING_ATTRS,
         "call" => &["remat"],
-        _ => &[],
+        m => IndexOp::attr_names(m).unwrap_or(&[]),
     }
 }
 
@@ -91,6 +93,16 @@ pub(crate) fn make_op(p: OpParts<'_>) -> Result<Op, ParseError> {
         Op::Binary(b)
     } else if let Some(c) = CompareOp::ALL.into_iter().find(|c| c.name() == m) {
         Op::Compare(c)
+    } else if let Some(i) = IndexOp::from_attrs(
+        m,
+        |name, is_bool| {
+            a.optional(name)
+                .map(|x| if is_bool { as_bool(&x).map(IndexAttr::Bool) } else { as_usize(&x).map(IndexAttr::Int) })
+                .transpose()
+        },
+        |name| ParseError { loc: dict_loc, message: format!("`{m}` needs attribute `{name}`") },
+    ) {
+        Op::Index(i?)
     } else if let Some(r) = ReduceOp::ALL.into_iter().find(|r| r.name() == m) {
         Op::Reduce { op: r, dims: as_usize_list(&a.required("dims")?)? }
     } else {
@@ -165,7 +177,7 @@ mod tests {
         let all = mnemonics();
         let unique: std::collections::HashSet<_> = all.iter().collect();
         assert_eq!(unique.len(), all.len());
-        let fixed = 2 + 8 + 1 + 3;
+        let fixed = 2 + 8 + 1 + 3 + 4;
         let n = UnaryOp::ALL.len() + BinaryOp::ALL.len() + CompareOp::ALL.len() + ReduceOp::ALL.len() + fixed;
         assert_eq!(all.len(), n);
         assert!(all.contains(&"shift_right_logical") && all.contains(&"reduce_min") && all.contains(&"call"));

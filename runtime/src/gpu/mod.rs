@@ -10,10 +10,10 @@
 //! Layout: `storage.rs` (dtype to storage type), `round.rs` and `math.rs`
 //! (scalar helpers), `elementwise.rs`, `kernels_copy.rs`,
 //! `kernels_convert.rs`, `kernels_reduce.rs`, `kernels_matmul.rs`,
-//! `kernels_fused.rs` (the kernels), `constants.rs` (constants computed
-//! once per device), and `ops.rs`, `layout.rs`,
-//! `reduce.rs`, `dot.rs`, `fused.rs` (the host side that maps each [`Op`],
-//! or fused chain, onto them). `device_collectives.rs` is the path that
+//! `kernels_fused.rs`, `kernels_index.rs` (the kernels), `constants.rs`
+//! (constants computed once per device), and `ops.rs`, `layout.rs`,
+//! `reduce.rs`, `dot.rs`, `fused.rs`, `index.rs` (the host side that maps
+//! each [`Op`], or fused chain, onto them). `device_collectives.rs` is the path that
 //! runs collectives on device memory: `shared_collectives.rs` among the
 //! logical devices of one GPU (bitwise the host path, the default on
 //! CUDA), `nccl.rs` (with the `cuda` feature, opt-in) across GPUs.
@@ -25,9 +25,11 @@ pub mod device_collectives;
 mod dot;
 mod elementwise;
 mod fused;
+mod index;
 mod kernels_convert;
 mod kernels_copy;
 mod kernels_fused;
+mod kernels_index;
 mod kernels_matmul;
 mod kernels_reduce;
 mod layout;

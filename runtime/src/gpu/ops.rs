@@ -9,7 +9,7 @@
 use super::elementwise::{self as ew, BinaryF, BinaryI, Cmp, UnaryF, UnaryI};
 use super::kernels_convert as cv;
 use super::storage::{Rounding, Storage};
-use super::{dot, layout, reduce, CubeBuffer, CubeclBackend};
+use super::{dot, index, layout, reduce, CubeBuffer, CubeclBackend};
 use crate::backend::Backend;
 use crate::error::RuntimeError;
 use cubecl::prelude::*;
@@ -98,6 +98,7 @@ pub(super) fn compute<R: Runtime>(
         Op::Pad { low, interior, .. } => Ok(layout::pad(be, xs[0], xs[1], low, interior, &out_ty)),
         Op::DotGeneral(dims) => dot::dot_general(be, xs[0], xs[1], dims, &out_ty),
         Op::Reduce { op: r, dims } => Ok(reduce::reduce(be, *r, xs[0], dims, &out_ty)),
+        Op::Index(i) => Ok(index::index(be, i, xs, &out_ty)),
         Op::Reshape { .. } | Op::ShardingConstraint { .. } | Op::Reshard { .. } | Op::Call { .. } => {
             unreachable!("handled above")
         }

@@ -12,5 +12,6 @@ mod common;
 
 mod elementwise;
 mod fast_cpu;
+mod index;
 mod layout;
 mod reduce_dot;

@@ -1,0 +1,273 @@
+//! Indexing kernels: `gather`, `scatter_add`, `cumsum`, `top_k` (their
+//! semantics are in `weft_ir::indexing`, the reference kernels in
+//! `weft_ir::interp`).
+//!
+//! Gather and scatter see their operands as flat extents: the gathered-from
+//! tensor (scatter's result) as `[batch, pre, len, post]`, the indices as
+//! `[batch, per]` and gather's result (scatter's updates) as `[batch, pre,
+//! per, post]`. Indices are read as raw `u32` bits whatever their dtype;
+//! for `i32` indices a set top bit is a negative index, out of range like
+//! one not below `len`.
+//!
+//! Every kernel is deterministic and free of atomics, and sums in the
+//! interpreter's order and accumulation type (`f32` for the `f32` storage
+//! of `f32`/`bf16`/`f16`, `f64` for `f64`, wrapping integers), so results
+//! match the CPU bit for bit:
+//!
+//! - [`gather`] is a copy: one thread per result element, moving raw bits
+//!   (`u32` for every 4-byte storage type, `f64` for 8-byte) or a zero.
+//! - [`scatter_add_float`] / [`scatter_add_int`]: one thread per result
+//!   element walks the index positions of its `(batch, pre)` group in
+//!   increasing order, adding the updates whose index is its own.
+//! - [`cumsum_float`] / [`cumsum_int`]: one thread per line along the
+//!   summed dimension, a running sum stored (rounded) at every step.
+//! - [`top_k_float`] / [`top_k_int`]: one thread per row, inserting each
+//!   element into the sorted list of the best `k` so far (kept in the
+//!   result row itself).
+
+use super::math::is_nan;
+use super::round::apply_rounding;
+use super::storage::Rounding;
+use cubecl::prelude::*;
+
+/// Whether index bits `v` name an element of an axis of `len` (an `i32`
+/// index with its top bit set is negative).
+#[cube]
+fn in_range(v: u32, len: u32, #[comptime] signed: bool) -> bool {
+    if signed {
+        v < len && v < 0x8000_0000u32
+    } else {
+        v < len
+    }
+}
+
+/// `out[b, p, j, c] = x[b, p, idx[b, j], c]`, or zero where the index is
+/// out of range.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn gather<T: Numeric>(
+    x: &Array<T>,
+    idx: &Array<u32>,
+    out: &mut Array<T>,
+    pre: u32,
+    len: u32,
+    post: u32,
+    per: u32,
+    #[comptime] signed: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let post = post as usize;
+        let per = per as usize;
+        let c = i % post;
+        let r = i / post;
+        let j = r % per;
+        let bp = r / per;
+        let v = idx[(bp / pre as usize) * per + j];
+        let ok = in_range(v, len, signed);
+        // Out-of-range lanes read element 0 (every buffer holds one) and
+        // store zero.
+        let src = select(ok, (bp * len as usize + v as usize) * post + c, 0usize);
+        out[i] = select(ok, x[src], T::from_int(0));
+    }
+}
+
+/// `out[b, p, a, c] = round(Σ_j upd[b, p, j, c] for idx[b, j] = a)`, the
+/// sum in `F` in increasing `j`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn scatter_add_float<F: Float>(
+    idx: &Array<u32>,
+    upd: &Array<F>,
+    out: &mut Array<F>,
+    pre: u32,
+    len: u32,
+    post: u32,
+    per: u32,
+    #[comptime] signed: bool,
+    #[comptime] rnd: Rounding,
+) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let post = post as usize;
+        let per = per as usize;
+        let c = i % post;
+        let r = i / post;
+        let a = (r % len as usize) as u32;
+        let bp = r / len as usize;
+        let ibase = (bp / pre as usize) * per;
+        let ubase = bp * per;
+        let mut acc = F::new(0.0);
+        for j in 0..per {
+            let v = idx[ibase + j];
+            if v == a && in_range(v, len, signed) {
+                acc += upd[(ubase + j) * post + c];
+            }
+        }
+        out[i] = apply_rounding::<F>(acc, rnd);
+    }
+}
+
+/// [`scatter_add_float`] for integers (wrapping sums).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn scatter_add_int<I: Int>(
+    idx: &Array<u32>,
+    upd: &Array<I>,
+    out: &mut Array<I>,
+    pre: u32,
+    len: u32,
+    post: u32,
+    per: u32,
+    #[comptime] signed: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < out.len() {
+        let post = post as usize;
+        let per = per as usize;
+        let c = i % post;
+        let r = i / post;
+        let a = (r % len as usize) as u32;
+        let bp = r / len as usize;
+        let ibase = (bp / pre as usize) * per;
+        let ubase = bp * per;
+        let mut acc = I::new(0);
+        for j in 0..per {
+            let v = idx[ibase + j];
+            if v == a && in_range(v, len, signed) {
+                acc += upd[(ubase + j) * post + c];
+            }
+        }
+        out[i] = acc;
+    }
+}
+
+/// Inclusive running sums of `x` viewed as `[outer, n, inner]` along `n`
+/// (from the end when `reverse`): thread `l` takes line `(l / inner, l %
+/// inner)`, keeps the sum in `F` and stores it rounded at every step.
+#[cube(launch)]
+pub fn cumsum_float<F: Float>(
+    x: &Array<F>,
+    out: &mut Array<F>,
+    lines: u32,
+    n: u32,
+    inner: u32,
+    #[comptime] reverse: bool,
+    #[comptime] rnd: Rounding,
+) {
+    let l = ABSOLUTE_POS;
+    if l < lines as usize {
+        let n = n as usize;
+        let inner = inner as usize;
+        let base = (l / inner) * n * inner + l % inner;
+        let mut acc = F::new(0.0);
+        for s in 0..n {
+            let t = if reverse { n - 1 - s } else { s };
+            let at = base + t * inner;
+            acc += x[at];
+            out[at] = apply_rounding::<F>(acc, rnd);
+        }
+    }
+}
+
+/// [`cumsum_float`] for integers (wrapping sums).
+#[cube(launch)]
+pub fn cumsum_int<I: Int>(x: &Array<I>, out: &mut Array<I>, lines: u32, n: u32, inner: u32, #[comptime] reverse: bool) {
+    let l = ABSOLUTE_POS;
+    if l < lines as usize {
+        let n = n as usize;
+        let inner = inner as usize;
+        let base = (l / inner) * n * inner + l % inner;
+        let mut acc = I::new(0);
+        for s in 0..n {
+            let t = if reverse { n - 1 - s } else { s };
+            let at = base + t * inner;
+            acc += x[at];
+            out[at] = acc;
+        }
+    }
+}
+
+/// Whether float `v` ranks strictly above `w`: NaN above every number,
+/// NaNs (and `-0`, `+0`) tied.
+#[cube]
+fn above_float<F: Float>(v: F, w: F) -> bool {
+    (is_nan::<F>(v) && !is_nan::<F>(w)) || v > w
+}
+
+/// The positions of the `k` largest elements of each row of `x` (`rows` rows
+/// of `n`), largest first, ties to the lower position, NaN above all:
+/// thread `r` inserts each element in turn into the sorted list of the best
+/// so far, row `r` of `out` (`k` positions). An element goes before an
+/// earlier one only if it ranks strictly above it, which keeps ties in
+/// increasing position.
+#[cube(launch)]
+pub fn top_k_float<F: Float>(x: &Array<F>, out: &mut Array<u32>, rows: u32, n: u32, k: u32) {
+    let r = ABSOLUTE_POS;
+    if r < rows as usize {
+        let n = n as usize;
+        let k = k as usize;
+        let row = r * n;
+        let o = r * k;
+        let mut filled = 0usize;
+        for j in 0..n {
+            let v = x[row + j];
+            let mut pos = filled;
+            loop {
+                if pos == 0 {
+                    break;
+                }
+                let prev = out[o + pos - 1];
+                if !above_float::<F>(v, x[row + prev as usize]) {
+                    break;
+                }
+                if pos < k {
+                    out[o + pos] = prev;
+                }
+                pos -= 1;
+            }
+            if pos < k {
+                out[o + pos] = j as u32;
+            }
+            if filled < k {
+                filled += 1;
+            }
+        }
+    }
+}
+
+/// [`top_k_float`] for integers.
+#[cube(launch)]
+pub fn top_k_int<I: Int>(x: &Array<I>, out: &mut Array<u32>, rows: u32, n: u32, k: u32) {
+    let r = ABSOLUTE_POS;
+    if r < rows as usize {
+        let n = n as usize;
+        let k = k as usize;
+        let row = r * n;
+        let o = r * k;
+        let mut filled = 0usize;
+        for j in 0..n {
+            let v = x[row + j];
+            let mut pos = filled;
+            loop {
+                if pos == 0 {
+                    break;
+                }
+                let prev = out[o + pos - 1];
+                if v <= x[row + prev as usize] {
+                    break;
+                }
+                if pos < k {
+                    out[o + pos] = prev;
+                }
+                pos -= 1;
+            }
+            if pos < k {
+                out[o + pos] = j as u32;
+            }
+            if filled < k {
+                filled += 1;
+            }
+        }
+    }
+}
