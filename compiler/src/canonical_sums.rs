@@ -27,7 +27,10 @@
 //!   two numbers is one addition, `a + b`, whichever device computes it.
 //!
 //! A `reduce` over several dimensions becomes one such chunked sum per
-//! dimension, the minor one first.
+//! dimension, the minor one first. A `scatter_add` whose indices follow its
+//! batch dimensions directly (an embedding's gradient) chunks the major
+//! index dimension the same way: one partial result per chunk, added as a
+//! tree.
 //!
 //! A mesh that splits the summed dimension over P devices (P a power of
 //! two dividing `c`) gives each device whole subtrees; propagation moves
@@ -46,7 +49,7 @@
 use crate::error::{CompilerError, Result};
 use crate::inline::InlinedFunction;
 use std::collections::HashMap;
-use weft_ir::{infer, DotDims, Function, Inst, Module, NoFunctions, Op, ReduceOp, TensorType, ValueId};
+use weft_ir::{infer, DotDims, Function, IndexOp, Inst, Module, NoFunctions, Op, ReduceOp, TensorType, ValueId};
 
 /// The chunk count `C` of [`canonical_sums`]: a power of two, at least 2.
 /// Every shard count of a summed dimension that should give the same bits
@@ -214,6 +217,26 @@ impl Rewriter {
                 };
                 let partial = self.emit(Op::DotGeneral(chunked), vec![lhs, rhs], inst.loc)?;
                 self.tree(partial, 0, inst.loc).map(Some)
+            }
+            Op::Index(IndexOp::ScatterAdd { axis, batch_dims, size })
+                if self.g.ty(operands[1]).dtype.is_float()
+                    && axis == batch_dims
+                    && self.g.ty(operands[0]).rank() > *batch_dims =>
+            {
+                // An embedding's gradient sums the updates of every token
+                // with the same id: chunk the major token dimension, which
+                // then is a batch dimension of the scatter (one partial
+                // table per chunk), and add the partial tables as a tree.
+                let b = *batch_dims;
+                let c = self.count(self.g.ty(operands[0]).shape[b]);
+                if c < 2 {
+                    return Ok(None);
+                }
+                let idx = self.split(operands[0], b, c, inst.loc)?;
+                let upd = self.split(operands[1], b, c, inst.loc)?;
+                let chunked = IndexOp::ScatterAdd { axis: b + 1, batch_dims: b + 1, size: *size };
+                let partial = self.emit(Op::Index(chunked), vec![idx, upd], inst.loc)?;
+                self.tree(partial, b, inst.loc).map(Some)
             }
             _ => Ok(None),
         }

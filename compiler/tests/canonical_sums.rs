@@ -13,9 +13,11 @@ use weft_ir::TensorSharding;
 
 /// A Megatron MLP block with a data-parallel weight gradient and a loss:
 /// every kind of sum a training step has (a contraction split over
-/// `model`, one split over `data`, a reduction over both dimensions).
+/// `model`, one split over `data`, a reduction over both dimensions, and an
+/// embedding gradient's `scatter_add` of tokens split over `data`, about
+/// a dozen updates per row).
 const BLOCK: &str = r#"
-func @main(%x: f32[16,32], %w1: f32[32,64], %w2: f32[64,32]) -> (f32[], f32[32,64], f32[32]) {
+func @main(%x: f32[16,32], %w1: f32[32,64], %w2: f32[64,32]) -> (f32[], f32[32,64], f32[32], f32[20]) {
   %h = dot_general %x, %w1 {lhs_contract = [1], rhs_contract = [0]}
   %a = tanh %h
   %o = dot_general %a, %w2 {lhs_contract = [1], rhs_contract = [0]}
@@ -23,7 +25,11 @@ func @main(%x: f32[16,32], %w1: f32[32,64], %w2: f32[64,32]) -> (f32[], f32[32,6
   %loss = reduce_sum %sq {dims = [0, 1]}
   %gw1 = dot_general %x, %a {lhs_contract = [0], rhs_contract = [0]}
   %col = reduce_sum %o {dims = [0]}
-  return %loss, %gw1, %col
+  %k = constant 40.0 : f32[16,32]
+  %s = mul %x, %k
+  %ids = convert %s : i32[16,32]
+  %emb = scatter_add %ids, %x {axis = 0, size = 20}
+  return %loss, %gw1, %col, %emb
 }
 "#;
 

@@ -229,14 +229,19 @@ fn indexing_ops() {
                 let ids = indices(f, p[1], 10.0);
                 let g = f.op(Op::Index(IndexOp::Gather { axis: 0, batch_dims: 0 }), &[p[0], ids]);
                 let s = f.op(Op::Index(IndexOp::ScatterAdd { axis: 0, batch_dims: 0, size: 8 }), &[ids, g]);
-                vec![g, s]
+                // A table gradient split over rows: each device adds its own.
+                let rows = weft_ir::TensorSharding::new(&[&["x"], &[]]);
+                let split = f.op(Op::ShardingConstraint { sharding: rows }, &[s]);
+                vec![g, s, split]
             }),
             // Cross-entropy's pick of the target's logit.
             case("take_along_axis", &[&[8, 8], &[8]], |f, p| {
                 let ids = indices(f, p[1], 8.0);
                 let g = f.op(Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 }), &[p[0], ids]);
                 let s = f.op(Op::Index(IndexOp::ScatterAdd { axis: 1, batch_dims: 1, size: 8 }), &[ids, g]);
-                vec![g, s]
+                let cols = weft_ir::TensorSharding::new(&[&[], &["x"]]);
+                let split = f.op(Op::ShardingConstraint { sharding: cols }, &[s]);
+                vec![g, s, split]
             }),
             case("cumsum_and_top_k", &[&[8, 8]], |f, p| {
                 let c = f.op(Op::Index(IndexOp::Cumsum { dim: 1, reverse: true }), &[p[0]]);

@@ -222,6 +222,9 @@ fn compute(b: &mut DeviceBuilder<'_>, op: &Op, ins: Vec<BufferId>, ty: &TensorTy
         Op::Iota { dim, .. } => Op::Iota { dim: *dim, ty: lty.clone() },
         Op::BroadcastInDim { dims, .. } => Op::BroadcastInDim { dims: dims.clone(), shape: lty.shape.clone() },
         Op::Reshape { .. } => Op::Reshape { shape: lty.shape.clone() },
+        Op::Index(IndexOp::ScatterAdd { axis, batch_dims, .. }) => {
+            Op::Index(IndexOp::ScatterAdd { axis: *axis, batch_dims: *batch_dims, size: lty.shape[*axis] })
+        }
         Op::Slice { start, limit, stride } => {
             // A split dimension is sliced whole (the contract); take the whole block.
             let (mut start, mut limit, mut stride) = (start.clone(), limit.clone(), stride.clone());
