@@ -207,16 +207,16 @@ pub fn shardings(
         let rank = p.shape.len();
         let base = p.split.clone().unwrap_or_else(|| TensorSharding::replicated(rank));
         // The data-axis split for FSDP/ZeRO: the shard axes the base does
-        // not use yet, on dimension 0 when it is free, else the first free
-        // dimension.
+        // not use yet, on dimension 0, after the base's own axes there (a
+        // row-split weight is split further by rows; a vocabulary-split
+        // embedding table keeps its trailing dimension whole, so the
+        // gathered activations keep their batch split).
         let used: Vec<&str> = base.dims.iter().flat_map(|d| d.axes.iter().map(String::as_str)).collect();
         let extra: Vec<&str> = shard_axes.iter().copied().filter(|a| !used.contains(a)).collect();
-        let data_dim = (0..rank).find(|&d| base.dims[d].axes.is_empty() && !extra.is_empty());
+        let data_dim = (rank > 0 && !extra.is_empty()).then_some(0);
         let mut split = base.clone();
         if let Some(d) = data_dim {
-            for (i, a) in extra.iter().enumerate() {
-                split.dims[d].axes.insert(i, a.to_string());
-            }
+            split.dims[d].axes.extend(extra.iter().map(|a| a.to_string()));
         }
         // Every parameter and optimizer-state leaf is annotated, replicated
         // where the strategy does not split it: left open, propagation

@@ -248,8 +248,11 @@ impl super::model::Architecture for GptConfig {
 
 /// Megatron's tensor-parallel split of the GPT: the QKV projection and the
 /// MLP's first layer (and its bias) column-parallel, the attention output
-/// and the MLP's second layer row-parallel; embeddings, norms and the head
-/// replicated.
+/// and the MLP's second layer row-parallel; the token embedding split over
+/// the vocabulary (each device gathers the ids in its rows, an all-reduce
+/// adds them: Megatron's vocabulary-parallel embedding) and the head
+/// likewise (the cross-entropy reads the target's logit where it lives and
+/// never gathers the logits); position embeddings and norms replicated.
 pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
     use weft_ir::TensorSharding as S;
     let col = || S::new(&[&[], &["model"]]);
@@ -260,6 +263,8 @@ pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
         ("params.h.*.mlp.b1".to_string(), S::new(&[&["model"]])),
         ("params.h.*.attn.wo".to_string(), row()),
         ("params.h.*.mlp.w2".to_string(), row()),
+        ("params.wte".to_string(), row()),
+        ("params.lm_head".to_string(), col()),
     ])
 }
 

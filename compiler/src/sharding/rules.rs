@@ -275,9 +275,16 @@ fn index_rule(
     match *op {
         IndexOp::Gather { axis, batch_dims } => {
             let (x, idx) = (operands[0], operands[1]);
-            let xf = dims(b, &x.shape, &|d| if d == axis { Reduction } else { PassThrough });
+            // Numbered batch, indices, then the operand's other dimensions:
+            // where a split of the tokens and one of a table's trailing
+            // dimension compete for an axis, the tokens keep it (the table
+            // is resharded, as an FSDP weight is before a matmul).
+            let batch = dims(b, &x.shape[..batch_dims], &|_| PassThrough);
             let own = dims(b, &idx.shape[batch_dims..], &|_| PassThrough);
-            let idxf = [&xf[..batch_dims], &own[..]].concat();
+            let rest =
+                dims(b, &x.shape[batch_dims..], &|d| if d + batch_dims == axis { Reduction } else { PassThrough });
+            let xf = [&batch[..], &rest[..]].concat();
+            let idxf = [&batch[..], &own[..]].concat();
             let res = [&xf[..axis], &own[..], &xf[axis + 1..]].concat();
             (vec![xf, idxf], res)
         }

@@ -78,8 +78,9 @@ pub fn input(ty: &TensorType, seed: u64) -> HostTensor {
 pub fn check_equivalent(f: &Function, mesh: &Mesh, inputs: &[HostTensor]) -> Result<PartitionedFunction, String> {
     let sf = propagate(f, mesh, &PropagateOptions::default()).map_err(|e| format!("propagation: {e}"))?;
     let pf = partition_function(&sf, mesh).map_err(|e| format!("partition: {e}"))?;
-    weft_ir::device::verify_program(&pf.program)
-        .map_err(|e| format!("the device program does not verify: {e}\n{}", weft_ir::device::print_program(&pf.program)))?;
+    weft_ir::device::verify_program(&pf.program).map_err(|e| {
+        format!("the device program does not verify: {e}\n{}", weft_ir::device::print_program(&pf.program))
+    })?;
     let got = pf
         .run(inputs, mesh.num_devices())
         .map_err(|e| format!("run: {e}\n{}", weft_ir::device::print_program(&pf.program)))?;
