@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(tp.state["opt.m.layers.0.w1"].to_string(), "[{}, {model}]");
         let fsdp_tp = s(Strategy::FsdpTp);
         assert_eq!(fsdp_tp.inputs["params.layers.0.w1"].to_string(), "[{data}, {model}]");
-        assert_eq!(fsdp_tp.inputs["params.layers.0.w2"].to_string(), "[{model}, {data}]");
+        assert_eq!(fsdp_tp.inputs["params.layers.0.w2"].to_string(), "[{model, data}, {}]");
         let z1 = s(Strategy::Zero1);
         assert_eq!(z1.inputs["params.layers.0.w1"].to_string(), "[{}, {}]");
         assert_eq!(z1.state["opt.m.layers.0.w1"].to_string(), "[{data}, {}]");

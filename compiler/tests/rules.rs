@@ -152,7 +152,7 @@ fn indexing_ops() {
     let g = Op::Index(IndexOp::Gather { axis: 0, batch_dims: 0 });
     assert_eq!(
         text(g, &[t(&[32, 8]), i32t(&[4, 6])]),
-        "([i, j], [k, l])->([k, l, j]) {i=32, j=8, k=4, l=6} reduction={i}"
+        "([k, l], [i, j])->([i, j, l]) {i=4, j=6, k=32, l=8} reduction={k}"
     );
     // take_along_axis: the batch dim is shared by all three.
     let take = Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 });

@@ -14,7 +14,12 @@
 //! split simply computes the local partial sum: its result is `unreduced`
 //! over exactly those axes, which a later `reshard` resolves. A
 //! `reduce_max`/`reduce_min` over split dimensions reduces locally and
-//! all-reduces the result with `max`/`min` over their axes.
+//! all-reduces the result with `max`/`min` over their axes. A `gather`
+//! from an operand split along its axis, and a `scatter_add` into a result
+//! split along it, shift the indices by the start of the device's block
+//! (`shift_indices`): indices outside it fall out of range, which the ops
+//! read as zeros and drop, so the gather leaves the pending sum its
+//! reduction factor says and the scatter fills exactly its own rows.
 //! `sharding_constraint` is the identity on blocks, and each `reshard` is
 //! lowered through its plan ([`super::reshard`]). Results whose value is
 //! still unreduced (and not annotated so) are resolved before returning.
