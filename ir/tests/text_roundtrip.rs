@@ -103,6 +103,7 @@ fn generator_covers_the_ir() {
     want.extend(weft_ir::BinaryOp::ALL.iter().map(|b| b.name().to_string()));
     want.extend(weft_ir::CompareOp::ALL.iter().map(|c| c.name().to_string()));
     want.extend(weft_ir::ReduceOp::ALL.iter().map(|r| r.name().to_string()));
+    want.extend(weft_ir::IndexOp::names().map(str::to_string));
     want.extend(weft_ir::DType::ALL.iter().map(|d| format!("constant {d}")));
     for s in ["constant", "iota", "select", "convert", "broadcast_in_dim", "reshape", "transpose", "slice"] {
         want.push(s.to_string());

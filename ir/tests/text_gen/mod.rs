@@ -7,8 +7,8 @@
 #![allow(dead_code)]
 
 use weft_ir::{
-    infer, BinaryOp, CompareOp, DType, DotDims, Function, Literal, Module, Op, ReduceOp, TensorSharding, TensorType,
-    UnaryOp, ValueId,
+    infer, BinaryOp, CompareOp, DType, DotDims, Function, IndexOp, Literal, Module, Op, ReduceOp, TensorSharding,
+    TensorType, UnaryOp, ValueId,
 };
 
 /// A stream of random choices.
@@ -224,7 +224,7 @@ impl Gen<'_> {
     fn inst(&mut self) {
         let any = |_: &TensorType| true;
         let numeric = |t: &TensorType| !t.dtype.is_bool();
-        match self.c.below(18) {
+        match self.c.below(19) {
             0 => {
                 let ty = self.ty();
                 self.constant(ty);
@@ -373,6 +373,38 @@ impl Gen<'_> {
                 let args = params.into_iter().map(|p| self.operand(|t| *t == p, |_| p.clone())).collect();
                 let remat = self.c.one_in(3);
                 self.add(Op::Call { callee: name, remat }, args);
+            }
+            18 => {
+                // An indexing op on a numeric operand of rank 1 or more.
+                let v = self.operand(
+                    |t| !t.dtype.is_bool() && t.rank() > 0,
+                    |g| {
+                        let rank = 1 + g.c.below(3);
+                        TensorType::new(DType::F32, g.shape(rank))
+                    },
+                );
+                let t = self.f.ty(v).clone();
+                match self.c.below(4) {
+                    0 => {
+                        let dim = self.c.below(t.rank());
+                        let reverse = self.c.one_in(2);
+                        self.add(Op::Index(IndexOp::Cumsum { dim, reverse }), vec![v]);
+                    }
+                    1 => {
+                        let k = self.c.below(t.shape[t.rank() - 1] + 1);
+                        self.add(Op::Index(IndexOp::TopK { k }), vec![v]);
+                    }
+                    _ => {
+                        let axis = self.c.below(t.rank());
+                        let ity = TensorType::new(DType::I32, vec![1 + self.c.below(4)]);
+                        let idx = self.add(Op::Iota { dim: 0, ty: ity }, vec![])[0];
+                        let g = self.add(Op::Index(IndexOp::Gather { axis, batch_dims: 0 }), vec![v, idx])[0];
+                        if self.c.one_in(2) {
+                            let size = t.shape[axis];
+                            self.add(Op::Index(IndexOp::ScatterAdd { axis, batch_dims: 0, size }), vec![idx, g]);
+                        }
+                    }
+                }
             }
             16 | 17 => {
                 let v = self.operand(any, Self::ty);
