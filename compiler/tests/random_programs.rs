@@ -75,7 +75,7 @@ fn program(seed: u64, axes: &[(&str, usize)]) -> Function {
         let a = pool[r.below(pool.len())];
         let sa = b.f.ty(a).shape.clone();
         let rank = sa.len();
-        let v = match r.below(16) {
+        let v = match r.below(18) {
             0 => b.op(Op::Unary(UnaryOp::Exp), &[a]),
             1 | 2 => {
                 let same: Vec<ValueId> = pool.iter().copied().filter(|&p| b.f.ty(p).shape == sa).collect();
@@ -158,6 +158,21 @@ fn program(seed: u64, axes: &[(&str, usize)]) -> Function {
             15 => {
                 let s = random_sharding(&mut r, &sa, axes);
                 b.op(Op::Reshard { to: s }, &[a])
+            }
+            16 if rank >= 1 => {
+                // A gather of slices along a dimension and its transpose.
+                let d = r.below(rank);
+                let n = [2, 4][r.below(2)];
+                let idx = b.op(Op::Iota { dim: 0, ty: TensorType::new(DType::I32, vec![n]) }, &[]);
+                let g = b.op(Op::Index(weft_ir::IndexOp::Gather { axis: d, batch_dims: 0 }), &[a, idx]);
+                if r.chance(50) {
+                    b.op(Op::Index(weft_ir::IndexOp::ScatterAdd { axis: d, batch_dims: 0, size: sa[d] }), &[idx, g])
+                } else {
+                    g
+                }
+            }
+            17 if rank >= 1 => {
+                b.op(Op::Index(weft_ir::IndexOp::Cumsum { dim: r.below(rank), reverse: r.chance(50) }), &[a])
             }
             _ => b.op(Op::Constant(Literal::splat(ty(&sa), 1.0)), &[]),
         };
