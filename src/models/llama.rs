@@ -170,6 +170,8 @@ pub fn tp_rules() -> Rules<TensorSharding> {
         ("params.h.*.mlp.w_gate".to_string(), col()),
         ("params.h.*.mlp.w_up".to_string(), col()),
         ("params.h.*.mlp.w_down".to_string(), row()),
+        ("params.wte".to_string(), row()),
+        ("params.lm_head".to_string(), col()),
     ])
 }
 
