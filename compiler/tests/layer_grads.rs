@@ -121,3 +121,14 @@ fn grouped_query_attention_matches_finite_differences_and_repeats_heads() {
     let out = weft_ir::interp::run(&m, "gqa", &args).unwrap();
     assert_eq!(out[0].to_f64_vec(), out[1].to_f64_vec());
 }
+
+#[test]
+fn mixture_of_experts_matches_finite_differences() {
+    // Capacity 2 per expert and group for 12 assignments: some are dropped.
+    for (k, factor) in [(2, 0.5), (1, 2.0)] {
+        check("moe", &[&[2, 6, 4], &[4, 3], &[3, 4, 5], &[3, 5, 4]], |f, x| f.moe(x[0], x[1], x[2], x[3], k, factor).y);
+        check("moe aux loss", &[&[2, 6, 4], &[4, 3], &[3, 4, 5], &[3, 5, 4]], |f, x| {
+            f.moe(x[0], x[1], x[2], x[3], k, factor).aux_loss
+        });
+    }
+}

@@ -53,6 +53,7 @@ mod indexing;
 mod linalg;
 mod loss;
 mod module;
+mod moe;
 mod params;
 mod random;
 mod reduce;
@@ -61,4 +62,5 @@ mod transformer;
 
 pub use self::core::{FunctionBuilder, Value};
 pub use self::module::ModuleBuilder;
+pub use self::moe::{moe_capacity, MoeOutput};
 pub use self::shape::broadcast_shapes;
