@@ -184,10 +184,10 @@ pub fn shardings(
         let mut v: Vec<&str> = axes.iter().copied().filter(|&a| a == "data").collect();
         v.extend(axes.iter().copied().filter(|&a| a != "data"));
         v
-    } else if has("data") {
-        vec!["data"]
     } else {
-        vec![]
+        // The expert axis splits the batch too (GShard): a MoE block's
+        // tokens then meet their experts by all-to-all.
+        axes.iter().copied().filter(|&a| a == "data").chain(axes.iter().copied().filter(|&a| a == "expert")).collect()
     };
     for b in batch {
         if let Some(split) = &b.split {
@@ -299,22 +299,43 @@ pub fn annotated_module(
                 Some(r.value.clone())
             }
             (None, Some(s)) => Some(s.clone()),
-            (None, None) if tp && InputRole::of(name) == InputRole::Param => match model.tp_rules.first(name) {
-                Some(r) if r.value.rank() != ty.rank() => {
-                    let message = rank_err("the tensor-parallel rule ", r);
-                    return Err(Error::Model { what: model.label.clone(), message });
-                }
-                // The model's rules use the axes the mesh has.
-                Some(r) => {
+            (None, None) if InputRole::of(name) == InputRole::Param => {
+                // The model's rules: expert parallelism where the mesh has
+                // an `expert` axis, tensor parallelism under tp, combined
+                // dimension by dimension (expert axes first).
+                let expert = axes.contains(&"expert") && !matches!(strategy, Strategy::None | Strategy::Auto);
+                let mut found: Option<TensorSharding> = None;
+                for (on, rules, what) in [
+                    (expert, &model.expert_rules, "the expert-parallel rule "),
+                    (tp, &model.tp_rules, "the tensor-parallel rule "),
+                ] {
+                    let Some(r) = rules.first(name).filter(|_| on) else { continue };
+                    if r.value.rank() != ty.rank() {
+                        let message = rank_err(what, r);
+                        return Err(Error::Model { what: model.label.clone(), message });
+                    }
+                    // The model's rules use the axes the mesh has.
                     let mut s = r.value.clone();
                     for d in &mut s.dims {
                         d.axes.retain(|a| axes.contains(&a.as_str()));
                     }
                     s.unreduced.retain(|a| axes.contains(&a.as_str()));
-                    Some(s)
+                    found = Some(match found {
+                        None => s,
+                        Some(mut have) => {
+                            for (d, more) in have.dims.iter_mut().zip(s.dims) {
+                                for a in more.axes {
+                                    if !d.axes.contains(&a) {
+                                        d.axes.push(a);
+                                    }
+                                }
+                            }
+                            have
+                        }
+                    });
                 }
-                None => None,
-            },
+                found
+            }
             (None, None) => None,
         };
         if InputRole::of(name) == InputRole::Param {

@@ -42,6 +42,8 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
         ("examples/configs/program.toml", "fsdp_tp", &[2]),
         // f16 with dynamic loss scaling: skipped steps and the scale too.
         ("examples/configs/gpt_f16.toml", "fsdp_tp", &[2, 4]),
+        // Mixture of experts on data=2,expert=4: all-to-alls across processes.
+        ("examples/configs/moe.toml", "dp", &[4]),
     ];
     let mut compared = 0;
     for (config, strategy, counts) in cases {
@@ -61,7 +63,7 @@ fn metrics_and_checkpoints_are_bitwise_those_of_one_process() {
             compared += 1;
         }
     }
-    assert_eq!(compared, 20);
+    assert_eq!(compared, 21);
 }
 
 #[test]

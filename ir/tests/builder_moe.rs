@@ -54,8 +54,8 @@ fn reference(x: &[f64], r: &[f64], w1: &[f64], w2: &[f64], dims: [usize; 5], k: 
         }
         let mut filled = vec![0usize; e];
         for j in 0..k {
-            for si in 0..s {
-                let (ei, gate) = choices[si][j];
+            for (si, chosen) in choices.iter().enumerate() {
+                let (ei, gate) = chosen[j];
                 load[ei] += 1.0 / (g * s * k) as f64;
                 if filled[ei] == cap {
                     continue;
@@ -126,7 +126,6 @@ fn bad_shapes_and_choices_are_named_errors() {
     let x = f.param("x", DType::F32, &[2, 4, 8]);
     let r = f.param("r", DType::F32, &[8, 4]);
     let w1 = f.param("w1", DType::F32, &[4, 8, 16]);
-    let w2 = f.param("w2", DType::F32, &[4, 16, 8]);
     let bad = f.param("bad", DType::F32, &[4, 16, 4]);
     let _ = f.moe(x, r, w1, bad, 2, 1.0);
     let e = f.finish().unwrap_err().to_string();
@@ -141,5 +140,4 @@ fn bad_shapes_and_choices_are_named_errors() {
     let _ = f.moe(x, r, w1, w2, 5, 1.0);
     let e = f.finish().unwrap_err().to_string();
     assert!(e.contains("1 <= top_k <= experts (4)"), "{e}");
-    let _ = w2;
 }

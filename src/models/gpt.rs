@@ -7,6 +7,17 @@
 //! Each block is its own function `@block`, called once per layer; with
 //! `remat` the calls are marked for rematerialisation (activation
 //! checkpointing), so the backward pass recomputes each block's activations.
+//!
+//! With `moe`, every `every`-th block's MLP is a mixture of experts
+//! (`@moe_block`, the builder's [`FunctionBuilder::moe`] on the batch's
+//! sequences as routing groups): its expert weights `moe.w1[E, C, 4C]`
+//! and `moe.w2[E, 4C, C]` carry the expert first, so an `expert` mesh axis
+//! splits them (the model's expert rules) while it splits the batch too,
+//! and the partitioner exchanges the tokens with all-to-alls. The loss adds
+//! Switch's load-balancing loss (weight [`AUX_LOSS_WEIGHT`], averaged over
+//! the MoE blocks); the step's metrics gain `aux_loss`, `moe_dropped` (the
+//! share of assignments over capacity) and `moe_load_{e}` (each expert's
+//! share of the assignments).
 
 use super::{filled, normal_init, Shardings};
 use std::collections::BTreeMap;
@@ -39,6 +50,32 @@ pub struct GptConfig {
     pub compute: DType,
     /// Unembed with `wteᵀ` (no `lm_head` parameter).
     pub tie_embeddings: bool,
+    /// Mixture-of-experts blocks, if any.
+    pub moe: Option<MoeBlocks>,
+}
+
+/// Which blocks are mixtures of experts, and how they route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeBlocks {
+    /// Experts per MoE block.
+    pub experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Capacity per expert and sequence, as a multiple of an even share
+    /// (`ceil(top_k · seq · factor / experts)`).
+    pub capacity_factor: f64,
+    /// Every `every`-th block (the 2nd, 4th, ... for 2) is a MoE block.
+    pub every: usize,
+}
+
+/// The weight of the load-balancing loss (Switch Transformer's α).
+pub const AUX_LOSS_WEIGHT: f64 = 0.01;
+
+impl GptConfig {
+    /// Whether block `i` (from 0) is a mixture of experts.
+    pub fn is_moe(&self, i: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| (i + 1) % m.every.max(1) == 0)
+    }
 }
 
 impl Default for GptConfig {
@@ -54,25 +91,37 @@ impl Default for GptConfig {
             remat: false,
             compute: DType::F32,
             tie_embeddings: false,
+            moe: None,
         }
     }
 }
 
-/// The per-block parameter suffixes and shapes.
-fn block_params(cfg: &GptConfig) -> Vec<(&'static str, Vec<usize>)> {
+/// The parameter suffixes and shapes of block `i` (a MoE block's MLP is
+/// its router and expert weights).
+fn block_params(cfg: &GptConfig, i: usize) -> Vec<(&'static str, Vec<usize>)> {
     let c = cfg.d_model;
-    vec![
+    let mut v = vec![
         ("ln1.g", vec![c]),
         ("ln1.b", vec![c]),
         ("attn.wqkv", vec![c, 3 * c]),
         ("attn.wo", vec![c, c]),
         ("ln2.g", vec![c]),
         ("ln2.b", vec![c]),
-        ("mlp.w1", vec![c, 4 * c]),
-        ("mlp.b1", vec![4 * c]),
-        ("mlp.w2", vec![4 * c, c]),
-        ("mlp.b2", vec![c]),
-    ]
+    ];
+    match (&cfg.moe, cfg.is_moe(i)) {
+        (Some(m), true) => v.extend([
+            ("moe.router", vec![c, m.experts]),
+            ("moe.w1", vec![m.experts, c, 4 * c]),
+            ("moe.w2", vec![m.experts, 4 * c, c]),
+        ]),
+        _ => v.extend([
+            ("mlp.w1", vec![c, 4 * c]),
+            ("mlp.b1", vec![4 * c]),
+            ("mlp.w2", vec![4 * c, c]),
+            ("mlp.b2", vec![c]),
+        ]),
+    }
+    v
 }
 
 /// Every parameter's name and shape, in the order of `@loss`'s parameters.
@@ -80,7 +129,7 @@ pub fn param_shapes(cfg: &GptConfig) -> Vec<(String, Vec<usize>)> {
     let (v, t, c) = (cfg.vocab, cfg.seq, cfg.d_model);
     let mut out = vec![("params.wte".to_string(), vec![v, c]), ("params.wpe".to_string(), vec![t, c])];
     for i in 0..cfg.layers {
-        for (s, shape) in block_params(cfg) {
+        for (s, shape) in block_params(cfg, i) {
             out.push((format!("params.h.{i}.{s}"), shape));
         }
     }
@@ -92,12 +141,14 @@ pub fn param_shapes(cfg: &GptConfig) -> Vec<(String, Vec<usize>)> {
     out
 }
 
-fn build_block(cfg: &GptConfig, mb: &ModuleBuilder) -> FunctionBuilder {
+/// `@block` (or, for block `i` a mixture of experts, `@moe_block`, which
+/// also returns its load-balancing loss, dropped share and loads).
+fn build_block(cfg: &GptConfig, mb: &ModuleBuilder, i: usize) -> FunctionBuilder {
     let (b, t, c, nh) = (cfg.batch, cfg.seq, cfg.d_model, cfg.heads);
     let hd = c / nh;
-    let f = mb.function("block");
+    let f = mb.function(if cfg.is_moe(i) { "moe_block" } else { "block" });
     let x = f.param("x", cfg.compute, &[b, t, c]);
-    let ps: Vec<Value> = block_params(cfg).iter().map(|(s, shape)| f.param(s, DType::F32, shape)).collect();
+    let ps: Vec<Value> = block_params(cfg, i).iter().map(|(s, shape)| f.param(s, DType::F32, shape)).collect();
     let key = (cfg.dropout > 0.0).then(|| f.param("key", DType::U32, &[2]));
     let w = |i: usize| f.convert(ps[i], cfg.compute);
     let drop = |v: Value, k: u32| match key {
@@ -117,9 +168,19 @@ fn build_block(cfg: &GptConfig, mb: &ModuleBuilder) -> FunctionBuilder {
     let x = f.add(x, drop(f.linear(y, w(3), None), 1));
     // MLP.
     let h = f.layer_norm(x, Some(w(4)), Some(w(5)), -1, 1e-5);
-    let a = f.gelu(f.linear(h, w(6), Some(w(7))));
-    let x = f.add(x, drop(f.linear(a, w(8), Some(w(9))), 2));
-    f.set_results(&[x]);
+    match &cfg.moe {
+        Some(m) if cfg.is_moe(i) => {
+            let out = f.moe(h, w(6), w(7), w(8), m.top_k, m.capacity_factor);
+            let x = f.add(x, drop(out.y, 2));
+            let f32 = |v: Value| f.convert(v, DType::F32);
+            f.set_results(&[x, f32(out.aux_loss), f32(out.dropped), f32(out.load)]);
+        }
+        _ => {
+            let a = f.gelu(f.linear(h, w(6), Some(w(7))));
+            let x = f.add(x, drop(f.linear(a, w(8), Some(w(9))), 2));
+            f.set_results(&[x]);
+        }
+    }
     f
 }
 
@@ -130,8 +191,18 @@ pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> 
         return Err(IrError::Builder(format!("heads ({}) must divide d_model ({})", cfg.heads, cfg.d_model)));
     }
     let mut mb = ModuleBuilder::new();
-    let block = build_block(cfg, &mb);
-    mb.add(block);
+    if let Some(m) = &cfg.moe {
+        if m.experts == 0 || m.every == 0 || m.every > cfg.layers {
+            return Err(IrError::Builder(format!(
+                "MoE blocks need experts >= 1 and 1 <= moe_every <= layers ({}), got {} and {}",
+                cfg.layers, m.experts, m.every
+            )));
+        }
+    }
+    // One function per kind of block the model has.
+    for i in (0..cfg.layers).filter(|&i| i == 0 || cfg.is_moe(i) != cfg.is_moe(0)).take(2) {
+        mb.add(build_block(cfg, &mb, i));
+    }
     let f = mb.function("loss");
     let p = |name: &str, dtype: DType, shape: &[usize]| match shardings.get(name) {
         Some(s) => f.param_sharded(name, dtype, shape, s.clone()),
@@ -145,13 +216,20 @@ pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> 
     let w = |n: &str| f.convert(params[n], cfg.compute);
     let mut x = f
         .add(f.embedding(tokens, w("params.wte")), f.broadcast_to(w("params.wpe"), &[cfg.batch, cfg.seq, cfg.d_model]));
+    let mut moe_stats: Vec<[Value; 3]> = Vec::new();
     for i in 0..cfg.layers {
         let mut args = vec![x];
-        args.extend(block_params(cfg).iter().map(|(s, _)| params[&format!("params.h.{i}.{s}")]));
+        args.extend(block_params(cfg, i).iter().map(|(s, _)| params[&format!("params.h.{i}.{s}")]));
         if let Some(rng) = rng {
             args.push(f.fold_in(rng, f.scalar(DType::U32, i as f64)));
         }
-        x = if cfg.remat { f.call_remat_n::<1>("block", &args)[0] } else { f.call_n::<1>("block", &args)[0] };
+        if cfg.is_moe(i) {
+            let r = if cfg.remat { f.call_remat_n::<4>("moe_block", &args) } else { f.call_n::<4>("moe_block", &args) };
+            x = r[0];
+            moe_stats.push([r[1], r[2], r[3]]);
+        } else {
+            x = if cfg.remat { f.call_remat_n::<1>("block", &args)[0] } else { f.call_n::<1>("block", &args)[0] };
+        }
     }
     let x = f.layer_norm(x, Some(w("params.ln_f.g")), Some(w("params.ln_f.b")), -1, 1e-5);
     let unembed = match cfg.tie_embeddings {
@@ -159,9 +237,28 @@ pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> 
         false => w("params.lm_head"),
     };
     let logits = f.convert(f.linear(x, unembed, None), DType::F32);
-    let loss = f.softmax_cross_entropy(logits, targets);
+    let mut loss = f.softmax_cross_entropy(logits, targets);
     let acc = f.name(f.accuracy(logits, targets), "accuracy");
-    f.set_results(&[loss, acc]);
+    let mut results = vec![loss, acc];
+    if let (Some(m), false) = (&cfg.moe, moe_stats.is_empty()) {
+        // Means over the MoE blocks.
+        let n = moe_stats.len() as f64;
+        let mean = |k: usize| {
+            let total = moe_stats[1..].iter().fold(moe_stats[0][k], |acc, st| f.add(acc, st[k]));
+            f.div_scalar(total, n)
+        };
+        let aux = mean(0);
+        loss = f.add(loss, f.mul_scalar(aux, AUX_LOSS_WEIGHT));
+        results[0] = loss;
+        results.push(f.name(aux, "aux_loss"));
+        results.push(f.name(mean(1), "moe_dropped"));
+        let load = mean(2);
+        for e in 0..m.experts {
+            let share = f.reshape(f.slice(load, &[e], &[e + 1]), &[]);
+            results.push(f.name(share, &format!("moe_load_{e}")));
+        }
+    }
+    f.set_results(&results);
     mb.add(f);
     mb.finish()
 }
@@ -265,6 +362,19 @@ pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
         ("params.h.*.mlp.w2".to_string(), row()),
         ("params.wte".to_string(), row()),
         ("params.lm_head".to_string(), col()),
+        // A MoE block's experts: their hidden units, as the dense MLP's.
+        ("params.h.*.moe.w1".to_string(), S::new(&[&[], &[], &["model"]])),
+        ("params.h.*.moe.w2".to_string(), S::new(&[&[], &["model"], &[]])),
+    ])
+}
+
+/// Expert parallelism: a MoE block's expert weights split over the
+/// `expert` axis by expert.
+pub fn expert_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
+    let by_expert = || weft_ir::TensorSharding::new(&[&["expert"], &[], &[]]);
+    super::rules::Rules::new([
+        ("params.h.*.moe.w1".to_string(), by_expert()),
+        ("params.h.*.moe.w2".to_string(), by_expert()),
     ])
 }
 
@@ -280,6 +390,7 @@ impl super::Model {
             loss: "loss".into(),
             init: super::Init::Seeded(std::sync::Arc::new(move |seed| init(&init_cfg, seed))),
             tp_rules: tp_rules(),
+            expert_rules: expert_rules(),
             int_max: ["tokens", "targets"].into_iter().map(|n| (n.to_string(), cfg.vocab as u64)).collect(),
         }
     }

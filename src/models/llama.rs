@@ -210,6 +210,7 @@ impl super::Model {
             loss: "loss".into(),
             init: super::Init::Rules(init_rules()),
             tp_rules: tp_rules(),
+            expert_rules: Default::default(),
             int_max: ["tokens", "targets"].into_iter().map(|n| (n.to_string(), cfg.vocab as u64)).collect(),
         }
     }

@@ -151,6 +151,7 @@ impl super::Model {
             loss: "loss".into(),
             init: super::Init::Seeded(std::sync::Arc::new(move |seed| init(&init_cfg, seed))),
             tp_rules: tp_rules(),
+            expert_rules: Default::default(),
             int_max: BTreeMap::new(),
         }
     }

@@ -96,6 +96,11 @@ pub struct Model {
     /// The shardings of `strategy = "tp"` (and `fsdp_tp`), by parameter
     /// name pattern; axes the mesh lacks are dropped.
     pub tp_rules: Rules<TensorSharding>,
+    /// The shardings over an `expert` mesh axis (expert parallelism), by
+    /// parameter name pattern: applied under every strategy but `none` and
+    /// `auto` when the mesh has that axis, and combined with the
+    /// tensor-parallel rules (expert axes first).
+    pub expert_rules: Rules<TensorSharding>,
     /// Integer batch inputs' ranges: values in `0..max` (`tokens` below
     /// the vocabulary).
     pub int_max: BTreeMap<String, u64>,
@@ -225,6 +230,7 @@ impl Model {
             loss: loss.to_string(),
             init,
             tp_rules: Rules::default(),
+            expert_rules: Rules::default(),
             int_max: BTreeMap::new(),
         })
     }

@@ -250,6 +250,14 @@ pub enum ModelConfig {
         compute: Option<String>,
         /// Unembed with the token embedding transposed (GPT-2).
         tie_embeddings: bool,
+        /// Experts per mixture-of-experts block (none: every block dense).
+        experts: Option<usize>,
+        /// Experts per token.
+        top_k: usize,
+        /// Expert capacity as a multiple of an even share.
+        capacity_factor: f64,
+        /// Every `moe_every`-th block is a mixture of experts.
+        moe_every: usize,
     },
     /// The Llama-style decoder (RMSNorm, rotary embeddings, grouped-query
     /// attention, SwiGLU).
@@ -349,6 +357,10 @@ pub struct ModelTable {
     dropout: Option<f64>,
     remat: Option<bool>,
     tie_embeddings: Option<bool>,
+    experts: Option<usize>,
+    top_k: Option<usize>,
+    capacity_factor: Option<f64>,
+    moe_every: Option<usize>,
     kv_heads: Option<usize>,
     ffn: Option<usize>,
     rope_base: Option<f64>,
@@ -376,7 +388,7 @@ impl TryFrom<ModelTable> for ModelConfig {
             ));
         }
         // Every key of the table and the kinds that take it.
-        let keys: [(&str, bool, &[&str]); 20] = [
+        let keys: [(&str, bool, &[&str]); 24] = [
             ("layers", t.layers.is_some(), &["mlp", "gpt", "llama"]),
             ("batch", t.batch.is_some(), &["mlp", "gpt", "llama"]),
             ("compute", compute.is_some(), &["mlp", "gpt"]),
@@ -389,6 +401,10 @@ impl TryFrom<ModelTable> for ModelConfig {
             ("dropout", t.dropout.is_some(), &["gpt"]),
             ("remat", t.remat.is_some(), &["gpt"]),
             ("tie_embeddings", t.tie_embeddings.is_some(), &["gpt"]),
+            ("experts", t.experts.is_some(), &["gpt"]),
+            ("top_k", t.top_k.is_some(), &["gpt"]),
+            ("capacity_factor", t.capacity_factor.is_some(), &["gpt"]),
+            ("moe_every", t.moe_every.is_some(), &["gpt"]),
             ("kv_heads", t.kv_heads.is_some(), &["llama"]),
             ("ffn", t.ffn.is_some(), &["llama"]),
             ("rope_base", t.rope_base.is_some(), &["llama"]),
@@ -446,6 +462,10 @@ impl TryFrom<ModelTable> for ModelConfig {
                 remat: t.remat.unwrap_or(false),
                 compute,
                 tie_embeddings: t.tie_embeddings.unwrap_or(false),
+                experts: t.experts,
+                top_k: t.top_k.unwrap_or(2),
+                capacity_factor: t.capacity_factor.unwrap_or(1.25),
+                moe_every: t.moe_every.unwrap_or(2),
             },
             _ => {
                 let heads = t.heads.unwrap_or(4);
@@ -695,7 +715,31 @@ impl ModelConfig {
     /// The GPT sizes, if this is the GPT.
     pub fn gpt(&self) -> Result<Option<GptConfig>, String> {
         Ok(match self {
-            ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, remat, compute, tie_embeddings } => {
+            ModelConfig::Gpt {
+                vocab,
+                seq,
+                d_model,
+                heads,
+                layers,
+                batch,
+                dropout,
+                remat,
+                compute,
+                tie_embeddings,
+                experts,
+                top_k,
+                capacity_factor,
+                moe_every,
+            } => {
+                if experts.is_some_and(|e| *top_k > e) {
+                    return Err(format!(
+                        "model.top_k ({top_k}) must be at most model.experts ({})",
+                        experts.unwrap_or_default()
+                    ));
+                }
+                if experts.is_some() && *moe_every > *layers {
+                    return Err(format!("model.moe_every ({moe_every}) must be at most model.layers ({layers})"));
+                }
                 Some(GptConfig {
                     vocab: *vocab,
                     seq: *seq,
@@ -707,6 +751,12 @@ impl ModelConfig {
                     remat: *remat,
                     compute: dtype(compute)?,
                     tie_embeddings: *tie_embeddings,
+                    moe: experts.map(|experts| crate::models::gpt::MoeBlocks {
+                        experts,
+                        top_k: *top_k,
+                        capacity_factor: *capacity_factor,
+                        every: *moe_every,
+                    }),
                 })
             }
             _ => None,
