@@ -62,3 +62,20 @@ fn lower_reports_bad_usage_and_bad_meshes() {
     assert_eq!(code, 1);
     assert!(err.contains("not divisible by 3"), "{err}");
 }
+
+#[test]
+fn lower_compiles_a_training_configs_whole_step() {
+    let moe = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/configs/moe.toml");
+    let (code, out, err) = weft(&["lower", moe]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("device_program @train_step mesh [data=2, expert=4] {"), "{}", &out[..200]);
+    assert!(out.contains("summary (one training step):\ndevices: 8\n"), "{out}");
+    // The mixture-of-experts blocks exchange their tokens by all-to-all:
+    // two each way per step (forward and backward).
+    let line = out.lines().find(|l| l.trim_start().starts_with("all_to_all:")).expect("all-to-alls");
+    assert!(line.trim_start().starts_with("all_to_all: 4 ("), "{line}");
+    // --mesh overrides the config's.
+    let (code, out, err) = weft(&["lower", moe, "--mesh", "data=8"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("device_program @train_step mesh [data=8] {") && !out.contains("all_to_all"), "{out}");
+}

@@ -6,6 +6,9 @@
 //! line (`// mesh: x=2,y=2`), so an example program carries the mesh it was
 //! written for; `--mesh` wins when both are given.
 //!
+//! `weft lower CONFIG.toml` lowers a training config's whole step as
+//! `weft train` compiles it (a config with `[pipeline]`: its stage plan).
+//!
 //! The compile is `weft_compiler::pipeline`'s list of passes:
 //! `--dump-after PASS` (or `all`) writes the program's text after that pass
 //! to stderr, or to `DIR/NN-PASS.txt` with `--dump-dir DIR` (alone, it dumps
@@ -111,6 +114,18 @@ pub fn lower_source_with(
     Ok(Lowered { text, dumps, times })
 }
 
+/// The training step of config `c` on its mesh (default: one device),
+/// compiled as `weft train` compiles it: the program every device runs and
+/// the summary (collectives by kind with their bytes per device and step,
+/// peak memory, parameter and optimizer bytes).
+fn lower_config(c: &crate::runner::RunConfig) -> Result<String> {
+    let pf = crate::runner::compile_config(c)?;
+    let mut text = weft_ir::device::print_program(&pf.program);
+    text.push_str("\nsummary (one training step):\n");
+    text.push_str(&pf.report().to_string());
+    Ok(text)
+}
+
 /// Writes the dumps to `dir` (`NN-PASS.txt`, NN the pass's position) or to
 /// stderr, and the pass times to stderr.
 fn report(l: &Lowered, opts: &LowerOptions) -> Result<()> {
@@ -136,18 +151,19 @@ pub fn lower(file: &Path, mesh: Option<&str>, func: Option<&str>, opts: &LowerOp
     let source = read_to_string(file)?;
     let path = file.display().to_string();
     if file.extension().is_some_and(|e| e == "toml") {
-        // A training config with `[pipeline]`: the stage plan (split, each
-        // stage's predicted time and memory, the predicted bubble).
         let mut c = crate::runner::RunConfig::load(file)?;
-        if c.pipeline.is_none() {
-            return Err(Error::Usage(format!(
-                "{path}: weft lower takes an IR file, or a training config with [pipeline] (for its stage plan)"
-            )));
-        }
         if let Some(m) = mesh {
             c.mesh = Some(m.to_string());
         }
-        println!("{}", crate::runner::stages::plan_report(&c)?.text());
+        if c.pipeline.is_some() {
+            // A training config with `[pipeline]`: the stage plan (split,
+            // each stage's predicted time and memory, the predicted bubble).
+            println!("{}", crate::runner::stages::plan_report(&c)?.text());
+        } else {
+            // Any other training config: its training step, compiled as
+            // `weft train` compiles it, and what each device runs.
+            print!("{}", lower_config(&c)?);
+        }
         return Ok(0);
     }
     match lower_source_with(&source, mesh, func, opts) {

@@ -37,6 +37,18 @@ pub fn compile(
     })
 }
 
+/// The training step of config `c` on its mesh (default: one device),
+/// compiled as `weft train` compiles it (`weft lower CONFIG`).
+pub fn compile_config(c: &super::RunConfig) -> Result<PartitionedFunction> {
+    let mesh = Mesh::parse(c.mesh.as_deref().unwrap_or("data=1"))?;
+    let axes: Vec<&str> = mesh.axes().iter().map(|a| a.name.as_str()).collect();
+    let prepared = super::prepare(c, &axes, &super::Overrides::default())?;
+    let backend: super::Backend = c.backend.as_deref().unwrap_or("cpu").parse()?;
+    let auto = prepared.auto.as_ref().map(|o| super::report::machine_model(backend, &mesh, o));
+    let state = Some(prepared.step.state.len());
+    Ok(compile(&prepared.step.module, "train_step", &mesh, auto.as_ref(), state)?.0)
+}
+
 /// A partitioned program opened on devices.
 pub struct Opened {
     /// The executable over the devices.

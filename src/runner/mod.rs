@@ -9,6 +9,7 @@
 mod backend;
 pub mod boundary;
 mod compile;
+pub use compile::compile_config;
 pub mod config;
 pub mod data;
 pub mod estimate;
