@@ -78,15 +78,24 @@ pub fn model(config: &Path, out: &Path) -> Result<i32> {
     }
     let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(Error::Usage)?;
     let tp = matches!(strategy, Strategy::TensorParallel | Strategy::FsdpTp);
-    if !model.tp_rules.is_empty() || !c.shardings.is_empty() {
-        tables += "\n# The tensor-parallel rules (they apply under every strategy as [shardings]).\n";
+    // The model's rules that name parameters this module has (a dense
+    // GPT has no expert weights).
+    let f = model.loss_fn(&module)?;
+    let names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
+    let has = |r: &&crate::models::rules::Rule<weft_ir::TensorSharding>| names.iter().any(|n| r.matches(n));
+    let expert_mesh = c.mesh.as_deref().is_some_and(|m| m.split(',').any(|a| a.trim().starts_with("expert=")));
+    let expert: Vec<_> = model.expert_rules.iter().filter(has).collect();
+    let tp_rules: Vec<_> = model.tp_rules.iter().filter(has).collect();
+    if !tp_rules.is_empty() || !expert.is_empty() || !c.shardings.is_empty() {
+        tables += "\n# The model's expert-parallel and tensor-parallel rules (they apply under every strategy as\n\
+                   # [shardings]; the first match wins, where the built-in model combines them).\n";
         tables += "[shardings]\n";
         for (p, s) in &c.shardings {
             tables += &format!("{} = {}\n", quote(p), quote(s));
         }
-        for r in model.tp_rules.iter() {
+        for (on, r) in expert.iter().map(|r| (expert_mesh, r)).chain(tp_rules.iter().map(|r| (tp, r))) {
             let line = format!("{} = {}\n", quote(&r.pattern), quote(&r.value.to_string()));
-            tables += &if tp { line } else { format!("# {line}") };
+            tables += &if on { line } else { format!("# {line}") };
         }
     }
     let mut rest = toml::Table::try_from(&c).map_err(|e| Error::Usage(format!("{}: {e}", config.display())))?;

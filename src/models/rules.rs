@@ -19,6 +19,13 @@ pub struct Rule<T> {
     pub value: T,
 }
 
+impl<T> Rule<T> {
+    /// Whether the pattern matches `name`.
+    pub fn matches(&self, name: &str) -> bool {
+        self.matcher.matches(name)
+    }
+}
+
 /// Rules in order; the first match wins.
 #[derive(Clone, Debug)]
 pub struct Rules<T> {
