@@ -74,6 +74,12 @@ fn lower_compiles_a_training_configs_whole_step() {
     // two each way per step (forward and backward).
     let line = out.lines().find(|l| l.trim_start().starts_with("all_to_all:")).expect("all-to-alls");
     assert!(line.trim_start().starts_with("all_to_all: 4 ("), "{line}");
+    // --explain says why each exchange is there.
+    let (code, out, err) = weft(&["lower", moe, "--explain"]);
+    assert_eq!(code, 0, "{err}");
+    let why = out.split_once("\nexchanges (").expect("an exchanges section").1;
+    let a2a = why.lines().find(|l| l.contains("all-to-all{expert}")).expect("an all-to-all explained");
+    assert!(a2a.contains(" = reshard ") && a2a.contains("must be") && a2a.contains("for its rule"), "{a2a}");
     // --mesh overrides the config's.
     let (code, out, err) = weft(&["lower", moe, "--mesh", "data=8"]);
     assert_eq!(code, 0, "{err}");

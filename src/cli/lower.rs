@@ -33,6 +33,8 @@ pub struct LowerOptions {
     pub dump_dir: Option<PathBuf>,
     /// Print each pass's wall time to stderr.
     pub time_passes: bool,
+    /// After the summary, every reshard propagation inserted and why.
+    pub explain: bool,
 }
 
 /// What a lowering produced besides the printed program: the dumps asked
@@ -100,9 +102,13 @@ pub fn lower_source_with(
     };
     let mut dumps = Vec::new();
     let mut position = 0;
+    let mut exchanges = Vec::new();
     let mut after = |pass: &str, p: &Program| {
         if want.as_deref().is_some_and(|w| w == "all" || w == pass) {
             dumps.push((position, pass.to_string(), p.text()));
+        }
+        if let (true, Program::Sharded(sf)) = (opts.explain, p) {
+            exchanges = sf.reshard_lines();
         }
         position += 1;
     };
@@ -111,18 +117,35 @@ pub fn lower_source_with(
     let mut text = weft_ir::device::print_program(&pf.program);
     text.push_str("\nsummary:\n");
     text.push_str(&pf.report().to_string());
+    if opts.explain {
+        text.push_str(&explained(&exchanges));
+    }
     Ok(Lowered { text, dumps, times })
+}
+
+/// The `--explain` section: every reshard propagation inserted (the source
+/// of every exchange but a max/min reduction's all-reduce), with the
+/// collectives that carry it out and why it is needed.
+fn explained(lines: &[String]) -> String {
+    let mut out = format!("\nexchanges ({} reshards inserted by propagation):\n", lines.len());
+    for l in lines {
+        out.push_str(&format!("  {l}\n"));
+    }
+    out
 }
 
 /// The training step of config `c` on its mesh (default: one device),
 /// compiled as `weft train` compiles it: the program every device runs and
 /// the summary (collectives by kind with their bytes per device and step,
 /// peak memory, parameter and optimizer bytes).
-fn lower_config(c: &crate::runner::RunConfig) -> Result<String> {
-    let pf = crate::runner::compile_config(c)?;
+fn lower_config(c: &crate::runner::RunConfig, explain: bool) -> Result<String> {
+    let (pf, exchanges) = crate::runner::compile_config(c, explain)?;
     let mut text = weft_ir::device::print_program(&pf.program);
     text.push_str("\nsummary (one training step):\n");
     text.push_str(&pf.report().to_string());
+    if explain {
+        text.push_str(&explained(&exchanges));
+    }
     Ok(text)
 }
 
@@ -162,7 +185,7 @@ pub fn lower(file: &Path, mesh: Option<&str>, func: Option<&str>, opts: &LowerOp
         } else {
             // Any other training config: its training step, compiled as
             // `weft train` compiles it, and what each device runs.
-            print!("{}", lower_config(&c)?);
+            print!("{}", lower_config(&c, opts.explain)?);
         }
         return Ok(0);
     }

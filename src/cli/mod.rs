@@ -158,6 +158,11 @@ pub enum Command {
         /// Print each compiler pass's wall time to stderr.
         #[arg(long = "time-passes")]
         time_passes: bool,
+        /// After the summary, list every reshard propagation inserted: the
+        /// value, its sharding before and after, the collectives that carry
+        /// it out, and why it is needed.
+        #[arg(long)]
+        explain: bool,
     },
 }
 
@@ -217,8 +222,8 @@ pub fn main() -> i32 {
         Command::Data { command: DataCommand::Prepare { texts, output, val_fraction, tokenizer } } => {
             data::prepare_cmd(&texts, &output, val_fraction, tokenizer.as_deref())
         }
-        Command::Lower { file, mesh, func, dump_after, dump_dir, time_passes } => {
-            let opts = lower::LowerOptions { dump_after, dump_dir, time_passes };
+        Command::Lower { file, mesh, func, dump_after, dump_dir, time_passes, explain } => {
+            let opts = lower::LowerOptions { dump_after, dump_dir, time_passes, explain };
             lower::lower(&file, mesh.as_deref(), func.as_deref(), &opts)
         }
     };

@@ -83,16 +83,8 @@ pub fn shard(file: &Path, mesh: &str, args: &ShardArgs) -> Result<i32> {
     print!("{}", weft_ir::text::print_function(&sf.function));
     if !sf.reshards.is_empty() {
         println!("\n// {} reshard{} inserted:", sf.reshards.len(), if sf.reshards.len() == 1 { "" } else { "s" });
-        for r in &sf.reshards {
-            println!(
-                "//   {} = reshard {} from {} to {}: {} ({})",
-                sf.function.value_ref(r.value),
-                sf.reshard_operand(r),
-                fmt_sharding(&r.from),
-                fmt_sharding(&r.to),
-                if r.collectives.is_empty() { "no communication".to_string() } else { r.collectives.join(", ") },
-                r.why
-            );
+        for line in sf.reshard_lines() {
+            println!("//   {line}");
         }
     }
     for n in &sf.notes {

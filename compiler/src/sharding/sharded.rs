@@ -115,6 +115,26 @@ impl ShardedFunction {
         }
     }
 
+    /// One line per reshard propagation inserted: `%9 = reshard %4 from
+    /// [{data}, {}] to [{}, {expert}]: all_to_all(...) (why it is needed)`.
+    /// `weft shard` and `weft lower --explain` print these.
+    pub fn reshard_lines(&self) -> Vec<String> {
+        self.reshards
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} = reshard {} from {} to {}: {} ({})",
+                    self.function.value_ref(r.value),
+                    self.reshard_operand(r),
+                    super::spec::fmt_sharding(&r.from),
+                    super::spec::fmt_sharding(&r.to),
+                    if r.collectives.is_empty() { "no communication".to_string() } else { r.collectives.join(", ") },
+                    r.why
+                )
+            })
+            .collect()
+    }
+
     /// Number of `reshard` instructions in the new function.
     pub fn num_reshards(&self) -> usize {
         self.function.insts.iter().filter(|i| matches!(i.op, weft_ir::Op::Reshard { .. })).count()
