@@ -1,8 +1,8 @@
 //! The mixture-of-experts GPT end to end (`examples/configs/moe.toml`):
 //! on `data=2,expert=4` it equals the interpreter on one device, its
 //! tokens reach their experts by all-to-all, a checkpoint resumes onto
-//! another expert-axis size, and it learns from text with its routing
-//! metrics in range.
+//! another expert-axis size, and on text its load-balancing loss and the
+//! share of dropped tokens fall.
 
 use std::path::PathBuf;
 use weft::runner::{run_session, Overrides, RunConfig, RunSummary};
@@ -84,13 +84,15 @@ fn a_checkpoint_resumes_onto_another_expert_axis_size() {
 }
 
 #[test]
-fn on_text_the_loss_falls_and_the_routing_metrics_stay_in_range() {
+fn on_text_the_load_balancing_loss_and_the_dropped_share_fall() {
     let tmp = tempfile::tempdir().unwrap();
     let texts: Vec<PathBuf> =
         ["specs/training.md", "specs/ir.md", "README.md"].iter().map(|p| root().join(p)).collect();
     let data = tmp.path().join("docs");
     weft::data::prepare::prepare(&texts, &data, 0.1, &weft::data::tokenize::Tokenizer::Bytes).unwrap();
-    // The example's model on bytes of text.
+    // The example's model on bytes of text, with the load-balancing loss
+    // weighted 1 (at Switch's 0.01 the router, which starts near uniform,
+    // drifts as the experts specialise: 1.02 -> 1.10 over these steps).
     let text = format!(
         r#"steps = 60
 seed = 0
@@ -108,6 +110,7 @@ experts = 4
 top_k = 2
 capacity_factor = 1.25
 moe_every = 2
+aux_loss_weight = 1.0
 [optimizer]
 kind = "adamw"
 lr = 3e-3
@@ -132,7 +135,8 @@ train = "{}/train.bin"
         mean(&dropped[50..])
     );
     assert!(mean(&loss[50..]) < 0.8 * mean(&loss[..10]), "the loss falls: {loss:?}");
+    assert!(mean(&aux[50..]) < mean(&aux[..10]), "the load-balancing loss falls: {aux:?}");
+    assert!(mean(&dropped[50..]) < 0.75 * mean(&dropped[..10]), "fewer assignments are dropped: {dropped:?}");
     // Switch's loss is 1 for a uniform load and at most the expert count.
     assert!(aux.iter().all(|&a| (0.99..=4.0).contains(&a)), "{aux:?}");
-    assert!(dropped.iter().all(|&d| (0.0..1.0).contains(&d)), "{dropped:?}");
 }

@@ -14,8 +14,8 @@
 //! and `moe.w2[E, 4C, C]` carry the expert first, so an `expert` mesh axis
 //! splits them (the model's expert rules) while it splits the batch too,
 //! and the partitioner exchanges the tokens with all-to-alls. The loss adds
-//! Switch's load-balancing loss (weight [`AUX_LOSS_WEIGHT`], averaged over
-//! the MoE blocks); the step's metrics gain `aux_loss`, `moe_dropped` (the
+//! Switch's load-balancing loss (weight `aux_loss_weight`, by default
+//! Switch's 0.01, averaged over the MoE blocks); the step's metrics gain `aux_loss`, `moe_dropped` (the
 //! share of assignments over capacity) and `moe_load_{e}` (each expert's
 //! share of the assignments).
 
@@ -66,10 +66,10 @@ pub struct MoeBlocks {
     pub capacity_factor: f64,
     /// Every `every`-th block (the 2nd, 4th, ... for 2) is a MoE block.
     pub every: usize,
+    /// The weight of the load-balancing loss in the loss (Switch
+    /// Transformer's α, 0.01 there).
+    pub aux_loss_weight: f64,
 }
-
-/// The weight of the load-balancing loss (Switch Transformer's α).
-pub const AUX_LOSS_WEIGHT: f64 = 0.01;
 
 impl GptConfig {
     /// Whether block `i` (from 0) is a mixture of experts.
@@ -248,7 +248,7 @@ pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> 
             f.div_scalar(total, n)
         };
         let aux = mean(0);
-        loss = f.add(loss, f.mul_scalar(aux, AUX_LOSS_WEIGHT));
+        loss = f.add(loss, f.mul_scalar(aux, m.aux_loss_weight));
         results[0] = loss;
         results.push(f.name(aux, "aux_loss"));
         results.push(f.name(mean(1), "moe_dropped"));

@@ -258,6 +258,8 @@ pub enum ModelConfig {
         capacity_factor: f64,
         /// Every `moe_every`-th block is a mixture of experts.
         moe_every: usize,
+        /// The load-balancing loss's weight.
+        aux_loss_weight: f64,
     },
     /// The Llama-style decoder (RMSNorm, rotary embeddings, grouped-query
     /// attention, SwiGLU).
@@ -361,6 +363,7 @@ pub struct ModelTable {
     top_k: Option<usize>,
     capacity_factor: Option<f64>,
     moe_every: Option<usize>,
+    aux_loss_weight: Option<f64>,
     kv_heads: Option<usize>,
     ffn: Option<usize>,
     rope_base: Option<f64>,
@@ -388,7 +391,7 @@ impl TryFrom<ModelTable> for ModelConfig {
             ));
         }
         // Every key of the table and the kinds that take it.
-        let keys: [(&str, bool, &[&str]); 24] = [
+        let keys: [(&str, bool, &[&str]); 25] = [
             ("layers", t.layers.is_some(), &["mlp", "gpt", "llama"]),
             ("batch", t.batch.is_some(), &["mlp", "gpt", "llama"]),
             ("compute", compute.is_some(), &["mlp", "gpt"]),
@@ -405,6 +408,7 @@ impl TryFrom<ModelTable> for ModelConfig {
             ("top_k", t.top_k.is_some(), &["gpt"]),
             ("capacity_factor", t.capacity_factor.is_some(), &["gpt"]),
             ("moe_every", t.moe_every.is_some(), &["gpt"]),
+            ("aux_loss_weight", t.aux_loss_weight.is_some(), &["gpt"]),
             ("kv_heads", t.kv_heads.is_some(), &["llama"]),
             ("ffn", t.ffn.is_some(), &["llama"]),
             ("rope_base", t.rope_base.is_some(), &["llama"]),
@@ -466,6 +470,7 @@ impl TryFrom<ModelTable> for ModelConfig {
                 top_k: t.top_k.unwrap_or(2),
                 capacity_factor: t.capacity_factor.unwrap_or(1.25),
                 moe_every: t.moe_every.unwrap_or(2),
+                aux_loss_weight: t.aux_loss_weight.unwrap_or(0.01),
             },
             _ => {
                 let heads = t.heads.unwrap_or(4);
@@ -730,6 +735,7 @@ impl ModelConfig {
                 top_k,
                 capacity_factor,
                 moe_every,
+                aux_loss_weight,
             } => {
                 if experts.is_some_and(|e| *top_k > e) {
                     return Err(format!(
@@ -756,6 +762,7 @@ impl ModelConfig {
                         top_k: *top_k,
                         capacity_factor: *capacity_factor,
                         every: *moe_every,
+                        aux_loss_weight: *aux_loss_weight,
                     }),
                 })
             }

@@ -136,6 +136,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "model.top_k", flag: None, range: int(1, 1024), default: "2", note: "gpt with `model.experts`; experts per token, at most `model.experts`" },
     KeySpec { key: "model.capacity_factor", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: 1000.0, max_inclusive: true }, default: "1.25", note: "gpt with `model.experts`; each expert takes ceil(top_k × seq × factor / experts) assignments per sequence, the rest are dropped" },
     KeySpec { key: "model.moe_every", flag: None, range: int(1, MAX_LAYERS), default: "2", note: "gpt with `model.experts`; every moe_every-th block is a mixture of experts, at most `model.layers`" },
+    KeySpec { key: "model.aux_loss_weight", flag: None, range: Range::Float { min: 0.0, min_inclusive: true, max: 1000.0, max_inclusive: true }, default: "0.01", note: "gpt with `model.experts`; the load-balancing loss's weight in the loss (Switch's α)" },
     KeySpec { key: "model.tie_embeddings", flag: None, range: Range::OneOf(&["true", "false"]), default: "false", note: "gpt; the unembedding is `wte` transposed (no `lm_head`)" },
     KeySpec { key: "optimizer.kind", flag: None, range: Range::OneOf(&["sgd", "adamw"]), default: "`sgd`", note: "" },
     KeySpec { key: "optimizer.lr", flag: None, range: Range::Float { min: 0.0, min_inclusive: false, max: f64::INFINITY, max_inclusive: false }, default: "0.01", note: "" },
