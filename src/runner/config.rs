@@ -440,6 +440,19 @@ impl TryFrom<ModelTable> for ModelConfig {
                 ),
             });
         }
+        if t.experts.is_none() {
+            let moe_keys = [
+                ("top_k", t.top_k.is_some()),
+                ("capacity_factor", t.capacity_factor.is_some()),
+                ("moe_every", t.moe_every.is_some()),
+                ("aux_loss_weight", t.aux_loss_weight.is_some()),
+            ];
+            if let Some((k, _)) = moe_keys.iter().find(|(_, set)| *set) {
+                return Err(format!(
+                    "`{k}` configures the mixture-of-experts blocks, which need `experts` (the experts per block)"
+                ));
+            }
+        }
         Ok(match kind {
             "program" => ModelConfig::Program {
                 program: t.program.unwrap_or_default(),

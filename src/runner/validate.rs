@@ -303,7 +303,39 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
             }
             Some(*batch)
         }
-        ModelConfig::Gpt { vocab, seq, d_model, heads, layers, batch, dropout, compute, .. } => {
+        ModelConfig::Gpt {
+            vocab,
+            seq,
+            d_model,
+            heads,
+            layers,
+            batch,
+            dropout,
+            compute,
+            experts,
+            top_k,
+            capacity_factor,
+            moe_every,
+            aux_loss_weight,
+            ..
+        } => {
+            if let Some(e) = experts {
+                check_int("model.experts", *e as u64)?;
+                check_int("model.top_k", *top_k as u64)?;
+                check_float("model.capacity_factor", *capacity_factor)?;
+                check_int("model.moe_every", *moe_every as u64)?;
+                check_float("model.aux_loss_weight", *aux_loss_weight)?;
+                if top_k > e {
+                    return Err(invalid("model.top_k", top_k, format!("must be at most model.experts = {e}")));
+                }
+                if moe_every > layers {
+                    return Err(invalid(
+                        "model.moe_every",
+                        moe_every,
+                        format!("must be at most model.layers = {layers}"),
+                    ));
+                }
+            }
             check_int("model.vocab", *vocab as u64)?;
             check_int("model.seq", *seq as u64)?;
             check_int("model.d_model", *d_model as u64)?;
