@@ -750,15 +750,7 @@ impl ModelConfig {
                 moe_every,
                 aux_loss_weight,
             } => {
-                if experts.is_some_and(|e| *top_k > e) {
-                    return Err(format!(
-                        "model.top_k ({top_k}) must be at most model.experts ({})",
-                        experts.unwrap_or_default()
-                    ));
-                }
-                if experts.is_some() && *moe_every > *layers {
-                    return Err(format!("model.moe_every ({moe_every}) must be at most model.layers ({layers})"));
-                }
+                // Ranges and cross-checks: `validate` (and the builder).
                 Some(GptConfig {
                     vocab: *vocab,
                     seq: *seq,

@@ -9,7 +9,8 @@
 mod backend;
 pub mod boundary;
 mod compile;
-pub use compile::compile_config;
+mod lowered;
+pub use lowered::compile_config;
 pub mod config;
 pub mod data;
 pub mod estimate;
