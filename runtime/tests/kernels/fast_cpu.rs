@@ -357,3 +357,28 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
     let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap().remove(0);
     assert!(fused.bitwise_eq(&interp), "bf16 splat chain differs from the interpreter");
 }
+
+#[test]
+fn indexing_ops_are_bit_exact() {
+    use weft_ir::IndexOp;
+    let be = FastCpuBackend::new();
+    let mut rng = Rng::new(13);
+    let table = with_specials(&mut rng, &[11, 5]);
+    let ids = HostTensor::from_vec(&[3, 4], vec![0i32, 10, -1, 11, 3, 3, 7, i32::MIN, 2, 9, 1, 0]).unwrap();
+    let gather = Op::Index(IndexOp::Gather { axis: 0, batch_dims: 0 });
+    check_op(&be, &gather, &[table.clone(), ids.clone()], true, 0.0, 0.0);
+    let upd = with_specials(&mut rng, &[3, 4, 5]);
+    let scatter = Op::Index(IndexOp::ScatterAdd { axis: 0, batch_dims: 0, size: 11 });
+    check_op(&be, &scatter, &[ids.clone(), upd], true, 0.0, 0.0);
+    let logits = with_specials(&mut rng, &[6, 9]);
+    let picked = HostTensor::from_vec(&[6], vec![0i32, 8, 9, -2, 4, 4]).unwrap();
+    check_op(&be, &Op::Index(IndexOp::Gather { axis: 1, batch_dims: 1 }), &[logits.clone(), picked], true, 0.0, 0.0);
+    for reverse in [false, true] {
+        check_op(&be, &Op::Index(IndexOp::Cumsum { dim: 1, reverse }), &[logits.clone()], true, 0.0, 0.0);
+    }
+    for k in [0, 3, 9] {
+        check_op(&be, &Op::Index(IndexOp::TopK { k }), &[logits.clone()], true, 0.0, 0.0);
+    }
+    let none = HostTensor::from_vec(&[0], Vec::<i32>::new()).unwrap();
+    check_op(&be, &gather, &[table, none], true, 0.0, 0.0);
+}
