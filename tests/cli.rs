@@ -14,10 +14,12 @@ fn weft(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("weft-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+#[path = "scratch_support/mod.rs"]
+mod scratch_support;
+
+/// A fresh scratch directory, removed when the test ends.
+fn temp_dir(name: &str) -> scratch_support::Scratch {
+    scratch_support::Scratch::new("cli", name)
 }
 
 const PROGRAM: &str = "func @main(%x: f32[2,3], %w: f32[3,2]) -> (f32[2,2]) {

@@ -13,12 +13,17 @@ fn weft(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn file(name: &str, text: &str) -> String {
-    let d = std::env::temp_dir().join(format!("weft-lower-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
+#[path = "scratch_support/mod.rs"]
+mod scratch_support;
+
+/// `text` written to `name` in a scratch directory (removed when the
+/// returned guard drops), and the file's path.
+fn file(name: &str, text: &str) -> (scratch_support::Scratch, String) {
+    let d = scratch_support::Scratch::new("lower", name);
     let p = d.join(name);
     std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_string()
+    let p = p.to_str().unwrap().to_string();
+    (d, p)
 }
 
 const TWO: &str = "// mesh: data=2
@@ -35,7 +40,7 @@ func @loss(%x: f32[8,4] {sharding = [{data}, {}]}) -> (f32[]) {
 
 #[test]
 fn lower_prints_the_program_and_summary() {
-    let p = file("two.weft", TWO);
+    let (_d, p) = file("two.weft", TWO);
     let (code, out, err) = weft(&["lower", &p, "--func", "loss"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("device_program @loss mesh [data=2] {\n  input %0 : f32[4,4]  // x\n"), "{out}");
@@ -51,7 +56,7 @@ fn lower_prints_the_program_and_summary() {
 
 #[test]
 fn lower_reports_bad_usage_and_bad_meshes() {
-    let p = file("usage.weft", TWO);
+    let (_d, p) = file("usage.weft", TWO);
     let (code, _, err) = weft(&["lower", &p]);
     assert_eq!(code, 2);
     assert!(err.contains("several functions (@helper, @loss); choose one with --func"), "{err}");

@@ -33,14 +33,13 @@ lr = 0.01
 
 const PIPELINE: &str = "[pipeline]\nstages = 2\nmicrobatches = 4\nschedule = \"1f1b\"\n";
 
-/// A fresh scratch directory (tests run in parallel in one process).
-fn dir(name: &str) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let d = std::env::temp_dir().join(format!("weft-pp-resume-{name}-{}-{k}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+#[path = "scratch_support/mod.rs"]
+mod scratch_support;
+use scratch_support::Scratch;
+
+/// A fresh scratch directory, removed when the test ends.
+fn dir(name: &str) -> Scratch {
+    Scratch::new("pp-resume", name)
 }
 
 /// `model` with `steps`, metrics and checkpoints (every 2 steps) in `root`.

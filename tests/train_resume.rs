@@ -3,7 +3,7 @@
 //! run ends with metrics bitwise identical to an uninterrupted run's, and
 //! after every kill the newest committed checkpoint validates and loads.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use weft::checkpoint::{latest_valid_step, restore, RestoreTarget};
@@ -29,11 +29,13 @@ every = 3
 keep_last = 2
 "#;
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("weft-resume-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+#[path = "scratch_support/mod.rs"]
+mod scratch_support;
+use scratch_support::Scratch;
+
+/// A fresh scratch directory, removed when the test ends.
+fn dir(name: &str) -> Scratch {
+    Scratch::new("resume", name)
 }
 
 /// `weft train` on `root`; `resume`: the resume flag to pass, if any.
