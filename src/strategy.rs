@@ -187,7 +187,7 @@ pub fn shardings(
     } else {
         // The expert axis splits the batch too (GShard): a MoE block's
         // tokens then meet their experts by all-to-all.
-        axes.iter().copied().filter(|&a| a == "data").chain(axes.iter().copied().filter(|&a| a == "expert")).collect()
+        ["data", "expert"].into_iter().filter(|a| has(a)).collect()
     };
     for b in batch {
         if let Some(split) = &b.split {

@@ -88,6 +88,15 @@ pub enum IndexAttr {
     Bool(bool),
 }
 
+impl std::fmt::Display for IndexAttr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IndexAttr::Int(v) => write!(f, "{v}"),
+            IndexAttr::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
 /// One row per op: mnemonic, operand count, attribute names in canonical
 /// order, and each attribute's default (omitted from the text when equal;
 /// `None`: required). A default's kind says whether the attribute is an
@@ -205,7 +214,7 @@ impl IndexOp {
             IndexOp::Gather { axis, batch_dims } => {
                 let (x, idx) = (xs[0], xs[1]);
                 integer(idx, "indices")?;
-                check_batch(self.name(), axis, batch_dims, x, idx, x.rank())?;
+                check_batch(self.name(), axis, batch_dims, x, idx)?;
                 let shape = [&x.shape[..axis], &idx.shape[batch_dims..], &x.shape[axis + 1..]].concat();
                 Ok(TensorType::new(x.dtype, shape))
             }
@@ -223,7 +232,7 @@ impl IndexOp {
                 }
                 let x_shape = [&upd.shape[..axis], &[size][..], &upd.shape[axis + n..]].concat();
                 let x = TensorType::new(upd.dtype, x_shape);
-                check_batch(self.name(), axis, batch_dims, &x, idx, x.rank())?;
+                check_batch(self.name(), axis, batch_dims, &x, idx)?;
                 if upd.shape[axis..axis + n] != idx.shape[batch_dims..] {
                     return Err(format!(
                         "`scatter_add` updates {upd} must have the indices' dimensions {:?} at {axis}",
@@ -264,15 +273,8 @@ impl IndexOp {
 /// The checks shared by `gather` and `scatter_add` on the gathered-from
 /// type `x`: `batch_dims <= axis < rank`, `batch_dims` within the indices'
 /// rank, and paired batch extents.
-fn check_batch(
-    name: &str,
-    axis: usize,
-    batch_dims: usize,
-    x: &TensorType,
-    idx: &TensorType,
-    rank: usize,
-) -> Result<(), String> {
-    if axis >= rank {
+fn check_batch(name: &str, axis: usize, batch_dims: usize, x: &TensorType, idx: &TensorType) -> Result<(), String> {
+    if axis >= x.rank() {
         return Err(format!("`{name}` axis {axis} is out of range for {x}"));
     }
     if batch_dims > axis || batch_dims > idx.rank() {

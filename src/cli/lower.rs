@@ -114,24 +114,25 @@ pub fn lower_source_with(
     };
     let (p, times) = pipeline.run(&m, &f.name, &mut after).map_err(compiler)?;
     let pf = p.into_partitioned().map_err(compiler)?;
-    let mut text = weft_ir::device::print_program(&pf.program);
-    text.push_str("\nsummary:\n");
-    text.push_str(&pf.report().to_string());
-    if opts.explain {
-        text.push_str(&explained(&exchanges));
-    }
+    let text = listing(&pf, "summary", opts.explain.then_some(&exchanges[..]));
     Ok(Lowered { text, dumps, times })
 }
 
-/// The `--explain` section: every reshard propagation inserted (the source
-/// of every exchange but a max/min reduction's all-reduce), with the
-/// collectives that carry it out and why it is needed.
-fn explained(lines: &[String]) -> String {
-    let mut out = format!("\nexchanges ({} reshards inserted by propagation):\n", lines.len());
-    for l in lines {
-        out.push_str(&format!("  {l}\n"));
+/// The program every device runs, the summary under `heading`, and with
+/// `exchanges` the `--explain` section: every reshard propagation inserted
+/// (the source of every exchange but a max/min reduction's all-reduce),
+/// with the collectives that carry it out and why it is needed.
+fn listing(pf: &weft_compiler::partition::PartitionedFunction, heading: &str, exchanges: Option<&[String]>) -> String {
+    use std::fmt::Write;
+    let mut text = weft_ir::device::print_program(&pf.program);
+    let _ = write!(text, "\n{heading}:\n{}", pf.report());
+    if let Some(lines) = exchanges {
+        let _ = writeln!(text, "\nexchanges ({} reshards inserted by propagation):", lines.len());
+        for l in lines {
+            let _ = writeln!(text, "  {l}");
+        }
     }
-    out
+    text
 }
 
 /// The training step of config `c` on its mesh (default: one device),
@@ -140,13 +141,7 @@ fn explained(lines: &[String]) -> String {
 /// peak memory, parameter and optimizer bytes).
 fn lower_config(c: &crate::runner::RunConfig, explain: bool) -> Result<String> {
     let (pf, exchanges) = crate::runner::compile_config(c, explain)?;
-    let mut text = weft_ir::device::print_program(&pf.program);
-    text.push_str("\nsummary (one training step):\n");
-    text.push_str(&pf.report().to_string());
-    if explain {
-        text.push_str(&explained(&exchanges));
-    }
-    Ok(text)
+    Ok(listing(&pf, "summary (one training step)", explain.then_some(&exchanges[..])))
 }
 
 /// Writes the dumps to `dir` (`NN-PASS.txt`, NN the pass's position) or to

@@ -83,7 +83,11 @@ pub fn model(config: &Path, out: &Path) -> Result<i32> {
     let f = model.loss_fn(&module)?;
     let names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
     let has = |r: &&crate::models::rules::Rule<weft_ir::TensorSharding>| names.iter().any(|n| r.matches(n));
-    let expert_mesh = c.mesh.as_deref().is_some_and(|m| m.split(',').any(|a| a.trim().starts_with("expert=")));
+    let expert_mesh = c
+        .mesh
+        .as_deref()
+        .and_then(|m| weft_compiler::sharding::Mesh::parse(m).ok())
+        .is_some_and(|m| m.axes().iter().any(|a| a.name == "expert"));
     let expert: Vec<_> = model.expert_rules.iter().filter(has).collect();
     let tp_rules: Vec<_> = model.tp_rules.iter().filter(has).collect();
     if !tp_rules.is_empty() || !expert.is_empty() || !c.shardings.is_empty() {

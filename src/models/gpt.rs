@@ -15,9 +15,9 @@
 //! splits them (the model's expert rules) while it splits the batch too,
 //! and the partitioner exchanges the tokens with all-to-alls. The loss adds
 //! Switch's load-balancing loss (weight `aux_loss_weight`, by default
-//! Switch's 0.01, averaged over the MoE blocks); the step's metrics gain `aux_loss`, `moe_dropped` (the
-//! share of assignments over capacity) and `moe_load_{e}` (each expert's
-//! share of the assignments).
+//! Switch's 0.01, averaged over the MoE blocks); the step's metrics gain
+//! `aux_loss`, `moe_dropped` (the share of assignments over capacity) and
+//! `moe_load_{e}` (each expert's share of the assignments).
 
 use super::{filled, normal_init, Shardings};
 use std::collections::BTreeMap;

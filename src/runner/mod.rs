@@ -372,10 +372,11 @@ pub(crate) fn median(v: &[f64]) -> Option<f64> {
 /// with a finite loss (for the step boundary: checkpoints, stopping, step
 /// times), `time` being the step's compute and its waiting for other
 /// processes by `waited` (a running total of the time spent in exchanges,
-/// read just before and after the step; none: no waiting). With a `feed` (`[data]`), each step trains on the feed's
-/// next batch, of which the feed read only the executor's
-/// [`Executor::batch_rows`] (its wait is the metric `data_wait_ms`) and the validation
-/// metrics evaluated before a step join that step's line; the evaluation
+/// read just before and after the step; none: no waiting). With a `feed`
+/// (`[data]`), each step trains on the feed's next batch, of which the
+/// feed read only the executor's [`Executor::batch_rows`] (its wait is the
+/// metric `data_wait_ms`) and the validation metrics evaluated before a
+/// step join that step's line; the evaluation
 /// after the last step is a line of its own at step `c.steps`. Without one,
 /// every step trains on `prepared.batch`.
 #[allow(clippy::too_many_arguments)] // each is one independent part of a run

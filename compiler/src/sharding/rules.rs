@@ -275,10 +275,8 @@ fn index_rule(
     match *op {
         IndexOp::Gather { axis, batch_dims } => {
             let (x, idx) = (operands[0], operands[1]);
-            // Numbered batch, indices, then the operand's other dimensions:
-            // where a split of the tokens and one of a table's trailing
-            // dimension compete for an axis, the tokens keep it (the table
-            // is resharded, as an FSDP weight is before a matmul).
+            // Numbered batch, the indices' own, then the operand's other
+            // dimensions (the order `specs/sharding.md` shows).
             let batch = dims(b, &x.shape[..batch_dims], &|_| PassThrough);
             let own = dims(b, &idx.shape[batch_dims..], &|_| PassThrough);
             let rest =

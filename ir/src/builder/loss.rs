@@ -25,11 +25,7 @@ impl FunctionBuilder {
                 return self.poison();
             }
             // The label's log-probability, read by index (no one-hot).
-            let last = r - 1;
-            let picked = self.emit1(
-                crate::Op::Index(crate::IndexOp::Gather { axis: last, batch_dims: last }),
-                &[self.log_softmax(logits, -1), labels],
-            );
+            let picked = self.gather(self.log_softmax(logits, -1), labels, -1, r - 1);
             self.neg(self.mean_all(picked))
         })
     }

@@ -13,59 +13,80 @@ use crate::tensor::{Element, HostTensor};
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
+/// A number type and how `reduce_sum` accumulates it: `f32` for
+/// `f32`/`bf16`/`f16`, `f64` for `f64`, wrapping integers.
+trait Summand: Copy {
+    /// The accumulator.
+    type Acc: Copy;
+    const ZERO: Self::Acc;
+    fn widen(self) -> Self::Acc;
+    fn add(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn round(a: Self::Acc) -> Self;
+}
+
+macro_rules! summand {
+    ($T:ty, $A:ty, $zero:expr, |$x:ident| $widen:expr, |$a:ident, $b:ident| $add:expr, |$r:ident| $round:expr) => {
+        impl Summand for $T {
+            type Acc = $A;
+            const ZERO: $A = $zero;
+            fn widen(self) -> $A {
+                let $x = self;
+                $widen
+            }
+            fn add($a: $A, $b: $A) -> $A {
+                $add
+            }
+            fn round($r: $A) -> $T {
+                $round
+            }
+        }
+    };
+}
+
+summand!(f32, f32, 0.0, |x| x, |a, b| a + b, |r| r);
+summand!(f64, f64, 0.0, |x| x, |a, b| a + b, |r| r);
+summand!(bf16, f32, 0.0, |x| x.to_f32(), |a, b| a + b, |r| bf16::from_f32(r));
+summand!(f16, f32, 0.0, |x| x.to_f32(), |a, b| a + b, |r| f16::from_f32(r));
+summand!(i32, i32, 0, |x| x, |a, b| a.wrapping_add(b), |r| r);
+summand!(u32, u32, 0, |x| x, |a, b| a.wrapping_add(b), |r| r);
+
+/// Evaluates `$body` with `$a` bound to the typed array of a number tensor
+/// (its [`Summand`] type), wrapping the result back; bool is an error.
+macro_rules! summed {
+    ($t:expr, $what:expr, $a:ident => $body:expr) => {
+        match $t {
+            HostTensor::F32($a) => HostTensor::F32($body),
+            HostTensor::F64($a) => HostTensor::F64($body),
+            HostTensor::BF16($a) => HostTensor::BF16($body),
+            HostTensor::F16($a) => HostTensor::F16($body),
+            HostTensor::I32($a) => HostTensor::I32($body),
+            HostTensor::U32($a) => HostTensor::U32($body),
+            HostTensor::Bool(_) => return Err(format!("`{}` does not accept bool", $what)),
+        }
+    };
+}
+
 /// Evaluates an indexing op on operands already checked by
 /// [`IndexOp::infer`].
 pub(crate) fn eval(op: &IndexOp, xs: &[&HostTensor]) -> Result<HostTensor, String> {
     let tys: Vec<crate::TensorType> = xs.iter().map(|t| t.ty()).collect();
     let out = op.infer(&tys.iter().collect::<Vec<_>>())?.shape;
-    let flat = eval_flat(op, xs)?;
-    Ok(crate::tensor::map_variant!(flat, a => a.into_shape_with_order(IxDyn(&out)).expect("sized by infer")))
-}
-
-/// The result with the right number of elements, in any shape.
-fn eval_flat(op: &IndexOp, xs: &[&HostTensor]) -> Result<HostTensor, String> {
-    match *op {
+    let flat = match *op {
         IndexOp::Gather { axis, batch_dims } => {
             let idx = indices(xs[1])?;
             let g = Geometry::new(xs[0].shape(), xs[1].shape(), axis, batch_dims);
-            Ok(crate::tensor::map_variant!(xs[0], a => gather(a, &idx, &g)))
+            crate::tensor::map_variant!(xs[0], a => gather(a, &idx, &g))
         }
-        IndexOp::ScatterAdd { axis, batch_dims, size } => {
+        IndexOp::ScatterAdd { axis, batch_dims, .. } => {
             let idx = indices(xs[0])?;
-            let ishape = xs[0].shape();
-            let n = ishape.len() - batch_dims;
-            let ushape = xs[1].shape();
-            let xshape = [&ushape[..axis], &[size][..], &ushape[axis + n..]].concat();
-            let g = Geometry::new(&xshape, ishape, axis, batch_dims);
-            Ok(match xs[1] {
-                HostTensor::F32(u) => HostTensor::F32(scatter(u, &idx, &g, 0f32, |x| x, |a, b| a + b, |a| a)),
-                HostTensor::F64(u) => HostTensor::F64(scatter(u, &idx, &g, 0f64, |x| x, |a, b| a + b, |a| a)),
-                HostTensor::BF16(u) => {
-                    HostTensor::BF16(scatter(u, &idx, &g, 0f32, bf16::to_f32, |a, b| a + b, bf16::from_f32))
-                }
-                HostTensor::F16(u) => {
-                    HostTensor::F16(scatter(u, &idx, &g, 0f32, f16::to_f32, |a, b| a + b, f16::from_f32))
-                }
-                HostTensor::I32(u) => HostTensor::I32(scatter(u, &idx, &g, 0, |x| x, i32::wrapping_add, |a| a)),
-                HostTensor::U32(u) => HostTensor::U32(scatter(u, &idx, &g, 0, |x| x, u32::wrapping_add, |a| a)),
-                HostTensor::Bool(_) => return Err("`scatter_add` does not accept bool".into()),
-            })
+            // The result is the gathered-from tensor.
+            let g = Geometry::new(&out, xs[0].shape(), axis, batch_dims);
+            summed!(xs[1], "scatter_add", u => scatter(u, &idx, &g))
         }
-        IndexOp::Cumsum { dim, reverse } => Ok(match xs[0] {
-            HostTensor::F32(a) => HostTensor::F32(cumsum(a, dim, reverse, 0f32, |x| x, |a, b| a + b, |a| a)),
-            HostTensor::F64(a) => HostTensor::F64(cumsum(a, dim, reverse, 0f64, |x| x, |a, b| a + b, |a| a)),
-            HostTensor::BF16(a) => {
-                HostTensor::BF16(cumsum(a, dim, reverse, 0f32, bf16::to_f32, |a, b| a + b, bf16::from_f32))
-            }
-            HostTensor::F16(a) => {
-                HostTensor::F16(cumsum(a, dim, reverse, 0f32, f16::to_f32, |a, b| a + b, f16::from_f32))
-            }
-            HostTensor::I32(a) => HostTensor::I32(cumsum(a, dim, reverse, 0, |x| x, i32::wrapping_add, |a| a)),
-            HostTensor::U32(a) => HostTensor::U32(cumsum(a, dim, reverse, 0, |x| x, u32::wrapping_add, |a| a)),
-            HostTensor::Bool(_) => return Err("`cumsum` does not accept bool".into()),
-        }),
-        IndexOp::TopK { k } => crate::tensor::for_each_variant!(xs[0], a => Ok(HostTensor::I32(top_k(a, k)))),
-    }
+        IndexOp::Cumsum { dim, reverse } => summed!(xs[0], "cumsum", a => cumsum(a, dim, reverse)),
+        IndexOp::TopK { k } => crate::tensor::for_each_variant!(xs[0], a => HostTensor::I32(top_k(a, k))),
+    };
+    Ok(crate::tensor::map_variant!(flat, a => a.into_shape_with_order(IxDyn(&out)).expect("sized by infer")))
 }
 
 /// The indices as `i64` (any integer dtype), row-major.
@@ -132,18 +153,9 @@ fn gather<T: Element>(x: &ArrayD<T>, idx: &[i64], g: &Geometry) -> ArrayD<T> {
     ArrayD::from_shape_vec(IxDyn(&[out.len()]), out).expect("flat")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn scatter<T: Copy, A: Copy>(
-    u: &ArrayD<T>,
-    idx: &[i64],
-    g: &Geometry,
-    zero: A,
-    to: impl Fn(T) -> A,
-    add: impl Fn(A, A) -> A,
-    from: impl Fn(A) -> T,
-) -> ArrayD<T> {
+fn scatter<T: Summand>(u: &ArrayD<T>, idx: &[i64], g: &Geometry) -> ArrayD<T> {
     let u = standard(u);
-    let mut acc = vec![zero; g.batch * g.pre * g.len * g.post];
+    let mut acc = vec![T::ZERO; g.batch * g.pre * g.len * g.post];
     for b in 0..g.batch {
         for p in 0..g.pre {
             let base = (b * g.pre + p) * g.len;
@@ -151,24 +163,15 @@ fn scatter<T: Copy, A: Copy>(
                 let Some(a) = g.pos(i) else { continue };
                 let row = &u[((b * g.pre + p) * g.per + j) * g.post..][..g.post];
                 for (o, &v) in acc[(base + a) * g.post..][..g.post].iter_mut().zip(row) {
-                    *o = add(*o, to(v));
+                    *o = T::add(*o, v.widen());
                 }
             }
         }
     }
-    ArrayD::from_shape_vec(IxDyn(&[acc.len()]), acc.into_iter().map(from).collect()).expect("flat")
+    ArrayD::from_shape_vec(IxDyn(&[acc.len()]), acc.into_iter().map(T::round).collect()).expect("flat")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn cumsum<T: Copy, A: Copy>(
-    x: &ArrayD<T>,
-    dim: usize,
-    reverse: bool,
-    zero: A,
-    to: impl Fn(T) -> A,
-    add: impl Fn(A, A) -> A,
-    from: impl Fn(A) -> T,
-) -> ArrayD<T> {
+fn cumsum<T: Summand>(x: &ArrayD<T>, dim: usize, reverse: bool) -> ArrayD<T> {
     let shape = x.shape().to_vec();
     let flat = standard(x);
     let (outer, n, inner) =
@@ -176,12 +179,12 @@ fn cumsum<T: Copy, A: Copy>(
     let mut out = flat.to_vec();
     for o in 0..outer {
         for c in 0..inner {
-            let mut run = zero;
+            let mut run = T::ZERO;
             for s in 0..n {
                 let s = if reverse { n - 1 - s } else { s };
                 let at = (o * n + s) * inner + c;
-                run = add(run, to(flat[at]));
-                out[at] = from(run);
+                run = T::add(run, flat[at].widen());
+                out[at] = T::round(run);
             }
         }
     }

@@ -135,10 +135,7 @@ pub(crate) fn op_attrs(op: &Op) -> Vec<String> {
         }
         Op::ShardingConstraint { sharding: s } | Op::Reshard { to: s } => a.push(sharding_entries(s)),
         Op::Call { remat: true, .. } => a.push("remat = true".to_string()),
-        Op::Index(i) => a.extend(i.attrs().into_iter().map(|(n, v)| match v {
-            crate::indexing::IndexAttr::Int(x) => format!("{n} = {x}"),
-            crate::indexing::IndexAttr::Bool(x) => format!("{n} = {x}"),
-        })),
+        Op::Index(i) => a.extend(i.attrs().into_iter().map(|(n, v)| format!("{n} = {v}"))),
         Op::Constant(_)
         | Op::Unary(_)
         | Op::Binary(_)
