@@ -3,7 +3,7 @@
 //! ```text
 //! inline -> [canonical_sums] -> [annotate] -> [autoshard] -> propagate -> partition
 //!        -> forward_identities -> fold_transposes -> remove_dead_steps
-//!        -> fuse_reduce_scatter -> compact -> insert_frees
+//!        -> fuse_reduce_scatter -> compact -> [overlap_collectives] -> insert_frees
 //! ```
 //!
 //! Each pass takes the program in one form ([`Program`]) to the next (or to
@@ -24,6 +24,7 @@ use crate::autoshard::{auto_shard_inlined, AutoShardOptions};
 use crate::canonical_sums::{canonical_sums, SumChunks};
 use crate::error::{CompilerError, Result};
 use crate::inline::{inline, InlinedFunction};
+use crate::partition::overlap::{overlap_collectives, OverlapOptions};
 use crate::partition::{lower_sharded, Cleanup, PartitionedFunction, CLEANUPS};
 use crate::sharding::{fmt_sharding, propagate_inlined, Mesh, PropagateOptions, ShardedFunction};
 use std::time::{Duration, Instant};
@@ -132,6 +133,9 @@ pub enum Pass {
     Partition,
     /// A clean-up of the device program, by name ([`CLEANUPS`]).
     Cleanup(&'static str, Cleanup),
+    /// Splits collectives into start and done around the compute they
+    /// overlap ([`crate::partition::overlap`]).
+    Overlap(OverlapOptions),
 }
 
 impl Pass {
@@ -144,6 +148,7 @@ impl Pass {
             Pass::Propagate(_) => "propagate",
             Pass::Partition => "partition",
             Pass::Cleanup(name, _) => name,
+            Pass::Overlap(_) => "overlap_collectives",
         }
     }
 
@@ -170,11 +175,15 @@ impl Pass {
                 c(&mut pf.program);
                 Program::Partitioned(pf)
             }
+            (Pass::Overlap(o), Program::Partitioned(mut pf)) => {
+                overlap_collectives(&mut pf.program, o);
+                Program::Partitioned(pf)
+            }
             (Pass::CanonicalSums(_) | Pass::Annotate(_) | Pass::AutoShard(_) | Pass::Propagate(_), p) => {
                 return Err(self.wrong("an inlined function", &p))
             }
             (Pass::Partition, p) => return Err(self.wrong("a sharded function", &p)),
-            (Pass::Cleanup(..), p) => return Err(self.wrong("a device program", &p)),
+            (Pass::Cleanup(..) | Pass::Overlap(_), p) => return Err(self.wrong("a device program", &p)),
         })
     }
 }
@@ -200,13 +209,21 @@ impl Pipeline {
     }
 
     /// The pipeline of a training step: [`Pipeline::standard`], with the
-    /// auto-sharder before `propagate` when `auto` is given. Whole-mesh
-    /// runs, pipeline stages and the step-time prediction all compile
-    /// through it, so they compile the same program.
-    pub fn for_step(mesh: &Mesh, auto: Option<&crate::autoshard::AutoShardOptions>) -> Pipeline {
+    /// auto-sharder before `propagate` when `auto` is given and
+    /// `overlap_collectives` before `insert_frees` when `overlap` is.
+    /// Whole-mesh runs, pipeline stages and the step-time prediction all
+    /// compile through it, so they compile the same program.
+    pub fn for_step(
+        mesh: &Mesh,
+        auto: Option<&crate::autoshard::AutoShardOptions>,
+        overlap: Option<OverlapOptions>,
+    ) -> Pipeline {
         let mut p = Pipeline::standard(mesh, &PropagateOptions::default());
         if let Some(o) = auto {
             p.insert_before("propagate", Pass::AutoShard(o.clone()));
+        }
+        if let Some(o) = overlap {
+            p.insert_before("insert_frees", Pass::Overlap(o));
         }
         p
     }

@@ -101,7 +101,7 @@ pub fn run_program_stats<B: Backend>(
     let mut devices = Vec::with_capacity(n);
     for (d, (backend, ins)) in backends.iter().zip(inputs).enumerate() {
         let (slots, transfers, time) = (Slots::new(program), Default::default(), Default::default());
-        let mut dev = DeviceRun { device: d, backend, slots, transfers, trace: None, time };
+        let mut dev = DeviceRun { device: d, backend, slots, transfers, trace: None, time, native: Vec::new() };
         for (&b, t) in program.inputs.iter().zip(ins) {
             let buf = backend.upload_owned(t).map_err(|e| input_err(d, program, b, e))?;
             dev.slots.put(b, buf);

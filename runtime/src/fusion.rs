@@ -186,8 +186,8 @@ fn fusible(s: &Step, opts: FusionOptions) -> Option<(&Op, &[BufferId], BufferId)
 fn reads(s: &Step) -> Vec<BufferId> {
     match s {
         Step::Compute { inputs, .. } => inputs.clone(),
-        Step::ShardSlice { input, .. } | Step::Collective { input, .. } => vec![*input],
-        Step::Free(_) => vec![],
+        Step::ShardSlice { input, .. } | Step::Collective { input, .. } | Step::Start { input, .. } => vec![*input],
+        Step::Done(_) | Step::Free(_) => vec![],
     }
 }
 

@@ -8,6 +8,7 @@ use super::processes::Processes;
 use crate::error::Result;
 use std::time::{Duration, Instant};
 use weft_compiler::autoshard::AutoShardOptions;
+use weft_compiler::partition::overlap::OverlapOptions;
 use weft_compiler::partition::{compile_stable, PartitionedFunction};
 use weft_compiler::pipeline::{PassTimes, Pipeline};
 use weft_compiler::sharding::Mesh;
@@ -16,7 +17,8 @@ use weft_runtime::gpu::device_collectives::{self, CollectivePath};
 use weft_runtime::{AnyBackend, BackendKind, DeviceMap, ExecOptions, Executable, ProcessComm};
 
 /// Compiles `entry` of `module` for `mesh` with the training-step pass list
-/// (the auto-sharder first under `auto`). With `pinned_state = Some(n)`
+/// (the auto-sharder first under `auto`; `overlap_collectives` under
+/// `overlap`). With `pinned_state = Some(n)`
 /// its first `n` parameters are state whose results keep their layouts
 /// (and an auto-sharding budget holds for the partitioned program:
 /// [`compile_stable`]).
@@ -25,9 +27,10 @@ pub fn compile(
     entry: &str,
     mesh: &Mesh,
     auto: Option<&AutoShardOptions>,
+    overlap: Option<OverlapOptions>,
     pinned_state: Option<usize>,
 ) -> Result<(PartitionedFunction, PassTimes)> {
-    let pipeline = Pipeline::for_step(mesh, auto);
+    let pipeline = Pipeline::for_step(mesh, auto, overlap);
     Ok(match pinned_state {
         Some(n) => compile_stable(&pipeline, module, entry, n)?,
         None => {
@@ -80,7 +83,12 @@ pub fn open(
         Some(p) => {
             let n = pf.program.num_devices();
             let comm = ProcessComm::new(p.group().clone(), p.owners(n), p.timeout()).with_reduction(p.reduction());
-            Executable::with_devices(pf.program.clone(), local.to_vec(), devices.backends, Box::new(comm), options)?
+            // A program that starts collectives early has its exchanges
+            // made by a thread of their own, beside the compute.
+            let started = pf.program.steps.iter().any(|s| matches!(s, weft_ir::device::Step::Start { .. }));
+            let comm: Box<dyn weft_runtime::Communicator> =
+                if started { Box::new(comm.in_background()) } else { Box::new(comm) };
+            Executable::with_devices(pf.program.clone(), local.to_vec(), devices.backends, comm, options)?
         }
         None => Executable::new(pf.program.clone(), devices.backends, options)?,
     };

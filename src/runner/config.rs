@@ -49,6 +49,10 @@
 //! steps = "1..3"              # default: the run's second and third steps
 //! sync = false                # true: each span waits for its device (GPU times)
 //!
+//! [overlap]                   # optional; collectives overlapped with compute
+//! enabled = true              # default true; false: each collective waits in place
+//! prefetch = "64MiB"          # extra bytes a device may hold for gathers started early
+//!
 //! [stragglers]                # optional; several processes (`mpirun`)
 //! ratio = 1.5                 # compute over 1.5x the others' median is slow
 //! steps = 20                  # for 20 steps in a row: process 0 warns
@@ -154,6 +158,51 @@ pub struct RunConfig {
     /// (`[stragglers]`; see `super::stragglers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stragglers: Option<super::stragglers::StragglerSection>,
+    /// Collectives overlapped with compute (`[overlap]`; the compile's
+    /// `overlap_collectives` pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<OverlapSection>,
+}
+
+/// `[overlap]`: whether collectives start early and are waited for late,
+/// and how much memory gathers started early may hold.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OverlapSection {
+    /// Default true; false: every collective waits where the partitioner
+    /// put it.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The most bytes a device may hold beyond the in-order program's for
+    /// collectives started early (`64MiB`, the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl OverlapSection {
+    /// The pass's options, or `None` when overlap is off; the prefetch
+    /// size must parse (validated before).
+    pub fn options(section: Option<&OverlapSection>) -> Result<Option<weft_compiler::partition::overlap::OverlapOptions>, String> {
+        let mut o = weft_compiler::partition::overlap::OverlapOptions::default();
+        match section {
+            Some(s) if !s.enabled => return Ok(None),
+            Some(OverlapSection { prefetch: Some(p), .. }) => o.prefetch_bytes = OverlapSection::bytes(p)?,
+            _ => {}
+        }
+        Ok(Some(o))
+    }
+
+    /// `prefetch` in bytes: a size, or `0` (no gather starts early).
+    pub fn bytes(p: &str) -> Result<u64, String> {
+        if p.trim() == "0" {
+            return Ok(0);
+        }
+        weft_ir::limits::parse_bytes(p)
+    }
 }
 
 /// `[trace]`: where to write a step trace, of which steps, and whether

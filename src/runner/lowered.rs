@@ -21,10 +21,10 @@ pub fn compile_config(c: &super::RunConfig, explain: bool) -> Result<(Partitione
     let backend: super::Backend = c.backend.as_deref().unwrap_or("cpu").parse()?;
     let auto = prepared.auto.as_ref().map(|o| super::report::machine_model(backend, &mesh, o));
     let state = Some(prepared.step.state.len());
-    let pf = compile(&prepared.step.module, "train_step", &mesh, auto.as_ref(), state)?.0;
+    let pf = compile(&prepared.step.module, "train_step", &mesh, auto.as_ref(), prepared.overlap, state)?.0;
     let mut lines = Vec::new();
     if explain {
-        let mut passes = Pipeline::for_step(&mesh, auto.as_ref());
+        let mut passes = Pipeline::for_step(&mesh, auto.as_ref(), None);
         passes.passes.truncate(passes.passes.iter().position(|p| p.name() == "propagate").map_or(0, |i| i + 1));
         passes.run(&prepared.step.module, "train_step", &mut |_, p| {
             if let weft_compiler::pipeline::Program::Sharded(sf) = p {

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Duration;
 use weft_compiler::autoshard::AutoShardOptions;
+use weft_compiler::partition::overlap::OverlapOptions;
 use weft_compiler::partition::{shard_tensor, unshard_tensor, PartitionedFunction};
 use weft_compiler::sharding::{local_shape, shard_offset, Mesh};
 use weft_compiler::train::{Metrics, TrainStep, Tree};
@@ -66,7 +67,7 @@ impl MeshExecutor {
     /// to run on `backend`; `threads` is the number of worker threads
     /// (`None`: the backend's default, one per core for CPU devices).
     pub fn new(step: &TrainStep, mesh: &Mesh, backend: MeshBackend, threads: Option<usize>) -> Result<MeshExecutor> {
-        MeshExecutor::with_limit(step, mesh, backend, threads, None, None)
+        MeshExecutor::with_limit(step, mesh, backend, threads, None, None, None)
     }
 
     /// [`MeshExecutor::new`], checking after compilation and before any
@@ -81,13 +82,15 @@ impl MeshExecutor {
         threads: Option<usize>,
         limit: Option<&MemoryLimit>,
         auto: Option<&AutoShardOptions>,
+        overlap: Option<OverlapOptions>,
     ) -> Result<MeshExecutor> {
-        MeshExecutor::on_processes(step, mesh, backend, threads, limit, auto, None)
+        MeshExecutor::on_processes(step, mesh, backend, threads, limit, auto, overlap, None)
     }
 
     /// [`MeshExecutor::with_limit`] for one process of a multi-process run
     /// (`processes`): the executable runs this process's devices only, and
     /// the processes first check that they compiled the same program.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_processes(
         step: &TrainStep,
         mesh: &Mesh,
@@ -95,12 +98,13 @@ impl MeshExecutor {
         threads: Option<usize>,
         limit: Option<&MemoryLimit>,
         auto: Option<&AutoShardOptions>,
+        overlap: Option<OverlapOptions>,
         processes: Option<&Processes>,
     ) -> Result<MeshExecutor> {
         let ns = step.state.len();
         // The state layouts pinned; with `auto`, the auto-sharder chooses
         // them (and its memory budget holds for the partitioned program).
-        let (pf, mut phases) = super::compile::compile(&step.module, "train_step", mesh, auto, Some(step.state.len()))?;
+        let (pf, mut phases) = super::compile::compile(&step.module, "train_step", mesh, auto, overlap, Some(step.state.len()))?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
         if let Some(limit) = limit {
             let peak = pf.report().peak_live_bytes as u64;
@@ -251,7 +255,11 @@ impl Executor for MeshExecutor {
     fn device_times(&self) -> Option<Vec<weft_runtime::DeviceTime>> {
         match &self.engine {
             Engine::Simulator { .. } => None,
-            Engine::Devices { exe, .. } => Some(exe.stats().times.clone()),
+            // This process's devices only: the others' times are measured
+            // (and averaged) by their own processes.
+            Engine::Devices { exe, .. } => {
+                Some(exe.local_devices().iter().map(|&d| exe.stats().times[d].clone()).collect())
+            }
         }
     }
 

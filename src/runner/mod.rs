@@ -210,6 +210,9 @@ pub struct Prepared {
     /// The training configuration the step was built with (with the
     /// strategy's optimizer-state and gradient annotations).
     pub train_config: weft_compiler::train::TrainConfig,
+    /// The options of the `overlap_collectives` pass (`[overlap]`), or
+    /// `None` when it is off.
+    pub overlap: Option<weft_compiler::partition::overlap::OverlapOptions>,
 }
 
 fn usage(e: impl std::fmt::Display) -> Error {
@@ -285,7 +288,8 @@ pub fn prepare_model(c: &RunConfig, model: &Model, axes: &[&str], ov: &Overrides
             }
         }
     }
-    Ok(Prepared { step, params, batch, strategy, auto, train_config: tc })
+    let overlap = config::OverlapSection::options(c.overlap.as_ref()).map_err(usage)?;
+    Ok(Prepared { step, params, batch, strategy, auto, train_config: tc, overlap })
 }
 
 /// What a finished run reports.

@@ -35,7 +35,7 @@ pub fn predict(
     }
     let auto = prepared.auto.as_ref().map(|o| machine_model(backend, mesh, o));
     let state = Some(prepared.step.state.len());
-    let (pf, _) = super::compile::compile(&prepared.step.module, "train_step", mesh, auto.as_ref(), state)?;
+    let (pf, _) = super::compile::compile(&prepared.step.module, "train_step", mesh, auto.as_ref(), prepared.overlap, state)?;
     Ok(predict_program(&pf.program, mesh, &model))
 }
 
@@ -186,7 +186,7 @@ pub fn model_flops(prepared: &Prepared, mesh: &Mesh) -> Result<f64> {
     let axes: Vec<(&str, usize)> = mesh.axes().iter().map(|a| (a.name.as_str(), 1)).collect();
     let one = Mesh::new(&axes)?;
     let state = Some(prepared.step.state.len());
-    let (pf, _) = super::compile::compile(&prepared.step.module, "train_step", &one, None, state)?;
+    let (pf, _) = super::compile::compile(&prepared.step.module, "train_step", &one, None, None, state)?;
     Ok(predict_program(&pf.program, &one, &AutoShardOptions::default()).flops)
 }
 

@@ -126,13 +126,30 @@ fn executor_with_limit(
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
         Backend::Sim => {
-            Ok(Box::new(MeshExecutor::with_limit(&prepared.step, mesh, MeshBackend::Simulator, None, limit, auto)?))
+            Ok(Box::new(MeshExecutor::with_limit(
+                &prepared.step,
+                mesh,
+                MeshBackend::Simulator,
+                None,
+                limit,
+                auto,
+                prepared.overlap,
+            )?))
         }
         Backend::Runtime(kind) => {
             // The kind's devices must be there (a named error if not).
             let kind = weft_runtime::select_backend(Some(kind.name()))?;
             let backend = MeshBackend::Devices(kind);
-            Ok(Box::new(MeshExecutor::on_processes(&prepared.step, mesh, backend, threads, limit, auto, processes)?))
+            Ok(Box::new(MeshExecutor::on_processes(
+                &prepared.step,
+                mesh,
+                backend,
+                threads,
+                limit,
+                auto,
+                prepared.overlap,
+                processes,
+            )?))
         }
     }
 }

@@ -5,7 +5,7 @@
 //! against it plus the rules that relate keys (heads divide `d_model`,
 //! micro-batches divide the batch).
 
-use super::config::{ModelConfig, RunConfig};
+use super::config::{ModelConfig, OverlapSection, RunConfig};
 use crate::error::{Error, Result};
 use weft_compiler::sharding::Mesh;
 
@@ -172,6 +172,8 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "trace.file", flag: Some("--trace"), range: Range::Text("a file path"), default: "(required with `[trace]`)", note: "a Chrome trace-event JSON of the traced steps (opens in Perfetto); several processes: the rank before the extension" },
     KeySpec { key: "trace.steps", flag: Some("--trace-steps"), range: Range::Text("a step `N` or a half-open range `A..B`, within the run's steps"), default: "the run's second and third steps", note: "" },
     KeySpec { key: "trace.sync", flag: Some("--trace-sync"), range: Range::OneOf(&["true", "false"]), default: "false", note: "each span waits for its device: a GPU's device times (slower)" },
+    KeySpec { key: "overlap.enabled", flag: None, range: Range::OneOf(&["true", "false"]), default: "true", note: "collectives start when their input is ready and are waited for where their result is read (bitwise the same results)" },
+    KeySpec { key: "overlap.prefetch", flag: None, range: Range::Text("a size: `64MiB`, `0`, `1e9`"), default: "`64MiB`", note: "extra bytes per device for collectives started early (gathers); reductions move regardless" },
     KeySpec { key: "stragglers.ratio", flag: None, range: Range::Float { min: 1.0, min_inclusive: false, max: 1e6, max_inclusive: true }, default: "1.5", note: "several processes: a process whose compute exceeds this times the others' median (by 1 ms or more) is slow" },
     KeySpec { key: "stragglers.steps", flag: None, range: int(1, MAX_STEPS), default: "20", note: "slow steps in a row before process 0 warns (once per streak)" },
 ];
@@ -481,6 +483,9 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
     if let Some(s) = &c.stragglers {
         check_float("stragglers.ratio", s.ratio)?;
         check_int("stragglers.steps", s.steps)?;
+    }
+    if let Some(OverlapSection { prefetch: Some(p), .. }) = &c.overlap {
+        OverlapSection::bytes(p).map_err(|e| invalid("overlap.prefetch", format!("`{p}`"), e))?;
     }
     Ok(mesh)
 }

@@ -52,7 +52,10 @@ pub(crate) fn forward_identities(p: &mut DeviceProgram) {
 fn rename_reads(step: &mut Step, alias: &[BufferId]) {
     match step {
         Step::Compute { inputs, .. } => inputs.iter_mut().for_each(|b| *b = alias[b.index()]),
-        Step::ShardSlice { input, .. } | Step::Collective { input, .. } => *input = alias[input.index()],
+        Step::ShardSlice { input, .. } | Step::Collective { input, .. } | Step::Start { input, .. } => {
+            *input = alias[input.index()]
+        }
+        Step::Done(_) => {}
         Step::Free(bs) => bs.iter_mut().for_each(|b| *b = alias[b.index()]),
     }
 }
@@ -101,16 +104,21 @@ pub(crate) fn fold_transposes_into_dots(p: &mut DeviceProgram) {
 pub(crate) fn reads(step: &Step) -> Vec<BufferId> {
     match step {
         Step::Compute { inputs, .. } => inputs.clone(),
-        Step::ShardSlice { input, .. } | Step::Collective { input, .. } => vec![*input],
-        Step::Free(_) => Vec::new(),
+        Step::ShardSlice { input, .. } | Step::Collective { input, .. } | Step::Start { input, .. } => vec![*input],
+        Step::Done(_) | Step::Free(_) => Vec::new(),
     }
 }
 
-/// Every buffer a step defines.
+/// Every buffer a step defines. A started collective's output counts as
+/// written by both its start and its `done` (the later one is where it
+/// becomes live), so the two live and die together.
 pub(crate) fn writes(step: &Step) -> Vec<BufferId> {
     match step {
         Step::Compute { outputs, .. } => outputs.clone(),
-        Step::ShardSlice { output, .. } | Step::Collective { output, .. } => vec![*output],
+        Step::ShardSlice { output, .. } | Step::Collective { output, .. } | Step::Start { output, .. } => {
+            vec![*output]
+        }
+        Step::Done(b) => vec![*b],
         Step::Free(_) => Vec::new(),
     }
 }
@@ -205,10 +213,13 @@ pub(crate) fn compact(p: &mut DeviceProgram) {
     for s in &mut p.steps {
         match s {
             Step::Compute { inputs, outputs, .. } => inputs.iter_mut().chain(outputs.iter_mut()).for_each(m),
-            Step::ShardSlice { input, output, .. } | Step::Collective { input, output, .. } => {
+            Step::ShardSlice { input, output, .. }
+            | Step::Collective { input, output, .. }
+            | Step::Start { input, output, .. } => {
                 m(input);
                 m(output);
             }
+            Step::Done(b) => m(b),
             Step::Free(bs) => bs.iter_mut().for_each(m),
         }
     }

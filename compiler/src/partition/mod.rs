@@ -15,7 +15,8 @@
 //! path per strategy.
 //!
 //! Pieces: `lower` (instructions), `reshard` (plans to steps), `liveness`
-//! (fusion, frees), [`report`] (memory and communication per device),
+//! (fusion, frees), [`overlap`] (collectives split into start and done
+//! around the compute they overlap), [`report`] (memory and communication per device),
 //! [`host`] (global tensors to blocks and back). The text form and
 //! the semantics of device programs are written in `specs/device-program.md`.
 
@@ -23,6 +24,7 @@ mod builder;
 pub mod host;
 pub(crate) mod liveness;
 mod lower;
+pub mod overlap;
 pub mod report;
 mod reshard;
 

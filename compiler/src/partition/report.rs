@@ -67,12 +67,12 @@ impl ProgramReport {
         for s in &p.steps {
             match s {
                 Step::Compute { .. } => r.compute_steps += 1,
-                Step::Collective { op, input, output } => {
+                Step::Collective { op, input, output } | Step::Start { op, input, output } => {
                     let stat = r.collectives.entry(op.name().to_string()).or_default();
                     stat.count += 1;
                     stat.bytes_per_device += sent_bytes(p, op, bytes(input), bytes(output));
                 }
-                Step::ShardSlice { .. } | Step::Free(_) => {}
+                Step::ShardSlice { .. } | Step::Done(_) | Step::Free(_) => {}
             }
         }
         r.peak_live_bytes = p.peak_live_bytes();

@@ -120,6 +120,17 @@ impl Collective {
             Collective::CollectivePermute { .. } => "collective_permute",
         }
     }
+
+    /// The mnemonic of its start (`all_gather_start`, ...).
+    pub fn start_name(&self) -> &'static str {
+        match self {
+            Collective::AllGather { .. } => "all_gather_start",
+            Collective::AllReduce { .. } => "all_reduce_start",
+            Collective::ReduceScatter { .. } => "reduce_scatter_start",
+            Collective::AllToAll { .. } => "all_to_all_start",
+            Collective::CollectivePermute { .. } => "collective_permute_start",
+        }
+    }
 }
 
 /// One step of a device program.
@@ -154,8 +165,37 @@ pub enum Step {
         /// What this device receives.
         output: BufferId,
     },
+    /// Begins a collective whose result is needed only later (the
+    /// `overlap_collectives` pass splits a [`Step::Collective`] in two):
+    /// this device's contribution is read here, so `input` may be freed
+    /// right after, and `output` becomes live only at the matching
+    /// [`Step::Done`]. The steps between run while the collective is in
+    /// flight. Every device starts collectives in the same (program) order,
+    /// and starting never waits, so no order of `done`s can deadlock.
+    Start {
+        /// Which collective.
+        op: Collective,
+        /// This device's contribution.
+        input: BufferId,
+        /// What this device receives (live from the `done`).
+        output: BufferId,
+    },
+    /// Waits for the collective begun by the [`Step::Start`] whose output is
+    /// this buffer; from here the buffer is live.
+    Done(BufferId),
     /// The buffers are dead from here on.
     Free(Vec<BufferId>),
+}
+
+impl Step {
+    /// The collective of a [`Step::Collective`] or [`Step::Start`], with its
+    /// input and output.
+    pub fn collective(&self) -> Option<(&Collective, BufferId, BufferId)> {
+        match self {
+            Step::Collective { op, input, output } | Step::Start { op, input, output } => Some((op, *input, *output)),
+            _ => None,
+        }
+    }
 }
 
 /// The program every device of a mesh runs.
@@ -227,7 +267,13 @@ impl DeviceProgram {
         for s in &self.steps {
             match s {
                 Step::Compute { outputs, .. } => live += outputs.iter().map(bytes).sum::<usize>(),
-                Step::ShardSlice { output, .. } | Step::Collective { output, .. } => live += bytes(output),
+                // A started collective's result is counted from its start:
+                // its space is held (by the communicator or the device)
+                // while it is in flight.
+                Step::ShardSlice { output, .. } | Step::Collective { output, .. } | Step::Start { output, .. } => {
+                    live += bytes(output)
+                }
+                Step::Done(_) => {}
                 Step::Free(bs) => live -= bs.iter().map(bytes).sum::<usize>(),
             }
             peak = peak.max(live);

@@ -242,6 +242,13 @@ fn return_line(line: &Line, r: &mut Reader) -> PResult<Vec<BufferId>> {
 
 fn step_line(line: &Line, r: &mut Reader) -> PResult<Step> {
     let toks = &line.toks;
+    if toks[0].tok == Tok::Ident("done".into()) {
+        let mut p = Parser::new(toks.clone());
+        p.next();
+        let n = p.value("the buffer of a started collective `%N`")?;
+        end_of_line(&p)?;
+        return Ok(Step::Done(r.id(&n)?));
+    }
     if toks[0].tok == Tok::Ident("free".into()) {
         let mut p = Parser::new(toks.clone());
         p.next();
@@ -251,7 +258,12 @@ fn step_line(line: &Line, r: &mut Reader) -> PResult<Step> {
     }
     // The mnemonic follows the first `=`.
     let mnemonic = toks.iter().position(|t| t.tok == Tok::Punct('=')).and_then(|i| match &toks.get(i + 1)?.tok {
-        Tok::Ident(s) if DEVICE_STEPS.contains(&s.as_str()) => Some(s.clone()),
+        Tok::Ident(s)
+            if DEVICE_STEPS.contains(&s.as_str())
+                || s.strip_suffix("_start").is_some_and(|c| c != "shard_slice" && DEVICE_STEPS.contains(&c)) =>
+        {
+            Some(s.clone())
+        }
         _ => None,
     });
     match mnemonic {
@@ -368,7 +380,12 @@ fn axis_list(p: &mut Parser) -> PResult<Vec<String>> {
 }
 
 /// `%5 = all_reduce %4 {axes = [model], op = sum} : f32[4,16]  // name`.
+/// `%5 = all_reduce_start %4 {...} : f32[4,16]` starts the same collective.
 fn device_step(line: &Line, m: &str, r: &mut Reader) -> PResult<Step> {
+    let (m, started) = match m.strip_suffix("_start") {
+        Some(c) => (c, true),
+        None => (m, false),
+    };
     let mut p = Parser::new(line.toks.clone());
     let out = p.value("the step's result buffer `%N`")?;
     p.expect('=')?;
@@ -389,7 +406,7 @@ fn device_step(line: &Line, m: &str, r: &mut Reader) -> PResult<Step> {
     let input = r.id(&input)?;
     let output = r.define(&out, ty, line.comment.clone())?;
     let mut v = Vals(vals.into_iter());
-    let step = |op| Step::Collective { op, input, output };
+    let step = |op| if started { Step::Start { op, input, output } } else { Step::Collective { op, input, output } };
     Ok(match m {
         "shard_slice" => Step::ShardSlice { input, output, dims: v.dims() },
         "all_gather" => step(Collective::AllGather { dim: v.int(), axes: v.axes() }),
@@ -479,6 +496,50 @@ device_program @main mesh [data=2, model=4] {
         assert_eq!(parse_program(&print_program(&p)).unwrap(), p);
         assert_eq!(p.to_string(), EXAMPLE);
         assert_eq!(EXAMPLE.parse::<DeviceProgram>().unwrap(), p);
+    }
+
+    #[test]
+    fn started_collectives_round_trip_and_verify() {
+        let text = "\
+device_program @f mesh [data=2] {
+  input %0 : f32[4]  // g
+  %1 = all_reduce_start %0 {axes = [data], op = sum} : f32[4]  // g_sum
+  free %0
+  %2 = all_gather_start %1 {dim = 0, axes = [data]} : f32[8]
+  %3 = neg %1 : f32[4]
+  done %1
+  done %2
+  return %1, %2, %3
+}
+";
+        let p = parse_program(text).unwrap();
+        assert_eq!(
+            p.steps[0],
+            Step::Start {
+                op: Collective::AllReduce { axes: vec!["data".into()], op: crate::ReduceOp::Sum },
+                input: BufferId(0),
+                output: BufferId(1)
+            }
+        );
+        assert_eq!(p.steps[4], Step::Done(BufferId(1)));
+        assert_eq!(print_program(&p), text);
+        // %1 is read (by the all_gather start and by `neg`) before its done.
+        let e = verify_program(&p).unwrap_err().to_string();
+        assert!(e.contains("step 2 (`all_gather_start`): buffer %1 is used before its collective is done"), "{e}");
+        assert!(e.contains("step 3 (`neg`): buffer %1 is used before its collective is done"), "{e}");
+        let fixed = text
+            .replace("  %2 = all_gather_start %1 {dim = 0, axes = [data]} : f32[8]\n", "")
+            .replace("  %3 = neg %1 : f32[4]\n  done %1\n", "  done %1\n  %3 = neg %1 : f32[4]\n")
+            .replace("  done %2\n", "  %2 = all_gather_start %1 {dim = 0, axes = [data]} : f32[8]\n  done %2\n");
+        verify_program(&parse_program(&fixed).unwrap()).unwrap();
+        let never = fixed.replace("  done %2\n", "");
+        let e = verify_program(&parse_program(&never).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("the end: the collective started for %2 is never done"), "{e}");
+        let twice = fixed.replace("  done %2\n", "  done %2\n  done %2\n");
+        let e = verify_program(&parse_program(&twice).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("`done`): buffer %2 has no collective in flight"), "{e}");
+        let e = error(&fixed.replace("all_gather_start", "shard_slice_start"));
+        assert!(e.contains("7:8: unknown op `shard_slice_start`"), "{e}");
     }
 
     #[test]

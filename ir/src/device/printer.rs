@@ -73,15 +73,16 @@ pub fn print_step(p: &DeviceProgram, step: &Step) -> String {
                 name_comment(p, *output)
             )
         }
-        Step::Collective { op, input, output } => format!(
+        Step::Collective { op, input, output } | Step::Start { op, input, output } => format!(
             "{} = {} {} {{{}}} : {}{}",
             buf(*output),
-            op.name(),
+            if matches!(step, Step::Start { .. }) { op.start_name() } else { op.name() },
             buf(*input),
             collective_attrs(op),
             ty(p, *output),
             name_comment(p, *output)
         ),
+        Step::Done(b) => format!("done {}", buf(*b)),
         Step::Free(bs) => format!("free {}", list_bufs(bs)),
     }
 }

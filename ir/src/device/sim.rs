@@ -100,12 +100,16 @@ fn run_step(p: &DeviceProgram, step: &Step, slots: &mut [Vec<Option<HostTensor>>
                 s[output.index()] = Some(t);
             }
         }
-        Step::Collective { op, input, output } => {
+        // A started collective is computed at its start: its result is the
+        // same whenever it is taken, and the verified program reads it only
+        // after its `done`.
+        Step::Collective { op, input, output } | Step::Start { op, input, output } => {
             let results = collective(p, op, *input, slots)?;
             for (d, t) in results.into_iter().enumerate() {
                 slots[d][output.index()] = Some(t);
             }
         }
+        Step::Done(_) => {}
         Step::Free(bs) => {
             for s in slots.iter_mut() {
                 for &b in bs {

@@ -10,7 +10,9 @@
 //! local operand types; shard slices and collectives name existing, distinct
 //! mesh axes, dimensions in range, extents divisible by the group size, and
 //! output types that follow from their input; permutation pairs name devices
-//! of the mesh, each at most once as a source and once as a target.
+//! of the mesh, each at most once as a source and once as a target; a
+//! started collective's output is read only after its `done`, and every
+//! start has one.
 
 use super::{BufferId, Collective, DeviceProgram, Step};
 use crate::{infer, Diagnostic, IrError, NoFunctions, Op, TensorType};
@@ -18,6 +20,8 @@ use crate::{infer, Diagnostic, IrError, NoFunctions, Op, TensorType};
 #[derive(Copy, Clone, PartialEq)]
 enum State {
     Undefined,
+    /// Started by a collective, not yet done.
+    InFlight,
     Live,
     Freed,
 }
@@ -49,6 +53,7 @@ impl Checker<'_> {
         match self.state[b.index()] {
             State::Live => {}
             State::Undefined => self.bad(format!("buffer %{} is used before it is defined", b.0)),
+            State::InFlight => self.bad(format!("buffer %{} is used before its collective is done", b.0)),
             State::Freed => self.bad(format!("buffer %{} is used after it was freed", b.0)),
         }
         Some(self.p.ty(b))
@@ -128,11 +133,23 @@ impl Checker<'_> {
                     self.expect("the output", &o, &want);
                 }
             }
-            Step::Collective { op, input, output } => {
+            Step::Collective { op, input, output } | Step::Start { op, input, output } => {
                 let Some(t) = self.use_buf(*input).cloned() else { return };
                 let Some(o) = self.define(*output).cloned() else { return };
+                if matches!(step, Step::Start { .. }) {
+                    self.state[output.index()] = State::InFlight;
+                }
                 if let Some(want) = self.collective(op, &t) {
                     self.expect("the output", &o, &want);
+                }
+            }
+            Step::Done(b) => {
+                if !self.exists(*b) {
+                    return;
+                }
+                match self.state[b.index()] {
+                    State::InFlight => self.state[b.index()] = State::Live,
+                    _ => self.bad(format!("buffer %{} has no collective in flight", b.0)),
                 }
             }
             Step::Free(bs) => {
@@ -267,6 +284,12 @@ pub fn verify_program(p: &DeviceProgram) -> Result<(), IrError> {
         c.subject = format!("output {k}");
         c.use_buf(b);
     }
+    c.subject = "the end".into();
+    for b in 0..p.buffers.len() {
+        if c.state[b] == State::InFlight {
+            c.bad(format!("the collective started for %{b} is never done"));
+        }
+    }
     if c.problems.is_empty() {
         Ok(())
     } else {
@@ -280,6 +303,8 @@ pub fn step_name(step: &Step) -> &'static str {
         Step::Compute { op, .. } => op.name(),
         Step::ShardSlice { .. } => "shard_slice",
         Step::Collective { op, .. } => op.name(),
+        Step::Start { op, .. } => op.start_name(),
+        Step::Done(_) => "done",
         Step::Free(_) => "free",
     }
 }

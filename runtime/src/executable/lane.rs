@@ -2,8 +2,11 @@
 //! through the whole device program.
 //!
 //! A lane runs the program segment by segment ([`super::plan::Segment`]):
-//! each of its devices runs the segment's local steps, then each
-//! contributes to the closing collective, then each receives. With one
+//! each of its devices runs the segment's local steps (contributing to the
+//! collectives started among them, which never waits), then each
+//! contributes to the closing collective, if it is one, then each receives
+//! (the closing collective's result, or that of the collective a `done`
+//! waits for). With one
 //! device per lane this is the classic one-worker-per-device executor; with
 //! every device in one lane it is the old lockstep executor. Results do not
 //! depend on the split: only collectives couple devices, and the
@@ -78,6 +81,9 @@ pub(crate) struct DeviceRun<'a, B: Backend> {
     /// Where the device's time went ([`crate::DeviceTime`]; the lane sets
     /// the wall time).
     pub time: crate::DeviceTime,
+    /// Results of device-native collectives started and not yet done, by
+    /// the step that started them.
+    pub native: Vec<(usize, B::Buffer)>,
 }
 
 impl<B: Backend> DeviceRun<'_, B> {
@@ -116,72 +122,95 @@ pub(crate) fn run_lane<B: Backend>(ctx: &RunCtx<'_>, devices: &mut [DeviceRun<'_
     for seg in &ctx.plan.segments {
         for dev in devices.iter_mut() {
             let t = std::time::Instant::now();
+            let communicated = dev.time.communication;
             for i in seg.local.clone() {
+                if matches!(ctx.program.steps[i], Step::Start { .. }) {
+                    guard(ctx, dev.device, contribute(ctx, dev, i))?;
+                    continue;
+                }
                 let begun = dev.clock();
                 guard(ctx, dev.device, run_local(ctx, dev, i))?;
                 if begun.is_some() {
                     trace_local(ctx, dev, i, begun);
                 }
             }
-            dev.time.compute += t.elapsed();
+            dev.time.compute += t.elapsed().saturating_sub(dev.time.communication - communicated);
         }
-        let Some(i) = seg.collective else { continue };
-        let Step::Collective { op, input, .. } = &ctx.program.steps[i] else {
-            unreachable!("segments end at collectives")
-        };
-        let members = ctx.plan.members[i].as_ref().expect("planned collective");
-        // Per device: the result of a device-native collective
-        // (`Backend::collective_on_device`), which never meets the host.
-        let mut native: Vec<Option<B::Buffer>> = (0..devices.len()).map(|_| None).collect();
-        for (k, dev) in devices.iter_mut().enumerate() {
-            let started = std::time::Instant::now();
-            let m = &members[dev.device];
-            let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
-            let what = || (ctx.program.ty(*input).size_bytes() as u64, format!("group {:?}", m.group));
-            let begun = dev.clock();
-            if let Some(r) = dev.backend.collective_on_device(call, dev.slots.get(*input)) {
-                let buf = guard(ctx, dev.device, r.map_err(|e| e.at_step(dev.device, i, op.name())))?;
-                if ctx.plan.consumes[i] {
-                    let used = dev.slots.take(*input);
-                    dev.backend.free(used);
+        let Some(i) = seg.wait else { continue };
+        // The collective the segment waits for: this step's, or the one
+        // its `done` started.
+        let started = match ctx.plan.started[i] {
+            Some(s) => s,
+            None => {
+                for dev in devices.iter_mut() {
+                    guard(ctx, dev.device, contribute(ctx, dev, i))?;
                 }
-                native[k] = Some(buf);
-                dev.span(begun, SpanKind::Collective, op.name(), Some(i), what);
-                dev.time.communication += started.elapsed();
-                continue;
+                i
             }
-            let t = if ctx.plan.consumes[i] {
-                let buf = dev.slots.take(*input);
-                dev.backend.download_owned(buf)
-            } else {
-                dev.backend.download(dev.slots.get(*input))
-            };
-            let t = guard(ctx, dev.device, t.map_err(|e| e.at_step(dev.device, i, op.name())))?;
-            dev.transfers.count_download(&t, Transfer::Collective);
-            guard(ctx, dev.device, ctx.comm.contribute(call, t))?;
-            dev.span(begun, SpanKind::Contribute, op.name(), Some(i), what);
-            dev.time.communication += started.elapsed();
-        }
-        for (k, dev) in devices.iter_mut().enumerate() {
-            let Step::Collective { output, .. } = &ctx.program.steps[i] else { unreachable!() };
-            if let Some(buf) = native[k].take() {
-                dev.slots.put(*output, buf);
-                continue;
-            }
-            let started = std::time::Instant::now();
-            let m = &members[dev.device];
-            let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
-            let begun = dev.clock();
-            let t = guard(ctx, dev.device, ctx.comm.receive(call))?;
-            dev.transfers.count_upload(&t, Transfer::Collective);
-            let bytes = t.ty().size_bytes() as u64;
-            let buf =
-                guard(ctx, dev.device, dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name())))?;
-            dev.slots.put(*output, buf);
-            dev.span(begun, SpanKind::Receive, op.name(), Some(i), || (bytes, format!("group {:?}", m.group)));
-            dev.time.communication += started.elapsed();
+        };
+        for dev in devices.iter_mut() {
+            guard(ctx, dev.device, receive(ctx, dev, started))?;
         }
     }
+    Ok(())
+}
+
+/// This device's part of the start of the collective of step `i` (a
+/// collective or a start): its contribution to the communicator, or a
+/// device-native collective (`Backend::collective_on_device`, whose result
+/// never meets the host and waits in [`DeviceRun::native`]).
+fn contribute<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize) -> Result<(), RuntimeError> {
+    let (op, input, _) = ctx.program.steps[i].collective().expect("a collective step");
+    let started = std::time::Instant::now();
+    let m = &ctx.plan.members[i].as_ref().expect("planned collective")[dev.device];
+    let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
+    let what = || (ctx.program.ty(input).size_bytes() as u64, format!("group {:?}", m.group));
+    let begun = dev.clock();
+    if let Some(r) = dev.backend.collective_on_device(call, dev.slots.get(input)) {
+        let buf = r.map_err(|e| e.at_step(dev.device, i, op.name()))?;
+        if ctx.plan.consumes[i] {
+            let used = dev.slots.take(input);
+            dev.backend.free(used);
+        }
+        dev.native.push((i, buf));
+        dev.span(begun, SpanKind::Collective, op.name(), Some(i), what);
+        dev.time.communication += started.elapsed();
+        return Ok(());
+    }
+    let t = if ctx.plan.consumes[i] {
+        let buf = dev.slots.take(input);
+        dev.backend.download_owned(buf)
+    } else {
+        dev.backend.download(dev.slots.get(input))
+    };
+    let t = t.map_err(|e| e.at_step(dev.device, i, op.name()))?;
+    dev.transfers.count_download(&t, Transfer::Collective);
+    ctx.comm.contribute(call, t)?;
+    dev.span(begun, SpanKind::Contribute, op.name(), Some(i), what);
+    dev.time.communication += started.elapsed();
+    Ok(())
+}
+
+/// What this device receives from the collective started at step `i`,
+/// put in its output buffer.
+fn receive<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize) -> Result<(), RuntimeError> {
+    let (op, _, output) = ctx.program.steps[i].collective().expect("a collective step");
+    if let Some(k) = dev.native.iter().position(|(s, _)| *s == i) {
+        let (_, buf) = dev.native.swap_remove(k);
+        dev.slots.put(output, buf);
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let m = &ctx.plan.members[i].as_ref().expect("planned collective")[dev.device];
+    let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
+    let begun = dev.clock();
+    let t = ctx.comm.receive(call)?;
+    dev.transfers.count_upload(&t, Transfer::Collective);
+    let bytes = t.ty().size_bytes() as u64;
+    let buf = dev.backend.upload_owned(t).map_err(|e| e.at_step(dev.device, i, op.name()))?;
+    dev.slots.put(output, buf);
+    dev.span(begun, SpanKind::Receive, op.name(), Some(i), || (bytes, format!("group {:?}", m.group)));
+    dev.time.communication += started.elapsed();
     Ok(())
 }
 
@@ -309,7 +338,8 @@ fn run_local<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize)
                 free(dev, &plan.frees[i]);
                 Ok(())
             }
-            Step::Collective { .. } => unreachable!("collectives close segments"),
+            Step::Collective { .. } | Step::Done(_) => unreachable!("waits close segments"),
+            Step::Start { .. } => unreachable!("starts are contributions"),
         },
     }
 }

@@ -318,6 +318,12 @@ where
         &self.stats
     }
 
+    /// The mesh devices this executable runs (all of them in one process;
+    /// this process's share of a multi-process run), ascending.
+    pub fn local_devices(&self) -> &[usize] {
+        &self.local
+    }
+
     /// The positions of the donated inputs, in input order.
     pub fn donated_inputs(&self) -> &[usize] {
         &self.shared.donated
@@ -717,7 +723,7 @@ fn run<B: Backend>(
         let (device, backend) = (lane.devices[k], &lane.backends[k]);
         let trace = clock.map(|(mode, start)| Recorder::new(mode, start, device));
         let (slots, transfers, time) = (Slots::new(p), TransferStats::default(), crate::DeviceTime::default());
-        let mut dev = DeviceRun { device, backend, slots, transfers, trace, time };
+        let mut dev = DeviceRun { device, backend, slots, transfers, trace, time, native: Vec::new() };
         let t = std::time::Instant::now();
         let mut ins = ins.into_iter();
         for (i, &b) in p.inputs.iter().enumerate() {

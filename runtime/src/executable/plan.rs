@@ -28,14 +28,16 @@ pub(crate) struct Membership {
     pub rank: usize,
 }
 
-/// A stretch of steps every device runs on its own, then (unless the
-/// program ends) the collective that closes it.
+/// A stretch of steps every device runs on its own (starts of collectives
+/// among them: they never wait), then (unless the program ends) the step
+/// that waits for the group: a collective, or the `done` of one started
+/// before.
 #[derive(Clone, Debug)]
 pub(crate) struct Segment {
-    /// Steps before the collective.
+    /// Steps before the wait.
     pub local: Range<usize>,
-    /// The collective step, if the segment ends with one.
-    pub collective: Option<usize>,
+    /// The waiting step, if the segment ends with one.
+    pub wait: Option<usize>,
 }
 
 /// The per-program, per-device facts a run needs.
@@ -47,8 +49,10 @@ pub(crate) struct Plan {
     pub segments: Vec<Segment>,
     /// Per step: for a shard slice, the slice op of each device.
     pub slices: Vec<Option<Vec<Op>>>,
-    /// Per step: for a collective, each device's group and rank.
+    /// Per step: for a collective or a start, each device's group and rank.
     pub members: Vec<Option<Vec<Membership>>>,
+    /// Per step: for a `done`, the step that started its collective.
+    pub started: Vec<Option<usize>>,
     /// Per step: a collective or a `reshape` that is the last reader of
     /// its input, which may therefore be handed over rather than copied.
     pub consumes: Vec<bool>,
@@ -96,6 +100,8 @@ impl Plan {
         let mut segments = Vec::new();
         let mut slices = vec![None; p.steps.len()];
         let mut members = vec![None; p.steps.len()];
+        let mut started = vec![None; p.steps.len()];
+        let mut starts = std::collections::HashMap::new();
         let mut start = 0;
         for (i, step) in p.steps.iter().enumerate() {
             match step {
@@ -105,26 +111,37 @@ impl Plan {
                 }
                 Step::Collective { op, .. } => {
                     members[i] = Some(memberships(p, op));
-                    segments.push(Segment { local: start..i, collective: Some(i) });
+                    segments.push(Segment { local: start..i, wait: Some(i) });
+                    start = i + 1;
+                }
+                Step::Start { op, output, .. } => {
+                    members[i] = Some(memberships(p, op));
+                    starts.insert(*output, i);
+                }
+                Step::Done(b) => {
+                    started[i] = Some(starts[b]);
+                    segments.push(Segment { local: start..i, wait: Some(i) });
                     start = i + 1;
                 }
                 _ => {}
             }
         }
-        segments.push(Segment { local: start..p.steps.len(), collective: None });
+        segments.push(Segment { local: start..p.steps.len(), wait: None });
         let mut last_read = vec![usize::MAX; p.buffers.len()];
         for (i, step) in p.steps.iter().enumerate() {
             match step {
                 Step::Compute { inputs, .. } => inputs.iter().for_each(|b| last_read[b.index()] = i),
-                Step::ShardSlice { input, .. } | Step::Collective { input, .. } => last_read[input.index()] = i,
-                Step::Free(_) => {}
+                Step::ShardSlice { input, .. } | Step::Collective { input, .. } | Step::Start { input, .. } => {
+                    last_read[input.index()] = i
+                }
+                Step::Done(_) | Step::Free(_) => {}
             }
         }
         let mut consumes = vec![false; p.steps.len()];
         let mut consumed = HashSet::new();
         for (i, step) in p.steps.iter().enumerate() {
             let input = match step {
-                Step::Collective { input, .. } => input,
+                Step::Collective { input, .. } | Step::Start { input, .. } => input,
                 Step::Compute { op: Op::Reshape { .. }, inputs, .. } if actions[i] == Action::Run => &inputs[0],
                 _ => continue,
             };
@@ -144,7 +161,7 @@ impl Plan {
             })
             .collect();
         let donors = chains.iter().map(|c| if fusion.in_place { take_donor(p, c, &mut frees) } else { None }).collect();
-        Plan { actions, chains, chain_frees, segments, slices, members, consumes, frees, donors }
+        Plan { actions, chains, chain_frees, segments, slices, members, started, consumes, frees, donors }
     }
 }
 

@@ -1,12 +1,22 @@
 //! [`ProcessComm`]: the communicator of one process of a multi-process run.
 //!
-//! This process's devices contribute to a step in memory. The last one to
-//! arrive makes the step's one exchange with the other processes (each
-//! peer gets the contributions of this process's devices that share a
-//! group with its devices, in ascending device order, and sends the same
-//! back), then computes every local group's result with the same
-//! rank-order fold as [`crate::InProcessComm`], and wakes the waiting
-//! devices. See the [module docs](super) for why.
+//! This process's devices contribute to a step in memory. Once the last one
+//! has arrived, the step's one exchange with the other processes is made
+//! (each peer gets the contributions of this process's devices that share
+//! a group with its devices, in ascending device order, and sends the same
+//! back), then every local group's result is computed with the same
+//! rank-order fold as [`crate::InProcessComm`], and the waiting devices
+//! are woken. See the [module docs](super) for why.
+//!
+//! Several collectives may be in flight (started, [`weft_ir::device::Step::Start`],
+//! and not yet done): steps whose contributions are complete queue up and
+//! are exchanged one at a time, in the order they completed, which is
+//! program order on every process (every device contributes in program
+//! order), so the exchanges of all processes match. By default the thread
+//! that completes a step makes the queued exchanges itself; with
+//! [`ProcessComm::in_background`] a thread of the communicator's own
+//! makes them, so that a device's compute goes on while its collectives
+//! cross to the other processes.
 
 use super::{ProcessGroup, Reduction};
 use crate::collective::{block, combine, combine_pieces, split_dim};
@@ -27,16 +37,23 @@ pub(super) struct Contribution {
 
 #[derive(Default)]
 struct State {
-    /// The step being collected and its contributions, by device.
-    step: usize,
-    contributions: BTreeMap<usize, Contribution>,
-    /// Results not yet received, by device.
-    results: HashMap<usize, HostTensor>,
+    /// Steps being collected and their contributions so far, by device.
+    collecting: BTreeMap<usize, BTreeMap<usize, Contribution>>,
+    /// Steps whose contributions are complete, in the order they completed
+    /// (program order), waiting for their exchange.
+    ready: std::collections::VecDeque<(usize, BTreeMap<usize, Contribution>)>,
+    /// Results not yet received, by (step, device).
+    results: HashMap<(usize, usize), HostTensor>,
     /// The failing device and its error.
     aborted: Option<(usize, String)>,
     /// An exchange with the other processes is in flight (it has its own
     /// deadline, and ends in results or an abort).
     exchanging: bool,
+    /// The background exchanger is asked to stop.
+    closing: bool,
+    /// The background exchanger's failure, for the first device waiting
+    /// (the others are told of it as an abort).
+    failed: Option<RuntimeError>,
 }
 
 /// The communicator of one process of a multi-process run (module docs).
@@ -54,6 +71,9 @@ pub struct ProcessComm {
     pub(super) scratch: Mutex<Vec<f32>>,
     /// How sums across processes are combined ([`Reduction`]).
     pub(super) reduction: Reduction,
+    /// Exchanges are made by a thread of the communicator's own
+    /// ([`ProcessComm::in_background`]).
+    background: bool,
 }
 
 impl ProcessComm {
@@ -71,7 +91,76 @@ impl ProcessComm {
             changed: Condvar::new(),
             scratch: Mutex::new(Vec::new()),
             reduction: Reduction::Deterministic,
+            background: false,
         }
+    }
+
+    /// This communicator with its exchanges made by a thread of its own,
+    /// so that the devices' compute goes on while started collectives
+    /// cross to the other processes (the runner asks for it when the
+    /// program starts collectives early). The thread ends when the
+    /// returned communicator is dropped.
+    pub fn in_background(mut self) -> Background {
+        self.background = true;
+        let comm = std::sync::Arc::new(self);
+        let worker = comm.clone();
+        let thread = std::thread::Builder::new()
+            .name("weft-exchange".into())
+            .spawn(move || worker.exchange_loop())
+            .expect("spawning the exchange thread");
+        Background { comm, thread: Some(thread) }
+    }
+
+    /// The background exchanger: every queued step, in order, until the
+    /// communicator closes. After an abort queued steps are dropped (their
+    /// devices are told by the abort).
+    fn exchange_loop(&self) {
+        let mut s = self.lock();
+        loop {
+            if s.aborted.is_some() {
+                s.ready.clear();
+            }
+            match s.ready.pop_front() {
+                Some((step, mine)) => {
+                    let (next, done) = self.exchange(s, step, mine);
+                    s = next;
+                    if let Err(e) = done {
+                        s.failed.get_or_insert(e);
+                    }
+                }
+                None if s.closing => return,
+                None => s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+    }
+
+    /// Makes the exchange of `step` (with the lock released meanwhile),
+    /// then records its results or its failure (also returned) and wakes
+    /// the waiters.
+    fn exchange<'a>(
+        &'a self,
+        mut s: std::sync::MutexGuard<'a, State>,
+        step: usize,
+        mine: BTreeMap<usize, Contribution>,
+    ) -> (std::sync::MutexGuard<'a, State>, Result<(), RuntimeError>) {
+        s.exchanging = true;
+        drop(s);
+        let first = *mine.keys().next().expect("a process owns at least one device");
+        let done = self.complete(step, mine);
+        let mut s = self.lock();
+        s.exchanging = false;
+        let out = match done {
+            Ok(results) => {
+                s.results.extend(results.into_iter().map(|(d, t)| ((step, d), t)));
+                Ok(())
+            }
+            Err(e) => {
+                s.aborted.get_or_insert((first, e.to_string()));
+                Err(e)
+            }
+        };
+        self.changed.notify_all();
+        (s, out)
     }
 
     /// This communicator with sums across processes combined in mode
@@ -493,65 +582,55 @@ impl Communicator for ProcessComm {
         if let Some(e) = aborted(&s, &call) {
             return Err(e);
         }
-        if s.contributions.is_empty() {
-            s.step = call.step;
-        } else if s.step != call.step {
-            // Every device runs the same steps in the same order; a mismatch
-            // is a broken program or executor, reported rather than trusted.
-            return Err(RuntimeError::InvalidProgram {
-                program: String::new(),
-                step: Some(call.step),
-                message: format!(
-                    "device {} reached step {} while step {} was collecting",
-                    call.device(),
-                    call.step,
-                    s.step
-                ),
-            });
-        }
         let contribution = Contribution { op: call.op.clone(), group: call.group.to_vec(), input };
-        s.contributions.insert(call.device(), contribution);
-        if s.contributions.len() < self.local {
+        let step = s.collecting.entry(call.step).or_default();
+        step.insert(call.device(), contribution);
+        if step.len() < self.local {
             return Ok(());
         }
-        let mine = std::mem::take(&mut s.contributions);
-        s.exchanging = true;
-        drop(s);
-        let done = self.complete(call.step, mine);
-        let mut s = self.lock();
-        s.exchanging = false;
-        let out = match done {
-            Ok(results) => {
-                s.results.extend(results);
-                Ok(())
+        let mine = s.collecting.remove(&call.step).expect("collecting");
+        s.ready.push_back((call.step, mine));
+        if self.background {
+            self.changed.notify_all();
+            return Ok(());
+        }
+        // The thread that completes a step makes the queued exchanges, in
+        // order, unless another thread is making them already.
+        if s.exchanging {
+            return Ok(());
+        }
+        while let Some((step, mine)) = s.ready.pop_front() {
+            let (next, done) = self.exchange(s, step, mine);
+            s = next;
+            if let Err(e) = done {
+                s.ready.clear();
+                return Err(e);
             }
-            Err(e) => {
-                s.aborted.get_or_insert((call.device(), e.to_string()));
-                Err(e)
-            }
-        };
-        self.changed.notify_all();
-        out
+        }
+        Ok(())
     }
 
     fn receive(&self, call: CollectiveCall<'_>) -> Result<HostTensor, RuntimeError> {
         let deadline = Instant::now() + self.timeout;
         let mut s = self.lock();
         loop {
-            if let Some(t) = s.results.remove(&call.device()) {
+            if let Some(t) = s.results.remove(&(call.step, call.device())) {
                 return Ok(t);
             }
             if let Some(e) = aborted(&s, &call) {
-                return Err(e);
+                return Err(s.failed.take().unwrap_or(e));
             }
             let now = Instant::now();
-            if s.exchanging {
+            // A step whose exchange is queued or under way ends in results
+            // or an abort within the exchange's own deadline.
+            if s.exchanging || s.ready.iter().any(|(step, _)| *step == call.step) {
                 s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
             if now >= deadline {
+                let here = s.collecting.get(&call.step);
                 let missing: Vec<usize> = (0..self.owner.len())
-                    .filter(|d| self.owner[*d] == self.group.rank() && !s.contributions.contains_key(d))
+                    .filter(|d| self.owner[*d] == self.group.rank() && !here.is_some_and(|c| c.contains_key(d)))
                     .collect();
                 return Err(call.timed_out(self.timeout, missing));
             }
@@ -567,7 +646,44 @@ impl Communicator for ProcessComm {
     fn reset(&self) {
         let mut s = self.lock();
         s.aborted = None;
-        s.contributions.clear();
+        s.failed = None;
+        s.collecting.clear();
+        s.ready.clear();
         s.results.clear();
+    }
+}
+
+/// A [`ProcessComm`] whose exchanges a thread of its own makes
+/// ([`ProcessComm::in_background`]).
+pub struct Background {
+    comm: std::sync::Arc<ProcessComm>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Communicator for Background {
+    fn contribute(&self, call: CollectiveCall<'_>, input: HostTensor) -> Result<(), RuntimeError> {
+        self.comm.contribute(call, input)
+    }
+
+    fn receive(&self, call: CollectiveCall<'_>) -> Result<HostTensor, RuntimeError> {
+        self.comm.receive(call)
+    }
+
+    fn abort(&self, device: usize, reason: String) {
+        self.comm.abort(device, reason)
+    }
+
+    fn reset(&self) {
+        self.comm.reset()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.comm.lock().closing = true;
+        self.comm.changed.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

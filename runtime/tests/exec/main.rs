@@ -17,6 +17,7 @@ mod collectives;
 mod executable;
 mod fusion;
 mod native;
+mod overlap;
 mod processes;
 mod programs;
 mod shared_gpu;

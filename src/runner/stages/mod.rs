@@ -105,7 +105,7 @@ impl Compiled {
             }
             g.results.extend_from_slice(&g.params[..resident]);
         }
-        let (pf, _) = crate::runner::compile::compile(&m, &f.name, mesh, auto, None)?;
+        let (pf, _) = crate::runner::compile::compile(&m, &f.name, mesh, auto, None, None)?;
         let Some(kind) = kind else { return Ok(Compiled::Sim(Box::new(pf))) };
         let donate = (0..resident).map(|i| (i, n_out + i)).collect();
         let options = ExecOptions { threads: Some(1), donate, ..Default::default() };
