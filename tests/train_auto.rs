@@ -64,8 +64,8 @@ fn auto_under_a_memory_budget_stays_under_it_on_the_devices() {
     };
     assert!(budget < replicated, "budget {budget} B does not force sharding (replicated peak {replicated} B)");
     let kind = weft_runtime::select_backend(Some("cpu")).unwrap();
-    let mut e =
-        MeshExecutor::with_limit(&p.step, &mesh, MeshBackend::Devices(kind), None, None, p.auto.as_ref(), None).unwrap();
+    let mut e = MeshExecutor::with_limit(&p.step, &mesh, MeshBackend::Devices(kind), None, None, p.auto.as_ref(), None)
+        .unwrap();
     let state = p.step.init_state(&p.params, 0, 1.0).unwrap();
     e.load(&p.step, &state).unwrap();
     for _ in 0..2 {
@@ -134,8 +134,16 @@ fn the_run_states_the_predicted_step_next_to_the_measured_one() {
         let prepared = prepare(&c, &axes, &ov).unwrap();
         let auto = prepared.auto.as_ref().map(|o| machine_model(weft::runner::Backend::DEFAULT, &mesh, o));
         let kind = weft_runtime::select_backend(Some("cpu")).unwrap();
-        let e = MeshExecutor::with_limit(&prepared.step, &mesh, MeshBackend::Devices(kind), None, None, auto.as_ref(), None)
-            .unwrap();
+        let e = MeshExecutor::with_limit(
+            &prepared.step,
+            &mesh,
+            MeshBackend::Devices(kind),
+            None,
+            None,
+            auto.as_ref(),
+            None,
+        )
+        .unwrap();
         let model = machine_model(weft::runner::Backend::DEFAULT, &mesh, &AutoShardOptions::default());
         let again = predict_program(&e.partitioned().program, &mesh, &model).total;
         assert!((again - predicted).abs() <= 1e-12 * predicted, "{strategy}: {again} vs {predicted}");

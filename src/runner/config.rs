@@ -186,7 +186,9 @@ fn yes() -> bool {
 impl OverlapSection {
     /// The pass's options, or `None` when overlap is off; the prefetch
     /// size must parse (validated before).
-    pub fn options(section: Option<&OverlapSection>) -> Result<Option<weft_compiler::partition::overlap::OverlapOptions>, String> {
+    pub fn options(
+        section: Option<&OverlapSection>,
+    ) -> Result<Option<weft_compiler::partition::overlap::OverlapOptions>, String> {
         let mut o = weft_compiler::partition::overlap::OverlapOptions::default();
         match section {
             Some(s) if !s.enabled => return Ok(None),

@@ -104,7 +104,8 @@ impl MeshExecutor {
         let ns = step.state.len();
         // The state layouts pinned; with `auto`, the auto-sharder chooses
         // them (and its memory budget holds for the partitioned program).
-        let (pf, mut phases) = super::compile::compile(&step.module, "train_step", mesh, auto, overlap, Some(step.state.len()))?;
+        let (pf, mut phases) =
+            super::compile::compile(&step.module, "train_step", mesh, auto, overlap, Some(step.state.len()))?;
         pf.check_runnable(MAX_SIMULATED_DEVICES)?;
         if let Some(limit) = limit {
             let peak = pf.report().peak_live_bytes as u64;
@@ -494,7 +495,14 @@ impl Executor for MeshExecutor {
 
     fn describe(&self) -> String {
         let r = self.pf.report();
-        let colls: Vec<String> = r.collectives.iter().map(|(k, v)| format!("{} {k}", v.count)).collect();
+        let colls: Vec<String> = r
+            .collectives
+            .iter()
+            .map(|(k, v)| match v.started {
+                0 => format!("{} {k}", v.count),
+                s => format!("{} {k} ({s} overlapped)", v.count),
+            })
+            .collect();
         let placement = match &self.engine {
             Engine::Simulator { .. } => format!(
                 "backend sim: {} simulated devices in one thread (logical device d = mesh position d of {}, row-major)",

@@ -72,6 +72,11 @@ pub struct Overrides {
     /// not bitwise reproducible).
     #[arg(long)]
     pub reduction: Option<String>,
+    /// Run every collective where the partitioner put it, waiting for its
+    /// result there (`[overlap] enabled = false`): no collective overlaps
+    /// compute. The results are the same bits either way.
+    #[arg(long)]
+    pub no_overlap: bool,
     /// Seed.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -155,6 +160,10 @@ impl Overrides {
         }
         if let Some(r) = &self.reduction {
             c.reduction = Some(r.clone());
+        }
+        if self.no_overlap {
+            let prefetch = c.overlap.take().and_then(|o| o.prefetch);
+            c.overlap = Some(config::OverlapSection { enabled: false, prefetch });
         }
         if let Some(s) = self.seed {
             c.seed = s;

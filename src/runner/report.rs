@@ -35,7 +35,8 @@ pub fn predict(
     }
     let auto = prepared.auto.as_ref().map(|o| machine_model(backend, mesh, o));
     let state = Some(prepared.step.state.len());
-    let (pf, _) = super::compile::compile(&prepared.step.module, "train_step", mesh, auto.as_ref(), prepared.overlap, state)?;
+    let (pf, _) =
+        super::compile::compile(&prepared.step.module, "train_step", mesh, auto.as_ref(), prepared.overlap, state)?;
     Ok(predict_program(&pf.program, mesh, &model))
 }
 

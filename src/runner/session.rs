@@ -125,17 +125,15 @@ fn executor_with_limit(
             }
             Ok(Box::new(InterpExecutor::new(&prepared.step)?))
         }
-        Backend::Sim => {
-            Ok(Box::new(MeshExecutor::with_limit(
-                &prepared.step,
-                mesh,
-                MeshBackend::Simulator,
-                None,
-                limit,
-                auto,
-                prepared.overlap,
-            )?))
-        }
+        Backend::Sim => Ok(Box::new(MeshExecutor::with_limit(
+            &prepared.step,
+            mesh,
+            MeshBackend::Simulator,
+            None,
+            limit,
+            auto,
+            prepared.overlap,
+        )?)),
         Backend::Runtime(kind) => {
             // The kind's devices must be there (a named error if not).
             let kind = weft_runtime::select_backend(Some(kind.name()))?;

@@ -97,6 +97,10 @@ pub fn overlap_collectives(p: &mut DeviceProgram, opts: &OverlapOptions) {
         for e in &mut extra[start..i] {
             *e += cost;
         }
+        // Its result exists from its `done` (which goes before the dones
+        // and starts that come later at the same place): a collective
+        // reading it starts there at the earliest.
+        def[output.index()] = done;
         placements.push(Placement { step: i, start, done });
     }
     if placements.is_empty() {
@@ -205,6 +209,31 @@ return %2, %4, %6, %7
             "input %0 : f32[4]\ninput %1 : f32[4]\n%3 = all_gather_start %0 {dim = 0, axes = [data]} : f32[8]\n\
              %5 = all_gather_start %1 {dim = 0, axes = [data]} : f32[8]\n%2 = exp %0 : f32[4]"
         ));
+    }
+
+    #[test]
+    fn a_collective_of_a_collective_starts_after_its_done() {
+        let text = "device_program @f mesh [data=2] {
+  input %0 : f32[4]
+  %1 = neg %0 : f32[4]
+  %2 = all_reduce %1 {axes = [data], op = sum} : f32[4]
+  %3 = exp %0 : f32[4]
+  %4 = all_gather %2 {dim = 0, axes = [data]} : f32[8]
+  %5 = tanh %3 : f32[4]
+  return %4, %5
+}";
+        let got = run(text, 1 << 20);
+        let want = "input %0 : f32[4]
+%1 = neg %0 : f32[4]
+%2 = all_reduce_start %1 {axes = [data], op = sum} : f32[4]
+%3 = exp %0 : f32[4]
+done %2
+%4 = all_gather_start %2 {dim = 0, axes = [data]} : f32[8]
+%5 = tanh %3 : f32[4]
+done %4
+return %4, %5
+}";
+        assert_eq!(got, want);
     }
 
     #[test]

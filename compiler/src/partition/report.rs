@@ -22,6 +22,9 @@ pub struct CollectiveStat {
     pub count: usize,
     /// Bytes each device sends, summed over those steps.
     pub bytes_per_device: f64,
+    /// Of those steps, the ones started early and waited for later
+    /// (overlapped with compute: `overlap_collectives`).
+    pub started: usize,
 }
 
 /// Per-device memory and communication of a device program.
@@ -70,6 +73,7 @@ impl ProgramReport {
                 Step::Collective { op, input, output } | Step::Start { op, input, output } => {
                     let stat = r.collectives.entry(op.name().to_string()).or_default();
                     stat.count += 1;
+                    stat.started += usize::from(matches!(s, Step::Start { .. }));
                     stat.bytes_per_device += sent_bytes(p, op, bytes(input), bytes(output));
                 }
                 Step::ShardSlice { .. } | Step::Done(_) | Step::Free(_) => {}
@@ -120,7 +124,8 @@ impl fmt::Display for ProgramReport {
         } else {
             writeln!(f, "collectives (bytes sent per device):")?;
             for (name, s) in &self.collectives {
-                writeln!(f, "  {name}: {} ({} bytes)", s.count, fmt_bytes(s.bytes_per_device))?;
+                let started = if s.started > 0 { format!(", {} overlapped", s.started) } else { String::new() };
+                writeln!(f, "  {name}: {} ({} bytes{started})", s.count, fmt_bytes(s.bytes_per_device))?;
             }
         }
         writeln!(f, "per device: peak live {} bytes", self.peak_live_bytes)?;

@@ -100,8 +100,8 @@ fn run_on_processes(p: &DeviceProgram, processes: usize, background: bool) -> Ve
                     let comm = ProcessComm::new(Arc::new(g), owner, Duration::from_secs(30));
                     let comm: Box<dyn weft_runtime::Communicator> =
                         if background { Box::new(comm.in_background()) } else { Box::new(comm) };
-                    let mut exe = Executable::with_devices(program, local, backends, comm, ExecOptions::default())
-                        .unwrap();
+                    let mut exe =
+                        Executable::with_devices(program, local, backends, comm, ExecOptions::default()).unwrap();
                     exe.run(mine.clone()).unwrap();
                     exe.run(mine).unwrap()
                 })

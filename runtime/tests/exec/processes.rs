@@ -187,8 +187,7 @@ fn a_process_that_never_comes_is_named() {
             if background { Box::new(comm.in_background()) } else { Box::new(comm) };
         let backends = vec![FastCpuBackend::new(); 2];
         let mut exe =
-            Executable::with_devices(case.program.clone(), vec![0, 1], backends, comm, ExecOptions::default())
-                .unwrap();
+            Executable::with_devices(case.program.clone(), vec![0, 1], backends, comm, ExecOptions::default()).unwrap();
         let err = exe.run(vec![vec![case.inputs[0].tensor()], vec![case.inputs[1].tensor()]]).unwrap_err();
         match &err {
             RuntimeError::ProcessTimeout { rank: 0, missing, what, .. } => {
