@@ -17,10 +17,21 @@ const CONFIG: &str = "examples/configs/mlp.toml";
 
 /// Checks the trace-event schema; returns the complete spans.
 fn spans(path: &Path) -> Vec<Value> {
+    trace(path).0
+}
+
+/// A collective in flight: (device, train step, collective, start µs, end µs).
+type Flight = (u64, u64, String, f64, f64);
+
+/// Checks the trace-event schema; returns the complete spans and the
+/// asynchronous (in-flight) ones, each begin matched with its end.
+fn trace(path: &Path) -> (Vec<Value>, Vec<Flight>) {
     let doc: Value = serde_json::from_slice(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let events = doc["traceEvents"].as_array().expect("a traceEvents array");
     let mut named_lanes = BTreeSet::new();
     let mut out = Vec::new();
+    let mut begun: BTreeMap<u64, Value> = BTreeMap::new();
+    let mut flights = Vec::new();
     for e in events {
         let ph = e["ph"].as_str().expect("every event has a phase");
         assert!(e["pid"].is_u64() && e["name"].is_string(), "{e}");
@@ -37,14 +48,29 @@ fn spans(path: &Path) -> Vec<Value> {
                 assert!(ts >= 0.0 && dur >= 0.0, "{e}");
                 out.push(e.clone());
             }
+            "b" => {
+                assert_eq!(e["cat"], "collective.in_flight", "{e}");
+                let id = e["id"].as_u64().expect("an id");
+                assert!(begun.insert(id, e.clone()).is_none(), "id {id} begun twice");
+            }
+            "e" => {
+                let b = begun.remove(&e["id"].as_u64().expect("an id")).unwrap_or_else(|| panic!("end alone: {e}"));
+                assert_eq!((&b["name"], &b["pid"], &b["tid"]), (&e["name"], &e["pid"], &e["tid"]), "{e}");
+                let (ts, end) = (b["ts"].as_f64().unwrap(), e["ts"].as_f64().unwrap());
+                assert!(end >= ts, "{e}");
+                let device = b["tid"].as_u64().unwrap() - 1;
+                let step = b["args"]["train_step"].as_u64().unwrap();
+                flights.push((device, step, b["name"].as_str().unwrap().to_string(), ts, end));
+            }
             other => panic!("unexpected phase {other}: {e}"),
         }
     }
+    assert!(begun.is_empty(), "spans begun and never ended: {begun:?}");
     for s in &out {
         let lane = (s["pid"].as_u64().unwrap(), s["tid"].as_u64().unwrap());
         assert!(s["cat"] == "predicted" || named_lanes.contains(&lane), "span on an unnamed lane: {s}");
     }
-    out
+    (out, flights)
 }
 
 /// Per (device, traced step): how many spans of each collective kind (a
@@ -146,7 +172,24 @@ fn under_mpirun_each_process_writes_its_own_trace() {
     let args = ["--steps", "3", "--mesh", "data=4", "--strategy", "dp", "--trace", t_, "--checkpoint-dir", k_];
     ok(&train(2, CONFIG, &args, &[]), "mpirun -n 2 traced run");
     for rank in 0..2u64 {
-        let spans = spans(&d.path().join(format!("trace.{rank}.json")));
+        let (spans, flights) = trace(&d.path().join(format!("trace.{rank}.json")));
+        // The gradients' all-reduces are in flight while the backward pass
+        // computes: ops of the same device and step run inside them.
+        let overlapped = flights
+            .iter()
+            .filter(|(dev, step, name, from, to)| {
+                name == "all_reduce"
+                    && spans.iter().any(|s| {
+                        let ts = s["ts"].as_f64().unwrap();
+                        s["cat"] == "op"
+                            && s["tid"].as_u64() == Some(dev + 1)
+                            && s["args"]["train_step"].as_u64() == Some(*step)
+                            && ts > *from
+                            && ts + s["dur"].as_f64().unwrap() < *to
+                    })
+            })
+            .count();
+        assert!(overlapped > 0, "process {rank}: no all-reduce overlaps an op: {flights:?}");
         assert!(spans.iter().all(|s| s["pid"] == rank || s["pid"] == 1000 + rank), "rank {rank}");
         let got = collectives(&spans);
         let devices: BTreeSet<u64> = got.keys().map(|k| k.0).collect();

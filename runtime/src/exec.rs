@@ -50,8 +50,14 @@ pub struct DeviceTime {
     pub wall: std::time::Duration,
     /// In the device's ops, fused chains and transfers.
     pub compute: std::time::Duration,
-    /// In the device's collectives.
+    /// In the device's collectives: contributing and waiting (the
+    /// exposed communication).
     pub communication: std::time::Duration,
+    /// Collectives started early in flight while the device did other
+    /// work: for each, from its start to its result, less the device's own
+    /// time in it (summed over collectives, so two in flight at once count
+    /// twice).
+    pub hidden: std::time::Duration,
 }
 
 impl DeviceTime {
@@ -101,7 +107,16 @@ pub fn run_program_stats<B: Backend>(
     let mut devices = Vec::with_capacity(n);
     for (d, (backend, ins)) in backends.iter().zip(inputs).enumerate() {
         let (slots, transfers, time) = (Slots::new(program), Default::default(), Default::default());
-        let mut dev = DeviceRun { device: d, backend, slots, transfers, trace: None, time, native: Vec::new() };
+        let mut dev = DeviceRun {
+            device: d,
+            backend,
+            slots,
+            transfers,
+            trace: None,
+            time,
+            native: Vec::new(),
+            in_flight: Vec::new(),
+        };
         for (&b, t) in program.inputs.iter().zip(ins) {
             let buf = backend.upload_owned(t).map_err(|e| input_err(d, program, b, e))?;
             dev.slots.put(b, buf);

@@ -41,6 +41,10 @@ pub enum SpanKind {
     Contribute,
     /// Waiting for, and uploading, a host-staged collective's result.
     Receive,
+    /// A started collective from its start to its result on the device
+    /// (`Step::Start` .. `Step::Done`): the time it was in flight, which
+    /// the device's other spans in between overlap.
+    InFlight,
     /// A batch input moved host → device.
     Upload,
     /// A metric output moved device → host.
@@ -56,6 +60,7 @@ impl SpanKind {
             SpanKind::Collective => "collective",
             SpanKind::Contribute => "collective.contribute",
             SpanKind::Receive => "collective.receive",
+            SpanKind::InFlight => "collective.in_flight",
             SpanKind::Upload => "upload",
             SpanKind::Download => "download",
         }

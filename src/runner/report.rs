@@ -40,14 +40,19 @@ pub fn predict(
     Ok(predict_program(&pf.program, mesh, &model))
 }
 
-/// `predicted step 70.1 ms (compute 66.0 ms, communication 4.1 ms: 9
-/// all-reduce 2.00 MiB, ...)`.
+/// `predicted step 70.1 ms (compute 66.0 ms, communication 4.1 ms, 3.0
+/// ms of it hidden: 9 all-reduce 2.00 MiB, ...)`.
 pub fn predicted_line(p: &StepPrediction) -> String {
     let comms: Vec<String> =
         p.collectives.iter().map(|(kind, s)| format!("{} {} {}", s.count, kind.name(), fmt_bytes(s.bytes))).collect();
     let comms = if comms.is_empty() { String::new() } else { format!(": {}", comms.join(", ")) };
+    let hidden = if p.hidden_communication > 0.0 {
+        format!(", {} of it hidden", ms(p.hidden_communication))
+    } else {
+        String::new()
+    };
     format!(
-        "cost model: predicted step {} (compute {}, communication {}{comms})",
+        "cost model: predicted step {} (compute {}, communication {}{hidden}{comms})",
         ms(p.total),
         ms(p.compute),
         ms(p.communication)
@@ -70,6 +75,7 @@ pub fn json(p: &StepPrediction, measured: Option<f64>) -> serde_json::Value {
         "step_s": p.total,
         "compute_s": p.compute,
         "communication_s": p.communication,
+        "hidden_communication_s": p.hidden_communication,
         "flops_per_device": p.flops,
         "gemm_flops_per_device": p.dot_flops,
         "streamed_bytes_per_device": p.streamed_bytes,

@@ -479,7 +479,7 @@ pub(crate) fn train_built(
             }
             let mut w = super::trace::TraceWriter::new(&t.file, steps, t.sync, processes.map(|p| p.rank()));
             if let Some(p) = predicted {
-                w.set_prediction(p.compute, p.communication);
+                w.set_prediction(p.compute, (p.total - p.compute).max(0.0));
             }
             Some(w)
         }

@@ -10,6 +10,10 @@
 //!   chain, collective (its kind, group and bytes; a host-staged one as its
 //!   contribution and its receipt, so the wait for the other members
 //!   shows) and host transfer of the step ([`weft_runtime::trace`]);
+//! - a collective started early (overlapped) also as an asynchronous span
+//!   (`ph` `b`/`e`, category `collective.in_flight`) from its start to its
+//!   result on the device, on a track of its own beside the device's, so
+//!   the compute it overlaps shows under it;
 //! - the cost model's prediction of the same step, as a track of its own
 //!   (`pid` 1000 + rank): its compute and communication parts.
 //!
@@ -65,6 +69,8 @@ pub struct TraceWriter {
     devices: std::collections::BTreeSet<usize>,
     /// The cost model's (compute, communication) seconds of a step.
     predicted: Option<(f64, f64)>,
+    /// The last id of an asynchronous (in-flight) span.
+    async_ids: u64,
     written: bool,
 }
 
@@ -81,6 +87,7 @@ impl TraceWriter {
             events: Vec::new(),
             devices: Default::default(),
             predicted: None,
+            async_ids: 0,
             written: false,
         }
     }
@@ -90,7 +97,8 @@ impl TraceWriter {
         &self.path
     }
 
-    /// Shows the cost model's prediction of a step beside each traced one.
+    /// Shows the cost model's prediction of a step beside each traced one:
+    /// its compute, then the communication it does not hide.
     pub fn set_prediction(&mut self, compute_s: f64, communication_s: f64) {
         self.predicted = Some((compute_s, communication_s));
     }
@@ -123,6 +131,22 @@ impl TraceWriter {
             if let Some(i) = sp.step {
                 args["program_step"] = json!(i);
             }
+            if sp.kind == weft_runtime::SpanKind::InFlight {
+                // Spans in flight overlap each other and the device's
+                // spans: asynchronous events, which need not nest.
+                self.async_ids += 1;
+                let (ts, end) = (base + sp.start_ns as f64 / 1e3, base + (sp.start_ns + sp.dur_ns) as f64 / 1e3);
+                let (cat, id) = (sp.kind.name(), self.async_ids);
+                let tid = sp.device as u64 + 1;
+                self.events.push(json!({
+                    "name": sp.name, "cat": cat, "ph": "b", "id": id, "ts": ts, "pid": self.pid, "tid": tid,
+                    "args": args,
+                }));
+                self.events.push(json!({
+                    "name": sp.name, "cat": cat, "ph": "e", "id": id, "ts": end, "pid": self.pid, "tid": tid,
+                }));
+                continue;
+            }
             self.events.push(json!({
                 "name": sp.name, "cat": sp.kind.name(), "ph": "X",
                 "ts": base + sp.start_ns as f64 / 1e3, "dur": sp.dur_ns as f64 / 1e3,
@@ -137,7 +161,7 @@ impl TraceWriter {
                 "pid": pid, "tid": 0, "args": { "train_step": s },
             }));
             self.events.push(json!({
-                "name": "communication (predicted)", "cat": "predicted", "ph": "X", "ts": base + c_us, "dur": m_us,
+                "name": "communication, exposed (predicted)", "cat": "predicted", "ph": "X", "ts": base + c_us, "dur": m_us,
                 "pid": pid, "tid": 0, "args": { "train_step": s },
             }));
         }

@@ -22,8 +22,9 @@ use weft_runtime::DeviceTime;
 /// The sums of the steps recorded so far, per device.
 #[derive(Clone, Debug, Default)]
 pub struct Verdict {
-    /// Per device: wall, compute and communication seconds, summed.
-    sums: Vec<[f64; 3]>,
+    /// Per device: wall, compute, exposed and hidden communication
+    /// seconds, summed.
+    sums: Vec<[f64; 4]>,
     /// Steps recorded.
     steps: u64,
 }
@@ -54,24 +55,26 @@ impl Verdict {
     /// Adds one step's times (the same devices every step).
     pub fn record(&mut self, times: &[DeviceTime]) {
         if self.sums.len() != times.len() {
-            self.sums = vec![[0.0; 3]; times.len()];
+            self.sums = vec![[0.0; 4]; times.len()];
             self.steps = 0;
         }
         for (s, t) in self.sums.iter_mut().zip(times) {
             s[0] += t.wall.as_secs_f64();
             s[1] += t.compute.as_secs_f64();
             s[2] += t.communication.as_secs_f64();
+            s[3] += t.hidden.as_secs_f64();
         }
         self.steps += 1;
     }
 
-    /// Per device, the mean compute, communication and idle seconds of a
-    /// step, and what bounds it.
-    pub fn per_device(&self) -> Vec<([f64; 3], Bound)> {
+    /// Per device, the mean compute, exposed communication, idle and
+    /// hidden communication seconds of a step, and what bounds it (of the
+    /// first three).
+    pub fn per_device(&self) -> Vec<([f64; 4], Bound)> {
         let n = self.steps.max(1) as f64;
         self.sums
             .iter()
-            .map(|[wall, compute, comm]| {
+            .map(|[wall, compute, comm, hidden]| {
                 let (c, m) = (compute / n, comm / n);
                 let idle = (wall / n - c - m).max(0.0);
                 let bound = if c >= m && c >= idle {
@@ -81,14 +84,14 @@ impl Verdict {
                 } else {
                     Bound::Idle
                 };
-                ([c, m, idle], bound)
+                ([c, m, idle, hidden / n], bound)
             })
             .collect()
     }
 
     /// `per device (mean of 9 steps): compute 5.10 ms, communication 1.20
-    /// ms (all exposed), idle 0.40 ms; compute-bound (8 of 8 devices)`;
-    /// `None` before any step.
+    /// ms exposed (3.10 ms more in flight behind compute), idle 0.40 ms;
+    /// compute-bound (8 of 8 devices)`; `None` before any step.
     pub fn line(&self) -> Option<String> {
         let per = self.per_device();
         if self.steps == 0 || per.is_empty() {
@@ -103,8 +106,12 @@ impl Verdict {
                 m
             }
         });
+        let hidden = match mean(3) {
+            h if h > 0.0 => format!(" ({h:.2} ms more in flight behind compute)"),
+            _ => String::new(),
+        };
         Some(format!(
-            "per device (mean of {} steps): compute {:.2} ms, communication {:.2} ms (all exposed), idle {:.2} \
+            "per device (mean of {} steps): compute {:.2} ms, communication {:.2} ms exposed{hidden}, idle {:.2} \
              ms; {}-bound ({} of {} devices)",
             self.steps,
             mean(0),
@@ -122,9 +129,9 @@ impl Verdict {
         let devices: Vec<serde_json::Value> = self
             .per_device()
             .into_iter()
-            .map(|([c, m, i], b)| {
-                serde_json::json!({ "compute_s": c, "communication_s": m, "exposed_communication_s": m,
-                                    "idle_s": i, "bound": b.name() })
+            .map(|([c, m, i, h], b)| {
+                serde_json::json!({ "compute_s": c, "communication_s": m + h, "exposed_communication_s": m,
+                                    "hidden_communication_s": h, "idle_s": i, "bound": b.name() })
             })
             .collect();
         serde_json::json!({ "steps": self.steps, "devices": devices })
@@ -138,7 +145,7 @@ mod tests {
 
     fn t(wall: u64, compute: u64, comm: u64) -> DeviceTime {
         let ms = Duration::from_millis;
-        DeviceTime { wall: ms(wall), compute: ms(compute), communication: ms(comm) }
+        DeviceTime { wall: ms(wall), compute: ms(compute), communication: ms(comm), hidden: ms(comm / 2) }
     }
 
     #[test]
@@ -152,7 +159,12 @@ mod tests {
         assert_eq!(per[1].1, Bound::Communication);
         assert!((per[0].0[0] - 0.007).abs() < 1e-12 && (per[0].0[2] - 0.002).abs() < 1e-12, "{per:?}");
         let line = v.line().unwrap();
-        assert!(line.starts_with("per device (mean of 2 steps): compute 5.00 ms, communication 3.67 ms"), "{line}");
+        assert!(
+            line.starts_with("per device (mean of 2 steps): compute 5.00 ms, communication 3.67 ms exposed"),
+            "{line}"
+        );
+        assert!(line.contains("(1.50 ms more in flight behind compute)"), "{line}");
+        assert!((v.json()["devices"][0]["hidden_communication_s"].as_f64().unwrap() - 0.001).abs() < 1e-12);
         assert!(line.ends_with("compute-bound (2 of 3 devices)"), "{line}");
         assert_eq!(v.json()["devices"][1]["bound"], "communication");
         v.record(&[t(4, 0, 0)]);

@@ -84,6 +84,10 @@ pub(crate) struct DeviceRun<'a, B: Backend> {
     /// Results of device-native collectives started and not yet done, by
     /// the step that started them.
     pub native: Vec<(usize, B::Buffer)>,
+    /// Each started collective not yet done, by the step that started it:
+    /// when it began, the device's time in its start, and (traced) the
+    /// trace clock when it began.
+    pub in_flight: Vec<(usize, std::time::Instant, std::time::Duration, Option<u64>)>,
 }
 
 impl<B: Backend> DeviceRun<'_, B> {
@@ -166,6 +170,7 @@ fn contribute<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize
     let call = CollectiveCall { step: i, op, group: &m.group, rank: m.rank };
     let what = || (ctx.program.ty(input).size_bytes() as u64, format!("group {:?}", m.group));
     let begun = dev.clock();
+    let flight = matches!(ctx.program.steps[i], Step::Start { .. }).then_some((i, started, begun));
     if let Some(r) = dev.backend.collective_on_device(call, dev.slots.get(input)) {
         let buf = r.map_err(|e| e.at_step(dev.device, i, op.name()))?;
         if ctx.plan.consumes[i] {
@@ -175,6 +180,9 @@ fn contribute<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize
         dev.native.push((i, buf));
         dev.span(begun, SpanKind::Collective, op.name(), Some(i), what);
         dev.time.communication += started.elapsed();
+        if let Some((i, at, clock)) = flight {
+            dev.in_flight.push((i, at, at.elapsed(), clock));
+        }
         return Ok(());
     }
     let t = if ctx.plan.consumes[i] {
@@ -188,6 +196,9 @@ fn contribute<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize
     ctx.comm.contribute(call, t)?;
     dev.span(begun, SpanKind::Contribute, op.name(), Some(i), what);
     dev.time.communication += started.elapsed();
+    if let Some((i, at, clock)) = flight {
+        dev.in_flight.push((i, at, at.elapsed(), clock));
+    }
     Ok(())
 }
 
@@ -195,9 +206,17 @@ fn contribute<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize
 /// put in its output buffer.
 fn receive<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize) -> Result<(), RuntimeError> {
     let (op, _, output) = ctx.program.steps[i].collective().expect("a collective step");
+    let flight = dev.in_flight.iter().position(|f| f.0 == i).map(|k| dev.in_flight.swap_remove(k));
+    let what =
+        |m: &super::plan::Membership| (ctx.program.ty(output).size_bytes() as u64, format!("group {:?}", m.group));
     if let Some(k) = dev.native.iter().position(|(s, _)| *s == i) {
         let (_, buf) = dev.native.swap_remove(k);
         dev.slots.put(output, buf);
+        let m = &ctx.plan.members[i].as_ref().expect("planned collective")[dev.device];
+        if let Some((_, at, own, clock)) = flight {
+            dev.time.hidden += at.elapsed().saturating_sub(own);
+            dev.span(clock, SpanKind::InFlight, op.name(), Some(i), || what(m));
+        }
         return Ok(());
     }
     let started = std::time::Instant::now();
@@ -211,6 +230,10 @@ fn receive<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize) -
     dev.slots.put(output, buf);
     dev.span(begun, SpanKind::Receive, op.name(), Some(i), || (bytes, format!("group {:?}", m.group)));
     dev.time.communication += started.elapsed();
+    if let Some((_, at, own, clock)) = flight {
+        dev.time.hidden += at.elapsed().saturating_sub(own + started.elapsed());
+        dev.span(clock, SpanKind::InFlight, op.name(), Some(i), || what(m));
+    }
     Ok(())
 }
 

@@ -723,7 +723,8 @@ fn run<B: Backend>(
         let (device, backend) = (lane.devices[k], &lane.backends[k]);
         let trace = clock.map(|(mode, start)| Recorder::new(mode, start, device));
         let (slots, transfers, time) = (Slots::new(p), TransferStats::default(), crate::DeviceTime::default());
-        let mut dev = DeviceRun { device, backend, slots, transfers, trace, time, native: Vec::new() };
+        let mut dev =
+            DeviceRun { device, backend, slots, transfers, trace, time, native: Vec::new(), in_flight: Vec::new() };
         let t = std::time::Instant::now();
         let mut ins = ins.into_iter();
         for (i, &b) in p.inputs.iter().enumerate() {
