@@ -2,7 +2,7 @@
 # Multi-process step times (needs `cargo build --release --features mpi` and mpirun):
 # - the residual MLP of ../shared/bench (B=256 D=512 H=2048 L=4, SGD) on mesh data=2,model=4
 #   as 1 process x 8 devices, 2 x 4 and 8 x 1, per strategy;
-# - DP weak scaling: 128 rows per process, 1 process (mesh data=1) vs 2 processes (data=2),
+# - DP weak scaling: 128 rows per process, 1 process on one core (mesh data=1) vs 2 processes (data=2),
 #   beside one process running the same data=2 mesh on two worker threads.
 # Prints weft's own steady-state step (median of the steps after the first, process 0).
 # Usage: benches/processes.sh [STEPS]   (default 12)
@@ -36,7 +36,9 @@ for s in dp tp fsdp fsdp_tp; do
   printf "%-8s %12s %12s %12s\n" $s $a $b $c
 done
 cfg one 128; cfg two 256
-t1=$("$W" train $d/one.toml --mesh data=1 --strategy dp | step)
+# One core for the one process, as each of the two processes has one: a
+# lone device would otherwise split its products over both cores.
+t1=$(WEFT_KERNEL_THREADS=1 "$W" train $d/one.toml --mesh data=1 --strategy dp | step)
 t2=$($MPI -n 2 "$W" train $d/two.toml --mesh data=2 --strategy dp | step)
 t2t=$("$W" train $d/two.toml --mesh data=2 --strategy dp | step)
 python3 - "$t1" "$t2" "$t2t" <<'PY'

@@ -108,8 +108,8 @@ fn model_flops_do_not_depend_on_the_layout_and_mfu_is_over_the_peak() {
         // devices of a split mesh communicated.
         let per = s.verdict.per_device();
         assert_eq!(per.len(), mesh.split([',', '=']).filter_map(|x| x.parse::<usize>().ok()).product::<usize>());
-        for ([compute, comm, idle], _) in &per {
-            assert!(*compute > 0.0 && *comm >= 0.0 && *idle >= 0.0, "{per:?}");
+        for ([compute, comm, idle, hidden], _) in &per {
+            assert!(*compute > 0.0 && *comm >= 0.0 && *idle >= 0.0 && *hidden >= 0.0, "{per:?}");
             assert_eq!(*comm > 0.0, strategy != "none", "{mesh} {strategy}: {per:?}");
         }
         s.utilisation.expect("a timed run reports its utilisation")

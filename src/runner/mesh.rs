@@ -258,9 +258,7 @@ impl Executor for MeshExecutor {
             Engine::Simulator { .. } => None,
             // This process's devices only: the others' times are measured
             // (and averaged) by their own processes.
-            Engine::Devices { exe, .. } => {
-                Some(exe.local_devices().iter().map(|&d| exe.stats().times[d].clone()).collect())
-            }
+            Engine::Devices { exe, .. } => Some(exe.local_devices().iter().map(|&d| exe.stats().times[d]).collect()),
         }
     }
 

@@ -33,7 +33,7 @@ use crate::gpu::{CubeBuffer, CubeclBackend};
 use crate::process::ProcessGroup;
 use cubecl::prelude::Runtime;
 use std::time::Duration;
-use weft_ir::device::{Collective, DeviceProgram, Step};
+use weft_ir::device::{Collective, DeviceProgram};
 use weft_ir::{DType, TensorType};
 
 /// A device-native implementation of collectives for the logical devices
@@ -240,7 +240,7 @@ pub fn native_output_type(kind: NativeKind, op: &Collective, ty: &TensorType, n:
 pub fn native_groups(program: &DeviceProgram) -> Vec<Vec<usize>> {
     let mut groups = std::collections::BTreeSet::new();
     for step in &program.steps {
-        if let Step::Collective { op, .. } = step {
+        if let Some((op, _, _)) = step.collective() {
             match op {
                 Collective::AllReduce { axes, .. }
                 | Collective::ReduceScatter { axes, .. }
@@ -269,6 +269,21 @@ mod tests {
         let e = CollectivePath::parse("mpi").unwrap_err();
         assert!(matches!(e, RuntimeError::BadSetting { .. }), "{e}");
         assert!(e.to_string().contains("WEFT_COLLECTIVES"), "{e}");
+    }
+
+    #[test]
+    fn started_collectives_have_their_groups_too() {
+        let p = weft_ir::device::parse_program(
+            "device_program @f mesh [data=2, model=2] {
+  input %0 : f32[4]
+  %1 = all_reduce_start %0 {axes = [model], op = sum} : f32[4]
+  %2 = all_gather %0 {dim = 0, axes = [data]} : f32[8]
+  done %1
+  return %1, %2
+}",
+        )
+        .unwrap();
+        assert_eq!(native_groups(&p), vec![vec![0, 1], vec![0, 2], vec![1, 3], vec![2, 3]]);
     }
 
     #[test]
