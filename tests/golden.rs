@@ -106,22 +106,27 @@ fn lower_stage(text: &str) -> String {
 
 /// A device program (text) run through the partitioner's clean-up passes
 /// named in the first line (`// passes: fuse_reduce_scatter, compact`), in
-/// that order: the program after them, which must verify, or the error. The
-/// input must verify too (the passes take verified programs).
+/// that order, or `overlap_collectives` (with its default prefetch bound):
+/// the program after them, which must verify, or the error. The input must
+/// verify too (the passes take verified programs).
 fn cleanup_stage(text: &str) -> String {
+    use weft_compiler::partition::overlap::{overlap_collectives, OverlapOptions};
     use weft_compiler::partition::{cleanup_pass, CLEANUPS};
-    use weft_ir::device::{parse_program, print_program, verify_program};
+    use weft_ir::device::{parse_program, print_program, verify_program, DeviceProgram};
     let line = text.lines().next().unwrap_or("");
     let Some(names) = line.strip_prefix("// passes:") else {
         return "the first line must be `// passes: <pass>, ...`\n".into();
     };
-    let mut passes = Vec::new();
+    let mut passes: Vec<Box<dyn Fn(&mut DeviceProgram)>> = Vec::new();
     for name in names.split(',').map(str::trim) {
         match cleanup_pass(name) {
-            Some(p) => passes.push(p),
+            Some(p) => passes.push(Box::new(p)),
+            None if name == "overlap_collectives" => {
+                passes.push(Box::new(|p| overlap_collectives(p, &OverlapOptions::default())))
+            }
             None => {
                 let all: Vec<&str> = CLEANUPS.iter().map(|(n, _)| *n).collect();
-                return format!("unknown pass `{name}` (passes: {})\n", all.join(", "));
+                return format!("unknown pass `{name}` (passes: {}, overlap_collectives)\n", all.join(", "));
             }
         }
     }
