@@ -106,11 +106,12 @@ fn lower_stage(text: &str) -> String {
 
 /// A device program (text) run through the partitioner's clean-up passes
 /// named in the first line (`// passes: fuse_reduce_scatter, compact`), in
-/// that order, or `overlap_collectives` (with its default prefetch bound):
+/// that order, or `bucket_collectives` and `overlap_collectives` (with
+/// their default bucket size and prefetch bound):
 /// the program after them, which must verify, or the error. The input must
 /// verify too (the passes take verified programs).
 fn cleanup_stage(text: &str) -> String {
-    use weft_compiler::partition::overlap::{overlap_collectives, OverlapOptions};
+    use weft_compiler::partition::overlap::{bucket_collectives, overlap_collectives, OverlapOptions};
     use weft_compiler::partition::{cleanup_pass, CLEANUPS};
     use weft_ir::device::{parse_program, print_program, verify_program, DeviceProgram};
     let line = text.lines().next().unwrap_or("");
@@ -124,9 +125,13 @@ fn cleanup_stage(text: &str) -> String {
             None if name == "overlap_collectives" => {
                 passes.push(Box::new(|p| overlap_collectives(p, &OverlapOptions::default())))
             }
+            None if name == "bucket_collectives" => {
+                passes.push(Box::new(|p| bucket_collectives(p, OverlapOptions::default().bucket_bytes)))
+            }
             None => {
                 let all: Vec<&str> = CLEANUPS.iter().map(|(n, _)| *n).collect();
-                return format!("unknown pass `{name}` (passes: {}, overlap_collectives)\n", all.join(", "));
+                let all = all.join(", ");
+                return format!("unknown pass `{name}` (passes: {all}, bucket_collectives, overlap_collectives)\n");
             }
         }
     }

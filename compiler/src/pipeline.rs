@@ -3,7 +3,8 @@
 //! ```text
 //! inline -> [canonical_sums] -> [annotate] -> [autoshard] -> propagate -> partition
 //!        -> forward_identities -> fold_transposes -> remove_dead_steps
-//!        -> fuse_reduce_scatter -> compact -> [overlap_collectives] -> insert_frees
+//!        -> fuse_reduce_scatter -> compact -> [bucket_collectives -> overlap_collectives]
+//!        -> insert_frees
 //! ```
 //!
 //! Each pass takes the program in one form ([`Program`]) to the next (or to
@@ -24,7 +25,7 @@ use crate::autoshard::{auto_shard_inlined, AutoShardOptions};
 use crate::canonical_sums::{canonical_sums, SumChunks};
 use crate::error::{CompilerError, Result};
 use crate::inline::{inline, InlinedFunction};
-use crate::partition::overlap::{overlap_collectives, OverlapOptions};
+use crate::partition::overlap::{bucket_collectives, overlap_collectives, OverlapOptions};
 use crate::partition::{lower_sharded, Cleanup, PartitionedFunction, CLEANUPS};
 use crate::sharding::{fmt_sharding, propagate_inlined, Mesh, PropagateOptions, ShardedFunction};
 use std::time::{Duration, Instant};
@@ -133,6 +134,9 @@ pub enum Pass {
     Partition,
     /// A clean-up of the device program, by name ([`CLEANUPS`]).
     Cleanup(&'static str, Cleanup),
+    /// Combines small all-reduces into buckets of up to this many bytes
+    /// ([`crate::partition::overlap::bucket_collectives`]).
+    Bucket(u64),
     /// Splits collectives into start and done around the compute they
     /// overlap ([`crate::partition::overlap`]).
     Overlap(OverlapOptions),
@@ -148,6 +152,7 @@ impl Pass {
             Pass::Propagate(_) => "propagate",
             Pass::Partition => "partition",
             Pass::Cleanup(name, _) => name,
+            Pass::Bucket(_) => "bucket_collectives",
             Pass::Overlap(_) => "overlap_collectives",
         }
     }
@@ -175,6 +180,10 @@ impl Pass {
                 c(&mut pf.program);
                 Program::Partitioned(pf)
             }
+            (Pass::Bucket(bytes), Program::Partitioned(mut pf)) => {
+                bucket_collectives(&mut pf.program, *bytes);
+                Program::Partitioned(pf)
+            }
             (Pass::Overlap(o), Program::Partitioned(mut pf)) => {
                 overlap_collectives(&mut pf.program, o);
                 Program::Partitioned(pf)
@@ -183,7 +192,9 @@ impl Pass {
                 return Err(self.wrong("an inlined function", &p))
             }
             (Pass::Partition, p) => return Err(self.wrong("a sharded function", &p)),
-            (Pass::Cleanup(..) | Pass::Overlap(_), p) => return Err(self.wrong("a device program", &p)),
+            (Pass::Cleanup(..) | Pass::Bucket(_) | Pass::Overlap(_), p) => {
+                return Err(self.wrong("a device program", &p))
+            }
         })
     }
 }
@@ -210,7 +221,8 @@ impl Pipeline {
 
     /// The pipeline of a training step: [`Pipeline::standard`], with the
     /// auto-sharder before `propagate` when `auto` is given and
-    /// `overlap_collectives` before `insert_frees` when `overlap` is.
+    /// `bucket_collectives` and `overlap_collectives` before `insert_frees`
+    /// when `overlap` is.
     /// Whole-mesh runs, pipeline stages and the step-time prediction all
     /// compile through it, so they compile the same program.
     pub fn for_step(
@@ -223,6 +235,7 @@ impl Pipeline {
             p.insert_before("propagate", Pass::AutoShard(o.clone()));
         }
         if let Some(o) = overlap {
+            p.insert_before("insert_frees", Pass::Bucket(o.bucket_bytes));
             p.insert_before("insert_frees", Pass::Overlap(o));
         }
         p

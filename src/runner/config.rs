@@ -52,6 +52,7 @@
 //! [overlap]                   # optional; collectives overlapped with compute
 //! enabled = true              # default true; false: each collective waits in place
 //! prefetch = "64MiB"          # extra bytes a device may hold for gathers started early
+//! bucket = "1MiB"             # all-reduces under this size share buckets of up to it; "0": none
 //!
 //! [stragglers]                # optional; several processes (`mpirun`)
 //! ratio = 1.5                 # compute over 1.5x the others' median is slow
@@ -177,6 +178,10 @@ pub struct OverlapSection {
     /// collectives started early (`64MiB`, the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<String>,
+    /// All-reduces smaller than this share buckets of up to this size
+    /// (`1MiB`, the default; `0`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
 }
 
 fn yes() -> bool {
@@ -190,15 +195,20 @@ impl OverlapSection {
         section: Option<&OverlapSection>,
     ) -> Result<Option<weft_compiler::partition::overlap::OverlapOptions>, String> {
         let mut o = weft_compiler::partition::overlap::OverlapOptions::default();
-        match section {
-            Some(s) if !s.enabled => return Ok(None),
-            Some(OverlapSection { prefetch: Some(p), .. }) => o.prefetch_bytes = OverlapSection::bytes(p)?,
-            _ => {}
+        let Some(s) = section else { return Ok(Some(o)) };
+        if !s.enabled {
+            return Ok(None);
+        }
+        if let Some(p) = &s.prefetch {
+            o.prefetch_bytes = OverlapSection::bytes(p)?;
+        }
+        if let Some(b) = &s.bucket {
+            o.bucket_bytes = OverlapSection::bytes(b)?;
         }
         Ok(Some(o))
     }
 
-    /// `prefetch` in bytes: a size, or `0` (no gather starts early).
+    /// `prefetch` or `bucket` in bytes: a size, or `0` (none).
     pub fn bytes(p: &str) -> Result<u64, String> {
         if p.trim() == "0" {
             return Ok(0);

@@ -162,8 +162,8 @@ impl Overrides {
             c.reduction = Some(r.clone());
         }
         if self.no_overlap {
-            let prefetch = c.overlap.take().and_then(|o| o.prefetch);
-            c.overlap = Some(config::OverlapSection { enabled: false, prefetch });
+            let (prefetch, bucket) = c.overlap.take().map_or((None, None), |o| (o.prefetch, o.bucket));
+            c.overlap = Some(config::OverlapSection { enabled: false, prefetch, bucket });
         }
         if let Some(s) = self.seed {
             c.seed = s;

@@ -174,6 +174,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "trace.sync", flag: Some("--trace-sync"), range: Range::OneOf(&["true", "false"]), default: "false", note: "each span waits for its device: a GPU's device times (slower)" },
     KeySpec { key: "overlap.enabled", flag: Some("--no-overlap"), range: Range::OneOf(&["true", "false"]), default: "true", note: "collectives start when their input is ready and are waited for where their result is read (bitwise the same results)" },
     KeySpec { key: "overlap.prefetch", flag: None, range: Range::Text("a size: `64MiB`, `0`, `1e9`"), default: "`64MiB`", note: "extra bytes per device for collectives started early (gathers); reductions move regardless" },
+    KeySpec { key: "overlap.bucket", flag: None, range: Range::Text("a size: `1MiB`, `0`, `25MB`"), default: "`1MiB`", note: "all-reduces under this size are combined into buckets of up to it (fewer exchanges; bitwise the same results); `0`: none" },
     KeySpec { key: "stragglers.ratio", flag: None, range: Range::Float { min: 1.0, min_inclusive: false, max: 1e6, max_inclusive: true }, default: "1.5", note: "several processes: a process whose compute exceeds this times the others' median (by 1 ms or more) is slow" },
     KeySpec { key: "stragglers.steps", flag: None, range: int(1, MAX_STEPS), default: "20", note: "slow steps in a row before process 0 warns (once per streak)" },
 ];
@@ -484,8 +485,12 @@ pub fn validate(c: &RunConfig) -> Result<Mesh> {
         check_float("stragglers.ratio", s.ratio)?;
         check_int("stragglers.steps", s.steps)?;
     }
-    if let Some(OverlapSection { prefetch: Some(p), .. }) = &c.overlap {
-        OverlapSection::bytes(p).map_err(|e| invalid("overlap.prefetch", format!("`{p}`"), e))?;
+    if let Some(o) = &c.overlap {
+        for (key, v) in [("overlap.prefetch", &o.prefetch), ("overlap.bucket", &o.bucket)] {
+            if let Some(v) = v {
+                OverlapSection::bytes(v).map_err(|e| invalid(key, format!("`{v}`"), e))?;
+            }
+        }
     }
     Ok(mesh)
 }

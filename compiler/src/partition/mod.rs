@@ -15,11 +15,13 @@
 //! path per strategy.
 //!
 //! Pieces: `lower` (instructions), `reshard` (plans to steps), `liveness`
-//! (fusion, frees), [`overlap`] (collectives split into start and done
-//! around the compute they overlap), [`report`] (memory and communication per device),
+//! (fusion, frees), `bucket` (small all-reduces combined), [`overlap`]
+//! (collectives split into start and done around the compute they
+//! overlap), [`report`] (memory and communication per device),
 //! [`host`] (global tensors to blocks and back). The text form and
 //! the semantics of device programs are written in `specs/device-program.md`.
 
+mod bucket;
 mod builder;
 pub mod host;
 pub(crate) mod liveness;

@@ -29,7 +29,8 @@
 use super::liveness::{reads, writes};
 use weft_ir::device::{DeviceProgram, Step};
 
-/// How the pass moves collectives.
+/// How the pass moves collectives (and `bucket_collectives` combines
+/// them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverlapOptions {
     /// The most bytes one device may hold beyond the in-order program's
@@ -37,13 +38,18 @@ pub struct OverlapOptions {
     /// prefetch window of all-gathers). Reductions that free as much as
     /// they hold move regardless.
     pub prefetch_bytes: u64,
+    /// All-reduces smaller than this are combined into buckets of up to
+    /// this many bytes (`bucket_collectives`); 0: none.
+    pub bucket_bytes: u64,
 }
 
 impl Default for OverlapOptions {
     fn default() -> Self {
-        OverlapOptions { prefetch_bytes: 64 << 20 }
+        OverlapOptions { prefetch_bytes: 64 << 20, bucket_bytes: 1 << 20 }
     }
 }
+
+pub use super::bucket::bucket_collectives;
 
 /// Where one collective's start and done go: before step `start` and
 /// before step `done` of the old program (`done` may be its length: at the
@@ -139,7 +145,7 @@ mod tests {
 
     fn run(text: &str, prefetch_bytes: u64) -> String {
         let mut p = parse_program(text).unwrap();
-        overlap_collectives(&mut p, &OverlapOptions { prefetch_bytes });
+        overlap_collectives(&mut p, &OverlapOptions { prefetch_bytes, bucket_bytes: 0 });
         verify_program(&p).unwrap();
         let body: Vec<String> = print_program(&p).lines().skip(1).map(|l| l.trim().to_string()).collect();
         body.join("\n")
