@@ -141,6 +141,28 @@ fn plot_marks_a_diverged_run_instead_of_hanging() {
 }
 
 #[test]
+fn plot_draws_where_each_device_step_went_from_run_json() {
+    let d = temp_dir("split");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/configs/gpt.toml");
+    let ck = d.join("ckpt");
+    let args = ["train", config, "--steps", "3", "-q", "--mesh", "data=4", "--strategy", "dp", "--checkpoint-dir"];
+    let (code, _, err) = weft(&[&args[..], &[ck.to_str().unwrap()]].concat());
+    assert_eq!(code, 0, "{err}");
+    let svg = d.join("split.svg");
+    let (code, _, err) = weft(&["plot", ck.join("run.json").to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for want in ["device 0", "device 3", "compute", "communication, exposed", "idle", "in flight behind compute"] {
+        assert!(text.contains(want), "the chart shows {want}");
+    }
+    // A run.json whose timings have no devices is a named error.
+    std::fs::write(d.join("bare.json"), "{\"timings\": {}}").unwrap();
+    let (code, _, err) = weft(&["plot", d.join("bare.json").to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no per-device times (`timings.devices`)"), "{err}");
+}
+
+#[test]
 fn train_ends_with_the_loss_scale_and_the_skipped_steps() {
     // The example's first two steps overflow at 2^20 and 2^19 (f16).
     let d = temp_dir("f16");

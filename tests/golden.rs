@@ -118,7 +118,8 @@ fn cleanup_stage(text: &str) -> String {
     let Some(names) = line.strip_prefix("// passes:") else {
         return "the first line must be `// passes: <pass>, ...`\n".into();
     };
-    let mut passes: Vec<Box<dyn Fn(&mut DeviceProgram)>> = Vec::new();
+    type DevicePass = Box<dyn Fn(&mut DeviceProgram)>;
+    let mut passes: Vec<DevicePass> = Vec::new();
     for name in names.split(',').map(str::trim) {
         match cleanup_pass(name) {
             Some(p) => passes.push(Box::new(p)),

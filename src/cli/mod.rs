@@ -112,7 +112,8 @@ pub enum Command {
     /// Draw metric curves of one or more runs into an SVG.
     #[command(allow_negative_numbers = true)]
     Plot {
-        /// Metrics files (JSONL).
+        /// Metrics files (JSONL); or one `pipeline.json` (the schedule's
+        /// timeline) or one `run.json` (where each device's step went).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// The SVG to write.

@@ -2,7 +2,10 @@
 //! one chart (plotters, SVG). `weft plot pipeline.json -o timeline.svg`
 //! draws a pipeline's schedule traces instead (one row per stage, a box per
 //! forward or backward task labelled with its microbatch; the unit clock
-//! above, the executor's clock below).
+//! above, the executor's clock below). `weft plot run.json -o split.svg`
+//! draws where each device's steady-state step went (`timings.devices`):
+//! compute, exposed communication and idle as one bar per device, and the
+//! communication hidden behind compute as a thinner bar under it.
 
 use crate::error::{Error, Result};
 use crate::runner::read_metrics;
@@ -14,6 +17,12 @@ use std::path::{Path, PathBuf};
 pub fn plot(files: &[PathBuf], out: &Path, metrics: &[String], log_y: bool) -> Result<i32> {
     if let [f] = files {
         if f.extension().is_some_and(|e| e == "json") {
+            let text = crate::error::read_to_string(f)?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| Error::Usage(format!("{}: not JSON ({e})", f.display())))?;
+            if v.get("timings").is_some() {
+                return plot_devices(f, &v, out);
+            }
             return plot_timeline(f, out);
         }
     }
@@ -98,6 +107,75 @@ pub fn plot(files: &[PathBuf], out: &Path, metrics: &[String], log_y: bool) -> R
                 .label("non-finite (diverged)")
                 .legend(|(x, y)| Cross::new((x + 8, y), 5, RED.stroke_width(2)));
         }
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Error::Usage(format!("plotting to {}: {e}", out.display())))?;
+    println!("wrote {}", out.display());
+    Ok(0)
+}
+
+/// Draws a `run.json`'s per-device split of the steady-state step.
+fn plot_devices(file: &Path, v: &serde_json::Value, out: &Path) -> Result<i32> {
+    let bad = |why: &str| Error::Usage(format!("{}: no per-device times ({why})", file.display()));
+    let devices = v["timings"]["devices"]["devices"].as_array().ok_or_else(|| bad("`timings.devices`"))?;
+    let steps = v["timings"]["devices"]["steps"].as_u64().unwrap_or(0);
+    let ms = |d: &serde_json::Value, k: &str| d[k].as_f64().map(|s| s * 1e3);
+    let rows: Vec<[f64; 4]> = devices
+        .iter()
+        .map(|d| {
+            let exposed = ms(d, "exposed_communication_s").or_else(|| ms(d, "communication_s"));
+            Some([ms(d, "compute_s")?, exposed?, ms(d, "idle_s")?, ms(d, "hidden_communication_s").unwrap_or(0.0)])
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad("a device without compute, communication and idle seconds"))?;
+    if rows.is_empty() {
+        return Err(bad("the run timed no steps on devices"));
+    }
+    let end = rows.iter().map(|r| (r[0] + r[1] + r[2]).max(r[3])).fold(0.0f64, f64::max).max(1e-9);
+    let n = rows.len();
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(out, (900, 120 + 40 * n as u32)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let caption = format!("where each device's step went (mean of {steps} steps)");
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..end * 1.05, -0.5..(n as f64 - 0.5))?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("ms")
+            .y_labels(n)
+            .y_label_formatter(&|y| format!("device {}", y.round() as i64))
+            .draw()?;
+        let parts = [
+            ("compute", RGBColor(70, 130, 200)),
+            ("communication, exposed", RGBColor(230, 140, 50)),
+            ("idle", RGBColor(200, 200, 200)),
+        ];
+        for (k, (name, color)) in parts.iter().enumerate() {
+            let color = *color;
+            chart
+                .draw_series(rows.iter().enumerate().map(|(d, r)| {
+                    let from: f64 = r[..k].iter().sum();
+                    let y = d as f64;
+                    Rectangle::new([(from, y - 0.3), (from + r[k], y + 0.2)], color.filled())
+                }))?
+                .label(*name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+        }
+        let hidden = RGBColor(140, 80, 160);
+        chart
+            .draw_series(rows.iter().enumerate().map(|(d, r)| {
+                let y = d as f64;
+                Rectangle::new([(0.0, y + 0.25), (r[3], y + 0.4)], hidden.filled())
+            }))?
+            .label("communication in flight behind compute")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 2), (x + 14, y + 2)], hidden.filled()));
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
         root.present()?;
         Ok(())

@@ -59,6 +59,28 @@ pub fn predicted_line(p: &StepPrediction) -> String {
     )
 }
 
+/// `op classes (cost model, share of the step's priced time): dot_general
+/// 62% compute-bound, all_reduce 10% communication, add 4% memory-bound,
+/// ...`: the six that take most, and what bounds each.
+pub fn classes_line(p: &StepPrediction) -> String {
+    let total: f64 = p.classes.values().map(|c| c.time).sum::<f64>().max(1e-30);
+    let mut by: Vec<(&String, &weft_compiler::autoshard::OpClass)> = p.classes.iter().collect();
+    by.sort_by(|a, b| b.1.time.total_cmp(&a.1.time).then(a.0.cmp(b.0)));
+    let shown: Vec<String> = by
+        .iter()
+        .take(6)
+        .map(|(name, c)| {
+            let bound = match c.bound() {
+                "communication" => "communication".to_string(),
+                b => format!("{b}-bound"),
+            };
+            format!("{name} {:.0}% {bound}", 100.0 * c.time / total)
+        })
+        .collect();
+    let more = if by.len() > 6 { format!(", {} more", by.len() - 6) } else { String::new() };
+    format!("op classes (cost model, share of the step's priced time): {}{more}", shown.join(", "))
+}
+
 /// `predicted 70.12 ms, measured / predicted 1.16`.
 pub fn versus(p: &StepPrediction, measured: f64) -> String {
     format!("predicted {}, measured / predicted {:.2}", ms(p.total), measured / p.total)
@@ -80,6 +102,11 @@ pub fn json(p: &StepPrediction, measured: Option<f64>) -> serde_json::Value {
         "gemm_flops_per_device": p.dot_flops,
         "streamed_bytes_per_device": p.streamed_bytes,
         "collectives": collectives,
+        "op_classes": p
+            .classes
+            .iter()
+            .map(|(k, c)| (k.clone(), serde_json::json!({ "count": c.count, "s": c.time, "bound": c.bound() })))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
         "measured_step_s": measured,
         "measured_over_predicted": measured.map(|m| m / p.total),
     })

@@ -255,6 +255,7 @@ pub fn run_model_on(
     // The cost model's price of this step, to set beside the measured one.
     let predicted = super::report::predict(&prepared, &mesh, backend, exec.device_program())?;
     log(Line::Info(super::report::predicted_line(&predicted)));
+    log(Line::Info(super::report::classes_line(&predicted)));
     let built = Built {
         model,
         mesh: &mesh,

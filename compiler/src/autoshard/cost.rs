@@ -161,8 +161,17 @@ impl CostModel {
         if flops == 0.0 {
             return self.op_overhead;
         }
-        let streamed = if self.memory_bandwidth.is_infinite() { 0.0 } else { bytes / self.memory_bandwidth };
-        self.op_overhead + self.compute(flops, split).max(streamed)
+        self.op_overhead + self.compute(flops, split).max(self.streamed(bytes))
+    }
+
+    /// The time to stream `bytes` through a device's memory (0 without a
+    /// memory bandwidth).
+    pub fn streamed(&self, bytes: f64) -> f64 {
+        if self.memory_bandwidth.is_infinite() {
+            0.0
+        } else {
+            bytes / self.memory_bandwidth
+        }
     }
 
     /// Bytes per device of a tensor of type `ty` in `layout`.

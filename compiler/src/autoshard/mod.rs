@@ -45,7 +45,7 @@ pub use cost::{CollKind, CostModel};
 pub use explain::Alternative;
 pub use options::{fmt_bytes, parse_memory_budget, AliasPolicy, AutoShardOptions, SearchLimits};
 pub use plan::{AutoShardPlan, CommStats, CostBreakdown, MemoryKind, MemoryReport, PlannedCollective, SearchReport};
-pub use predict::{predict_program, spearman, StepPrediction};
+pub use predict::{predict_program, spearman, OpClass, StepPrediction};
 pub use rewrites::EGraphReport;
 
 use crate::error::{CompilerError, Result};

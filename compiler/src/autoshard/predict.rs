@@ -48,6 +48,43 @@ pub struct StepPrediction {
     /// Per kind of collective: how many, bytes per device (as charged) and
     /// time.
     pub collectives: BTreeMap<CollKind, super::CommStats>,
+    /// Per op class (the op's or the collective's mnemonic): its steps,
+    /// time and what bounds it.
+    pub classes: BTreeMap<String, OpClass>,
+}
+
+/// One op class of a step, as the cost model prices it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpClass {
+    /// Steps of the class.
+    pub count: usize,
+    /// Their predicted time (seconds).
+    pub time: f64,
+    /// Of that, the part the device's arithmetic takes where it is the
+    /// larger (compute-bound ops).
+    pub compute_bound: f64,
+    /// The part its memory traffic takes where that is the larger
+    /// (memory-bound ops).
+    pub memory_bound: f64,
+    /// Collective time (communication).
+    pub communication: f64,
+}
+
+impl OpClass {
+    /// What bounds the class: `compute`, `memory`, `communication`, or
+    /// `overhead` (ops that move or compute nothing: their per-op cost).
+    pub fn bound(&self) -> &'static str {
+        let most = self.compute_bound.max(self.memory_bound).max(self.communication);
+        if most <= 0.0 {
+            "overhead"
+        } else if most == self.communication {
+            "communication"
+        } else if most == self.compute_bound {
+            "compute"
+        } else {
+            "memory"
+        }
+    }
 }
 
 /// Prices `program` (partitioned for `mesh`) with the cost model of `opts`.
@@ -72,7 +109,12 @@ pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOpt
                 let operands: Vec<&TensorType> = inputs.iter().map(ty).collect();
                 let results: Vec<&TensorType> = outputs.iter().map(ty).collect();
                 let (Some(rule), Some(&result)) = (rule_for(op, &operands, &results), results.first()) else {
-                    p.compute += model.op_time(0.0, 1, 0.0);
+                    let t = model.op_time(0.0, 1, 0.0);
+                    p.compute += t;
+                    clock += t;
+                    let c = p.classes.entry(op.name().to_string()).or_default();
+                    c.count += 1;
+                    c.time += t;
                     continue;
                 };
                 let flops = inst_flops(op, &rule, &operands, result);
@@ -83,7 +125,19 @@ pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOpt
                 } else if flops > 0.0 {
                     p.streamed_bytes += moved;
                 }
-                p.compute += model.op_time(flops, 1, moved);
+                let t = model.op_time(flops, 1, moved);
+                p.compute += t;
+                let c = p.classes.entry(op.name().to_string()).or_default();
+                c.count += 1;
+                c.time += t;
+                if flops > 0.0 {
+                    let (arithmetic, streamed) = (model.compute(flops, 1), model.streamed(moved));
+                    if arithmetic >= streamed {
+                        c.compute_bound += arithmetic;
+                    } else {
+                        c.memory_bound += streamed;
+                    }
+                }
             }
             Step::Collective { op, input, output } | Step::Start { op, input, output } => {
                 let (kind, axes, charged) = match op {
@@ -101,6 +155,10 @@ pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOpt
                 s.bytes += charged;
                 s.cost += cost;
                 p.communication += cost;
+                let c = p.classes.entry(op.name().to_string()).or_default();
+                c.count += 1;
+                c.time += cost;
+                c.communication += cost;
                 link_free = link_free.max(clock) + cost;
                 if matches!(step, Step::Start { .. }) {
                     ends.insert(*output, link_free);
@@ -208,10 +266,16 @@ mod tests {
         assert!(y.communication < dot, "{y:?}");
         assert!((y.total - dot).abs() < 1e-15 && (y.hidden_communication - y.communication).abs() < 1e-15, "{y:?}");
         assert_eq!((x.dot_flops, x.streamed_bytes), (1024.0, 2.0 * 256.0));
+        // By class: the dot is compute-bound, tanh memory-bound (with a
+        // memory bandwidth), the collectives communication.
+        assert_eq!(x.classes["dot_general"].bound(), "compute");
+        assert_eq!(x.classes["all_reduce"].bound(), "communication");
+        assert_eq!(x.classes["all_gather"].count, 1);
         // With a slow memory, both ops take their bytes' time: the dot
         // 512 + 256 + 128 bytes, tanh 256 read and 256 written.
         let slow = AutoShardOptions { device_memory_bandwidth: 1e6, ..opts.clone() };
         let z = predict_program(&p, &mesh, &slow);
+        assert_eq!((z.classes["tanh"].bound(), z.classes["dot_general"].bound()), ("memory", "memory"));
         assert!((z.compute - (896.0 + 512.0) / 1e6).abs() < 1e-15, "{z:?}");
         // Two compute steps, each with the per-op overhead; collectives
         // keep their own latency.
