@@ -50,6 +50,7 @@ use std::collections::BTreeMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Instant;
 use weft_compiler::autoshard::AutoShardOptions;
+use weft_compiler::partition::overlap::OverlapOptions;
 use weft_compiler::partition::PartitionedFunction;
 use weft_compiler::sharding::Mesh;
 use weft_compiler::stages::{
@@ -83,6 +84,7 @@ impl Compiled {
         mesh: &Mesh,
         backend: Backend,
         auto: Option<&AutoShardOptions>,
+        overlap: Option<OverlapOptions>,
         resident: usize,
     ) -> Result<Compiled> {
         let m = Module { functions: vec![f.clone()] };
@@ -105,7 +107,7 @@ impl Compiled {
             }
             g.results.extend_from_slice(&g.params[..resident]);
         }
-        let (pf, _) = crate::runner::compile::compile(&m, &f.name, mesh, auto, None, None)?;
+        let (pf, _) = crate::runner::compile::compile(&m, &f.name, mesh, auto, overlap, None)?;
         let Some(kind) = kind else { return Ok(Compiled::Sim(Box::new(pf))) };
         let donate = (0..resident).map(|i| (i, n_out + i)).collect();
         let options = ExecOptions { threads: Some(1), donate, ..Default::default() };
@@ -316,7 +318,7 @@ impl PipelineExecutor {
     /// Compiles every stage's functions for `sub_mesh` (the mesh without
     /// its stage axis) on `backend` (`interp`, `sim`, `cpu`, ...).
     pub fn new(staged: StagedStep, sub_mesh: &Mesh, backend: Backend) -> Result<PipelineExecutor> {
-        PipelineExecutor::with_auto(staged, sub_mesh, backend, None)
+        PipelineExecutor::with_auto(staged, sub_mesh, backend, None, None)
     }
 
     /// [`PipelineExecutor::new`]; with `auto` (`--strategy auto`), the
@@ -324,12 +326,15 @@ impl PipelineExecutor {
     /// `sub_mesh` under these options (machine model, memory budget per
     /// device). Each function takes and returns whole host tensors (the
     /// driver shards its inputs and gathers its outputs), so the four
-    /// functions of a stage may choose different layouts.
+    /// functions of a stage may choose different layouts. With `overlap`
+    /// each stage function's collectives overlap its compute
+    /// (`[overlap]`), as a whole-mesh step's do.
     pub fn with_auto(
         staged: StagedStep,
         sub_mesh: &Mesh,
         backend: Backend,
         auto: Option<&AutoShardOptions>,
+        overlap: Option<OverlapOptions>,
     ) -> Result<PipelineExecutor> {
         let clock = Instant::now();
         let mut stages = Vec::with_capacity(staged.stages.len());
@@ -337,10 +342,10 @@ impl PipelineExecutor {
             let np = fns.params.len();
             stages.push(Stage {
                 update_waits: reads_param(&fns.update, "norm") || reads_param(&fns.update, "finite"),
-                forward: Compiled::new(&fns.forward, sub_mesh, backend, auto, np)?,
-                backward: Compiled::new(&fns.backward, sub_mesh, backend, auto, np)?,
-                square: Compiled::new(&fns.square, sub_mesh, backend, auto, 0)?,
-                update: Compiled::new(&fns.update, sub_mesh, backend, auto, 0)?,
+                forward: Compiled::new(&fns.forward, sub_mesh, backend, auto, overlap, np)?,
+                backward: Compiled::new(&fns.backward, sub_mesh, backend, auto, overlap, np)?,
+                square: Compiled::new(&fns.square, sub_mesh, backend, auto, overlap, 0)?,
+                update: Compiled::new(&fns.update, sub_mesh, backend, auto, overlap, 0)?,
                 fns: fns.clone(),
                 params: Vec::new(),
                 slots: Vec::new(),

@@ -206,7 +206,7 @@ pub fn pipeline_executor(
 ) -> Result<PipelineExecutor> {
     let backend = Backend::of(c)?;
     let auto = prepared.auto.as_ref().map(|o| crate::runner::report::machine_model(backend, mesh, o));
-    let mut exec = PipelineExecutor::with_auto(staged, sub, backend, auto.as_ref())?;
+    let mut exec = PipelineExecutor::with_auto(staged, sub, backend, auto.as_ref(), prepared.overlap)?;
     exec.set_checkpoint_mesh(mesh);
     Ok(exec)
 }
