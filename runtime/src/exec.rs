@@ -53,10 +53,12 @@ pub struct DeviceTime {
     /// In the device's collectives: contributing and waiting (the
     /// exposed communication).
     pub communication: std::time::Duration,
-    /// Collectives started early in flight while the device did other
-    /// work: for each, from its start to its result, less the device's own
-    /// time in it (summed over collectives, so two in flight at once count
-    /// twice).
+    /// Host-staged collectives started early, in flight while the device
+    /// did other work: for each, from its start to its done, less the
+    /// device's own time in it. An upper bound (the exchange may end
+    /// before the done), summed over collectives, so two in flight at once
+    /// count twice; the verdict caps it at the device's time outside its
+    /// collectives.
     pub hidden: std::time::Duration,
 }
 

@@ -62,7 +62,7 @@ impl Verdict {
             s[0] += t.wall.as_secs_f64();
             s[1] += t.compute.as_secs_f64();
             s[2] += t.communication.as_secs_f64();
-            s[3] += t.hidden.as_secs_f64();
+            s[3] += t.hidden.min(t.wall.saturating_sub(t.communication)).as_secs_f64();
         }
         self.steps += 1;
     }
@@ -130,7 +130,7 @@ impl Verdict {
             .per_device()
             .into_iter()
             .map(|([c, m, i, h], b)| {
-                serde_json::json!({ "compute_s": c, "communication_s": m + h, "exposed_communication_s": m,
+                serde_json::json!({ "compute_s": c, "communication_s": m, "exposed_communication_s": m,
                                     "hidden_communication_s": h, "idle_s": i, "bound": b.name() })
             })
             .collect();
@@ -163,7 +163,9 @@ mod tests {
             line.starts_with("per device (mean of 2 steps): compute 5.00 ms, communication 3.67 ms exposed"),
             "{line}"
         );
-        assert!(line.contains("(1.50 ms more in flight behind compute)"), "{line}");
+        // Hidden: half the communication, capped at the time outside it
+        // (device 1's second step: 4 ms capped at 12 - 9).
+        assert!(line.contains("(1.33 ms more in flight behind compute)"), "{line}");
         assert!((v.json()["devices"][0]["hidden_communication_s"].as_f64().unwrap() - 0.001).abs() < 1e-12);
         assert!(line.ends_with("compute-bound (2 of 3 devices)"), "{line}");
         assert_eq!(v.json()["devices"][1]["bound"], "communication");

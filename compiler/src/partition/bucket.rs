@@ -57,12 +57,17 @@ pub fn bucket_collectives(p: &mut DeviceProgram, bucket_bytes: u64) {
     let mut open: Vec<Open> = Vec::new();
     let mut buckets: Vec<Bucket> = Vec::new();
     let close = |o: Open| Bucket { members: o.members, at: o.at };
+    // Results of all-reduces that may be bucketed: a bucketed one is made
+    // by its slice, later than its old step, so an all-reduce reading one
+    // stays out of buckets.
+    let mut may_move = vec![false; p.buffers.len()];
     for (i, s) in p.steps.iter().enumerate() {
         let Step::Collective { op: Collective::AllReduce { axes, op }, input, output } = s else { continue };
         let bytes = p.ty(*input).size_bytes() as u64;
-        if bytes >= bucket_bytes {
+        if bytes >= bucket_bytes || may_move[input.index()] {
             continue;
         }
+        may_move[output.index()] = true;
         let key = (axes.clone(), *op, p.ty(*input).dtype);
         let (made, read) = (def[input.index()], first_read[output.index()]);
         if let Some(k) = open.iter().position(|o| o.key == key) {
@@ -224,6 +229,40 @@ mod tests {
         assert!(text.contains("%7 = all_reduce %2 {axes = [data], op = max} : f32[]"), "{text}");
         let want = simulate(&before, inputs()).unwrap();
         let got = simulate(&p, inputs()).unwrap();
+        for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+            assert!(g.bitwise_eq(w), "got {g}, want {w}");
+        }
+    }
+
+    #[test]
+    fn an_all_reduce_of_a_bucketed_result_stays_apart() {
+        // %4 reduces %2, which the first bucket makes by a slice: it must
+        // not join a bucket placed before that slice.
+        let text = "device_program @f mesh [data=2, model=2] {
+  input %0 : f32[3]
+  input %1 : f32[3]
+  %2 = all_reduce %0 {axes = [model], op = sum} : f32[3]
+  %3 = all_reduce %1 {axes = [model], op = sum} : f32[3]
+  %4 = all_reduce %2 {axes = [data], op = sum} : f32[3]
+  %5 = all_reduce %1 {axes = [data], op = sum} : f32[3]
+  %6 = add %3, %4 : f32[3]
+  %7 = add %6, %5 : f32[3]
+  return %7
+}";
+        let before = parse_program(text).unwrap();
+        let mut p = before.clone();
+        bucket_collectives(&mut p, 1 << 20);
+        verify_program(&p).unwrap_or_else(|e| panic!("{e}\n{}", print_program(&p)));
+        let out = print_program(&p);
+        assert!(out.contains("// bucket0"), "{out}");
+        assert!(out.contains("= all_reduce %2 {axes = [data], op = sum} : f32[3]"), "{out}");
+        let inputs: Vec<Vec<HostTensor>> = (0..4)
+            .map(|d| {
+                let t = |k: f32| HostTensor::from_f32(&[3], vec![k + d as f32, 0.5 * k, -k * d as f32]).unwrap();
+                vec![t(1.0), t(2.0)]
+            })
+            .collect();
+        let (want, got) = (simulate(&before, inputs.clone()).unwrap(), simulate(&p, inputs).unwrap());
         for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
             assert!(g.bitwise_eq(w), "got {g}, want {w}");
         }

@@ -22,9 +22,9 @@
 //! gradient) costs nothing and always moves up. Runs before `insert_frees`,
 //! which then frees inputs right after their starts.
 //!
-//! The order in which devices start collectives stays the program order
-//! (every device runs the same program), which is what keeps
-//! multi-process exchanges matched.
+//! Starts may overtake earlier collectives that move less far, but every
+//! device runs the same rewritten program, so all start them in the same
+//! order: what keeps multi-process exchanges matched.
 
 use super::liveness::{reads, writes};
 use weft_ir::device::{DeviceProgram, Step};
@@ -65,13 +65,13 @@ struct Placement {
 pub fn overlap_collectives(p: &mut DeviceProgram, opts: &OverlapOptions) {
     let n = p.steps.len();
     let mut def: Vec<usize> = vec![0; p.buffers.len()];
-    let mut last_read: Vec<Option<usize>> = vec![None; p.buffers.len()];
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); p.buffers.len()];
     for (i, s) in p.steps.iter().enumerate() {
         for b in writes(s) {
             def[b.index()] = i + 1;
         }
         for b in reads(s) {
-            last_read[b.index()] = Some(i);
+            readers[b.index()].push(i);
         }
     }
     // Extra bytes held at each step by starts moved up so far.
@@ -85,23 +85,30 @@ pub fn overlap_collectives(p: &mut DeviceProgram, opts: &OverlapOptions) {
             .map_or(n, |k| i + 1 + k);
         let earliest = def[input.index()];
         let held = p.ty(*output).size_bytes() as u64;
-        let freed = if last_read[input.index()] == Some(i) && !p.outputs.contains(input) {
+        let reads_of_input = &readers[input.index()];
+        let freed = if reads_of_input.last() == Some(&i) && !p.outputs.contains(input) {
             p.ty(*input).size_bytes() as u64
         } else {
             0
         };
-        let cost = held.saturating_sub(freed);
+        // Until the input's other readers before the old position, the
+        // input stays live beside the result held early.
+        let other = reads_of_input.iter().copied().filter(|&r| r < i).max();
+        let cost = |t: usize| if other.is_some_and(|r| t <= r) { held } else { held.saturating_sub(freed) };
         // The earliest start from which holding `cost` more stays in budget
         // at every step up to the old position.
         let mut start = i;
-        while start > earliest && (cost == 0 || extra[start - 1] + cost <= opts.prefetch_bytes) {
+        while start > earliest && {
+            let c = cost(start - 1);
+            c == 0 || extra[start - 1] + c <= opts.prefetch_bytes
+        } {
             start -= 1;
         }
         if start == i && done == i + 1 {
             continue;
         }
-        for e in &mut extra[start..i] {
-            *e += cost;
+        for (t, e) in extra.iter_mut().enumerate().take(i).skip(start) {
+            *e += cost(t);
         }
         // Its result exists from its `done` (which goes before the dones
         // and starts that come later at the same place): a collective
@@ -240,6 +247,27 @@ done %4
 return %4, %5
 }";
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn an_input_still_read_before_the_old_place_is_no_free_saving() {
+        // The sum's input %1 is read by `exp` after it is made: starting the
+        // sum above that read holds its result beside a still-live input,
+        // which a zero prefetch bound does not allow; below it, free.
+        let text = "device_program @f mesh [data=2] {
+  input %0 : f32[4]
+  %1 = neg %0 : f32[4]
+  %2 = tanh %0 : f32[4]
+  %3 = exp %1 : f32[4]
+  %4 = all_reduce %1 {axes = [data], op = sum} : f32[4]
+  %5 = add %3, %2 : f32[4]
+  %6 = add %4, %5 : f32[4]
+  return %6
+}";
+        let got = run(text, 0);
+        assert!(got.contains("%3 = exp %1 : f32[4]\n%4 = all_reduce_start %1"), "{got}");
+        let roomy = run(text, 1 << 20);
+        assert!(roomy.contains("%1 = neg %0 : f32[4]\n%4 = all_reduce_start %1"), "{roomy}");
     }
 
     #[test]

@@ -213,8 +213,9 @@ fn receive<B: Backend>(ctx: &RunCtx<'_>, dev: &mut DeviceRun<'_, B>, i: usize) -
         let (_, buf) = dev.native.swap_remove(k);
         dev.slots.put(output, buf);
         let m = &ctx.plan.members[i].as_ref().expect("planned collective")[dev.device];
-        if let Some((_, at, own, clock)) = flight {
-            dev.time.hidden += at.elapsed().saturating_sub(own);
+        // A device-native collective completes at its start: nothing of it
+        // is hidden, and its span shows how long its result waited.
+        if let Some((_, _, _, clock)) = flight {
             dev.span(clock, SpanKind::InFlight, op.name(), Some(i), || what(m));
         }
         return Ok(());

@@ -146,7 +146,20 @@ impl ProcessComm {
         s.exchanging = true;
         drop(s);
         let first = *mine.keys().next().expect("a process owns at least one device");
-        let done = self.complete(step, mine);
+        // A panic in the exchange must not leave `exchanging` set (every
+        // later wait would hang): it fails the step instead.
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.complete(step, mine))).unwrap_or_else(
+            |panic| {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                Err(RuntimeError::Process {
+                    rank: self.group.rank(),
+                    message: format!("the exchange of step {step} panicked: {}", why.unwrap_or_default()),
+                })
+            },
+        );
         let mut s = self.lock();
         s.exchanging = false;
         let out = match done {
@@ -600,6 +613,10 @@ impl Communicator for ProcessComm {
             return Ok(());
         }
         while let Some((step, mine)) = s.ready.pop_front() {
+            if let Some(e) = aborted(&s, &call) {
+                s.ready.clear();
+                return Err(e);
+            }
             let (next, done) = self.exchange(s, step, mine);
             s = next;
             if let Err(e) = done {
@@ -645,6 +662,13 @@ impl Communicator for ProcessComm {
 
     fn reset(&self) {
         let mut s = self.lock();
+        // An exchange still under way (the background thread's, after a
+        // failed run) would land its results, or its failure, in the next
+        // run: wait for it (it ends by its own deadline).
+        s.ready.clear();
+        while s.exchanging {
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
         s.aborted = None;
         s.failed = None;
         s.collecting.clear();
