@@ -23,7 +23,7 @@ pub fn plot(files: &[PathBuf], out: &Path, metrics: &[String], log_y: bool) -> R
             if v.get("timings").is_some() {
                 return plot_devices(f, &v, out);
             }
-            return plot_timeline(f, out);
+            return plot_timeline(f, &v, out);
         }
     }
     let mut series = Vec::new();
@@ -208,10 +208,8 @@ fn read_trace(v: &serde_json::Value) -> Option<(String, usize, Vec<TaskBox>)> {
 }
 
 /// Draws the traces of a `pipeline.json` (`weft train` with `[pipeline]`).
-fn plot_timeline(file: &Path, out: &Path) -> Result<i32> {
-    let text = crate::error::read_to_string(file)?;
+fn plot_timeline(file: &Path, v: &serde_json::Value, out: &Path) -> Result<i32> {
     let bad = |why: &str| Error::Usage(format!("{}: not a pipeline trace ({why})", file.display()));
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
     let mut traces = Vec::new();
     for key in ["unit_trace", "measured_trace"] {
         match v.get(key) {

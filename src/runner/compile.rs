@@ -85,9 +85,8 @@ pub fn open(
             let comm = ProcessComm::new(p.group().clone(), p.owners(n), p.timeout()).with_reduction(p.reduction());
             // A program that starts collectives early has its exchanges
             // made by a thread of their own, beside the compute.
-            let started = pf.program.steps.iter().any(|s| matches!(s, weft_ir::device::Step::Start { .. }));
             let comm: Box<dyn weft_runtime::Communicator> =
-                if started { Box::new(comm.in_background()) } else { Box::new(comm) };
+                if pf.program.starts_collectives() { Box::new(comm.in_background()) } else { Box::new(comm) };
             Executable::with_devices(pf.program.clone(), local.to_vec(), devices.backends, comm, options)?
         }
         None => Executable::new(pf.program.clone(), devices.backends, options)?,

@@ -424,6 +424,10 @@ pub fn run_steps(
     let limit = c.divergence_steps.unwrap_or(DIVERGENCE_STEPS);
     let (mut evals, mut batch_digests) = (Vec::new(), Vec::new());
     let mut verdict = verdict::Verdict::default();
+    // Exchanges of collectives started early run on the communicator's
+    // own thread beside the compute: a step waits only where its devices
+    // block on them, not for as long as the transport runs.
+    let overlapped = exec.device_program().is_some_and(|p| p.starts_collectives());
     let start = std::time::Instant::now();
     for s in first..total {
         let traced = trace.as_deref().and_then(|t| t.mode_for(s));
@@ -455,12 +459,6 @@ pub fn run_steps(
                 verdict.record(t);
             }
         }
-        // Exchanges of collectives started early run on the communicator's
-        // own thread beside the compute: the step waited only where its
-        // devices blocked on them, not for as long as the transport ran.
-        let overlapped = exec
-            .device_program()
-            .is_some_and(|p| p.steps.iter().any(|s| matches!(s, weft_ir::device::Step::Start { .. })));
         let waited_secs = match (waited, waited_before, &times) {
             (Some(_), Some(_), Some(t)) if overlapped => {
                 t.iter().map(|d| d.communication).max().unwrap_or_default().as_secs_f64()

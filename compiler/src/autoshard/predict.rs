@@ -53,6 +53,16 @@ pub struct StepPrediction {
     pub classes: BTreeMap<String, OpClass>,
 }
 
+impl StepPrediction {
+    /// Counts one step of class `name` taking `time`; returns the class.
+    fn class(&mut self, name: &str, time: f64) -> &mut OpClass {
+        let c = self.classes.entry(name.to_string()).or_default();
+        c.count += 1;
+        c.time += time;
+        c
+    }
+}
+
 /// One op class of a step, as the cost model prices it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpClass {
@@ -112,9 +122,7 @@ pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOpt
                     let t = model.op_time(0.0, 1, 0.0);
                     p.compute += t;
                     clock += t;
-                    let c = p.classes.entry(op.name().to_string()).or_default();
-                    c.count += 1;
-                    c.time += t;
+                    p.class(op.name(), t);
                     continue;
                 };
                 let flops = inst_flops(op, &rule, &operands, result);
@@ -127,9 +135,7 @@ pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOpt
                 }
                 let t = model.op_time(flops, 1, moved);
                 p.compute += t;
-                let c = p.classes.entry(op.name().to_string()).or_default();
-                c.count += 1;
-                c.time += t;
+                let c = p.class(op.name(), t);
                 if flops > 0.0 {
                     let (arithmetic, streamed) = (model.compute(flops, 1), model.streamed(moved));
                     if arithmetic >= streamed {
@@ -155,10 +161,7 @@ pub fn predict_program(program: &DeviceProgram, mesh: &Mesh, opts: &AutoShardOpt
                 s.bytes += charged;
                 s.cost += cost;
                 p.communication += cost;
-                let c = p.classes.entry(op.name().to_string()).or_default();
-                c.count += 1;
-                c.time += cost;
-                c.communication += cost;
+                p.class(op.name(), cost).communication += cost;
                 link_free = link_free.max(clock) + cost;
                 if matches!(step, Step::Start { .. }) {
                     ends.insert(*output, link_free);

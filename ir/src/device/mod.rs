@@ -258,6 +258,11 @@ impl DeviceProgram {
         self.mesh.group_size(axes)
     }
 
+    /// Whether some collective is started early ([`Step::Start`]).
+    pub fn starts_collectives(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::Start { .. }))
+    }
+
     /// The peak of live bytes on one device: inputs live from the start,
     /// each buffer from its definition to its `free`, at dense sizes.
     pub fn peak_live_bytes(&self) -> usize {
