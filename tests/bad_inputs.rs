@@ -103,6 +103,12 @@ fn bad_configs_and_flags_name_the_key_value_and_range() {
                 &["stragglers.steps = 0: must be an integer in [1, "]),
             case("an unknown straggler key", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[stragglers]\nratoi = 2.0\n")], &["train", "c.toml"], 2,
                 &["unknown field `ratoi`, expected `ratio` or `steps`"]),
+            case("a prefetch that is no size", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[overlap]\nprefetch = \"nan\"\n")], &["train", "c.toml"], 2,
+                &["overlap.prefetch = `nan`", "is not a size"]),
+            case("a bucket in parsecs", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[overlap]\nbucket = \"12 parsecs\"\n")], &["train", "c.toml"], 2,
+                &["overlap.bucket = `12 parsecs`", "unknown unit `parsecs`"]),
+            case("an unknown overlap key", &[("c.toml", "steps = 2\n[model]\nkind = \"mlp\"\n[overlap]\nenable = false\n")], &["train", "c.toml"], 2,
+                &["unknown field `enable`"]),
             case("a peak of 0 TFLOP/s", &[("c.toml", "steps = 2\npeak_tflops = 0.0\n[model]\nkind = \"mlp\"\n")], &["train", "c.toml"], 2,
                 &["peak_tflops = 0: must be a finite number in (0, 1e6]"]),
             case("a NaN peak", &[("c.toml", "steps = 2\npeak_tflops = nan\n[model]\nkind = \"mlp\"\n")], &["train", "c.toml"], 2,
@@ -459,7 +465,9 @@ fn bad_metrics_files_are_named_errors() {
     std::fs::write(d.join("nostep.jsonl"), "{\"loss\": 1.0}\n").unwrap();
     std::fs::write(d.join("array.jsonl"), "[1, 2]\n").unwrap();
     std::fs::write(d.join("inf.jsonl"), "{\"step\": 0, \"loss\": \"inf\"}\n").unwrap();
+    std::fs::write(d.join("cut.json"), "{\"timings\": ").unwrap();
     let cases: &[(&str, &str)] = &[
+        ("cut.json", "cut.json: not JSON"),
         ("garbage.jsonl", "garbage.jsonl:2:"),
         ("nostep.jsonl", "nostep.jsonl:1: no integer `step`"),
         ("array.jsonl", "array.jsonl:1: not a JSON object"),
