@@ -61,10 +61,15 @@ fn pipelined(config: &str, mesh: &str, strategy: &str, s: usize, m: usize, sched
     let mut c = RunConfig::from_toml(config).unwrap();
     c.strategy = Some(strategy.into());
     c.mesh = Some(mesh.into());
-    c.pipeline = Some(toml::from_str(&format!("stages = {s}\nmicrobatches = {m}\nschedule = \"{schedule}\"")).unwrap());
+    // `interleaved` runs 2 chunks per stage.
+    let v = if schedule == "interleaved" { 2 } else { 1 };
+    c.pipeline = Some(
+        toml::from_str(&format!("stages = {s}\nmicrobatches = {m}\nschedule = \"{schedule}\"\nvirtual_stages = {v}"))
+            .unwrap(),
+    );
     let mesh = weft::runner::validate::validate(&c).unwrap();
     let (p, staged, sub) = prepare_pipeline(&c, &mesh, &Overrides::default()).unwrap();
-    assert_eq!(staged.stages.len(), s);
+    assert_eq!(staged.stages.len(), s * v);
     let mut exec = pipeline_executor(&c, &p, staged, &sub, &mesh).unwrap();
     let state = p.step.init_state(&p.params, c.seed, c.initial_loss_scale()).unwrap();
     exec.load(&p.step, &state).unwrap();
@@ -138,6 +143,47 @@ fn gpt_pipelined_steps_equal_unpipelined_accumulation() {
                 eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
             }
         }
+    }
+}
+
+#[test]
+fn interleaved_pipelines_equal_unpipelined_accumulation() {
+    // Two chunks per stage: the MLP (8 layers for S = 4) and the GPT (4
+    // units: embedding, 2 blocks, head), also tied, with loss scaling,
+    // and composed with data parallelism and with FSDP x TP in 3D.
+    let mlp8 = MLP.replace("layers = 4", "layers = 8");
+    for (config, name, stages, ms) in
+        [(MLP, "mlp", 2, &[2, 4, 8][..]), (mlp8.as_str(), "mlp8", 4, &[4, 8]), (GPT, "gpt", 2, &[2, 4, 8])]
+    {
+        for &m in ms {
+            let want = reference(config, "data=1", "none", m);
+            let got = pipelined(config, &format!("stage={stages}"), "none", stages, m, "interleaved");
+            let what = format!("{name} S={stages} V=2 M={m} interleaved");
+            let bitwise = assert_equivalent(&want, &got, &what);
+            eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
+        }
+    }
+    let tied = GPT.replace("batch = 8\n", "batch = 8\ntie_embeddings = true\n");
+    let want = reference(&tied, "data=1", "none", 4);
+    let got = pipelined(&tied, "stage=2", "none", 2, 4, "interleaved");
+    assert_equivalent(&want, &got, "tied gpt S=2 V=2 M=4 interleaved");
+    let scaled = GPT.replace("steps = 3\n", "steps = 8\n").replace("batch = 8\n", "batch = 8\ncompute = \"f16\"\n")
+        + "[loss_scaling]\ninitial_scale = 524288\nperiod = 2\n";
+    let want = reference(&scaled, "data=1", "none", 4);
+    let got = pipelined(&scaled, "stage=2", "none", 2, 4, "interleaved");
+    assert_equivalent(&want, &got, "f16 gpt, loss scaling, S=2 V=2 M=4 interleaved");
+    for (i, (w, g)) in want.0.iter().zip(&got.0).enumerate() {
+        assert_eq!(g["skipped"].to_bits(), w["skipped"].to_bits(), "step {i}: skipped");
+    }
+    let gpt = gpt_sgd();
+    for (mesh, sub, strategy) in
+        [("data=2,stage=2", "data=2", "dp"), ("data=2,stage=2,model=2", "data=2,model=2", "fsdp_tp")]
+    {
+        let want = reference(&gpt, sub, strategy, 4);
+        let got = pipelined(&gpt, mesh, strategy, 2, 4, "interleaved");
+        let what = format!("gpt {strategy} on {mesh}, interleaved");
+        let bitwise = assert_equivalent(&want, &got, &what);
+        eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
     }
 }
 

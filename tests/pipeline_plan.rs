@@ -40,7 +40,7 @@ fn the_unit_cost_bubble_is_the_textbook_fraction() {
             );
             let (exec, _) = build(&c, "interp").unwrap();
             let r = report(&exec).unwrap();
-            let want = ideal_bubble(4, m);
+            let want = ideal_bubble(schedule.parse().unwrap(), 4, m);
             assert!(
                 (r.unit_trace.bubble() - want).abs() < 1e-12,
                 "{schedule} M={m}: {} vs {want}",
@@ -49,6 +49,57 @@ fn the_unit_cost_bubble_is_the_textbook_fraction() {
             assert_eq!(r.unit_trace.events.len(), 2 * 4 * m);
             assert!(r.json().contains("\"unit_trace\":{\"clock\":\"unit\""));
         }
+    }
+}
+
+#[test]
+fn the_interleaved_unit_bubble_is_megatrons_and_below_1f1b() {
+    // GPT with 6 layers: 8 units, S = 2 stages of V = 2 or 4 chunks.
+    for (v, s) in [(2, 2), (4, 2), (2, 4)] {
+        for m in [s, 2 * s, 4 * s] {
+            let c = config(
+                &gpt(16, 6, 32),
+                &format!("stage={s}"),
+                &format!("stages = {s}\nmicrobatches = {m}\nschedule = \"interleaved\"\nvirtual_stages = {v}"),
+            );
+            let (mut exec, p) = build(&c, "interp").unwrap();
+            let r = report(&exec).unwrap();
+            let schedule = Schedule::Interleaved { virtual_stages: v };
+            let want = ideal_bubble(schedule, s, m);
+            assert!((r.unit_trace.bubble() - want).abs() < 1e-12, "V={v} M={m}: {} vs {want}", r.unit_trace.bubble());
+            assert!(want < ideal_bubble(Schedule::OneFOneB, s, m));
+            assert_eq!(r.stage_units.len(), s * v, "one entry per chunk");
+            assert_eq!(r.program_peaks.len(), s, "one program per stage");
+            let text = r.text();
+            assert!(text.contains(&format!("schedule interleaved (V={v})")), "{text}");
+            assert!(text.contains(&format!("stage 1 chunk {}: ", s + 1)), "{text}");
+            assert!(text.contains("(S-1)/(V*M+S-1)"), "{text}");
+            let json: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+            assert_eq!(json["virtual_stages"], v);
+            assert_eq!(json["schedule"], "interleaved");
+            // The driver holds the activation bytes the stage programs
+            // predict, over all of a stage's chunks.
+            let state = p.step.init_state(&p.params, 0, 1.0).unwrap();
+            exec.load(&p.step, &state).unwrap();
+            exec.step(&p.step, &p.batch).unwrap();
+            let predicted: Vec<u64> = exec.stage_memory().iter().map(|(_, p)| p.activations).collect();
+            assert_eq!(exec.held_peaks(), &predicted[..], "V={v} M={m}: measured vs predicted activation peaks");
+            let trace = exec.last_trace().unwrap();
+            assert_eq!(trace.events.len(), 2 * s * v * m);
+            assert!(trace.events.iter().all(|e| e.task.chunk % s == e.stage));
+        }
+    }
+    // Bad interleaved configurations are named errors before anything runs.
+    for (pipeline, says) in [
+        ("stages = 2\nmicrobatches = 3\nschedule = \"interleaved\"\nvirtual_stages = 2", "multiple of the stages"),
+        ("stages = 2\nmicrobatches = 4\nschedule = \"interleaved\"\nvirtual_stages = 1", "virtual_stages ≥ 2"),
+        ("stages = 2\nmicrobatches = 4\nschedule = \"1f1b\"\nvirtual_stages = 2", "needs schedule = \"interleaved\""),
+        ("stages = 2\nmicrobatches = 4\nschedule = \"interleaved\"\nvirtual_stages = 8", "layers"),
+        ("stages = 2\nmicrobatches = 4\nschedule = \"interleaved\"\nsplit = [4, 4]", "one per chunk"),
+    ] {
+        let c = config(&gpt(16, 6, 32), "stage=2", pipeline);
+        let e = build(&c, "interp").err().unwrap_or_else(|| panic!("{pipeline}: accepted"));
+        assert!(e.to_string().contains(says), "{pipeline}: {e}");
     }
 }
 
@@ -76,6 +127,7 @@ fn one_f_one_b_holds_at_most_s_microbatches_while_gpipe_grows_with_m() {
             let predicted: Vec<u64> = mem.iter().map(|(_, p)| p.activations).collect();
             assert_eq!(exec.held_peaks(), &predicted[..], "{schedule} M={m}: measured vs predicted activation peaks");
             for (st, (b, p)) in mem.iter().enumerate() {
+                let b = &b[0];
                 let per_micro = b.stash + b.act_out + b.cot_out + b.cot_in;
                 assert!(b.stash > 0, "stage {st} stashes something");
                 if schedule == "1f1b" {
@@ -373,7 +425,7 @@ fn weft_train_runs_a_pipeline_and_weft_plot_draws_its_timeline() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("pipeline.json")).unwrap()).unwrap();
     assert_eq!(json["unit_trace"]["events"].as_array().unwrap().len(), 2 * 2 * 4);
     assert_eq!(json["measured_trace"]["events"].as_array().unwrap().len(), 2 * 2 * 4);
-    assert!((json["unit_trace"]["bubble"].as_f64().unwrap() - ideal_bubble(2, 4)).abs() < 1e-12);
+    assert!((json["unit_trace"]["bubble"].as_f64().unwrap() - ideal_bubble(Schedule::GPipe, 2, 4)).abs() < 1e-12);
     let svg = dir.path().join("timeline.svg");
     let out = std::process::Command::new(weft)
         .arg("plot")

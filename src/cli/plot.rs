@@ -185,8 +185,10 @@ fn plot_devices(file: &Path, v: &serde_json::Value, out: &Path) -> Result<i32> {
     Ok(0)
 }
 
-/// One task box of a trace: stage, phase letter, microbatch, start, end.
-type TaskBox = (usize, String, u64, f64, f64);
+/// One task box of a trace: stage, phase letter and label, microbatch,
+/// start, end. The label names the chunk when it is not the stage
+/// (interleaved: `F3/c2` is chunk 2's forward on microbatch 3).
+type TaskBox = (usize, String, String, f64, f64);
 
 fn read_trace(v: &serde_json::Value) -> Option<(String, usize, Vec<TaskBox>)> {
     let clock = v.get("clock")?.as_str()?.to_string();
@@ -195,13 +197,14 @@ fn read_trace(v: &serde_json::Value) -> Option<(String, usize, Vec<TaskBox>)> {
     let boxes = events
         .iter()
         .map(|e| {
-            Some((
-                e.get("stage")?.as_u64()? as usize,
-                e.get("phase")?.as_str()?.to_string(),
-                e.get("micro")?.as_u64()?,
-                e.get("start")?.as_f64()?,
-                e.get("end")?.as_f64()?,
-            ))
+            let stage = e.get("stage")?.as_u64()? as usize;
+            let phase = e.get("phase")?.as_str()?.to_string();
+            let micro = e.get("micro")?.as_u64()?;
+            // Traces written before interleaving have no chunk.
+            let chunk = e.get("chunk").and_then(|c| c.as_u64()).unwrap_or(stage as u64);
+            let label =
+                if chunk == stage as u64 { format!("{phase}{micro}") } else { format!("{phase}{micro}/c{chunk}") };
+            Some((stage, phase, label, e.get("start")?.as_f64()?, e.get("end")?.as_f64()?))
         })
         .collect::<Option<Vec<_>>>()?;
     Some((clock, stages, boxes))
@@ -254,9 +257,9 @@ fn plot_timeline(file: &Path, v: &serde_json::Value, out: &Path) -> Result<i32> 
             chart.draw_series(boxes.iter().map(|(s, _, _, a, b)| {
                 Rectangle::new([(a * k, *s as f64 - 0.35), (b * k, *s as f64 + 0.35)], WHITE.stroke_width(1))
             }))?;
-            chart.draw_series(boxes.iter().map(|(s, p, m, a, b)| {
+            chart.draw_series(boxes.iter().map(|(s, _, label, a, b)| {
                 let x = (a + b) / 2.0 * k;
-                Text::new(format!("{p}{m}"), (x, *s as f64), ("sans-serif", 11).into_font().color(&WHITE))
+                Text::new(label.clone(), (x, *s as f64), ("sans-serif", 11).into_font().color(&WHITE))
             }))?;
         }
         root.present()?;

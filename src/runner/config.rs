@@ -41,8 +41,9 @@
 //! [pipeline]                  # optional; mesh = "stage=4" or "data=2,stage=2,model=2"
 //! stages = 4
 //! microbatches = 8
-//! schedule = "1f1b"           # or "gpipe"
-//! split = [2, 1, 1, 2]        # optional; default: chosen by cost
+//! schedule = "1f1b"           # or "gpipe", or "interleaved" (with virtual_stages)
+//! virtual_stages = 2          # chunks per stage with "interleaved" (default 2)
+//! split = [2, 1, 1, 2]        # optional; default: chosen by cost (one count per chunk)
 //!
 //! [trace]                     # optional; or `--trace FILE`
 //! file = "runs/mlp/trace.json" # Chrome trace-event JSON (opens in Perfetto)
@@ -241,11 +242,15 @@ pub struct PipelineSection {
     /// Microbatches per step (they replace `optimizer.micro_batches`).
     #[serde(default = "d_micro")]
     pub microbatches: usize,
-    /// `gpipe` or `1f1b`.
+    /// `gpipe`, `1f1b` or `interleaved`.
     #[serde(default = "d_schedule")]
     pub schedule: String,
-    /// Layers per stage (the embedding and the head count as one layer
-    /// each); default: chosen by the cost model.
+    /// Chunks of layers per stage (`V`): at least 2 with the `interleaved`
+    /// schedule (stage `s` holds chunks `s, s + S, …`; default 2), else 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_stages: Option<usize>,
+    /// Layers per chunk (per stage without interleaving; the embedding and
+    /// the head count as one layer each); default: chosen by the cost model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<Vec<usize>>,
     /// The mesh axis whose positions are the stages.
@@ -254,6 +259,15 @@ pub struct PipelineSection {
     /// Bytes per device a stage may use (`2GiB`): the split must fit it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_budget: Option<String>,
+}
+
+impl PipelineSection {
+    /// The schedule with its chunks per stage (`virtual_stages`, by
+    /// default 2 when interleaved, else 1).
+    pub fn schedule(&self) -> std::result::Result<weft_compiler::stages::Schedule, weft_compiler::CompilerError> {
+        let v = self.virtual_stages.unwrap_or(if self.schedule == "interleaved" { 2 } else { 1 });
+        weft_compiler::stages::Schedule::named(&self.schedule, v)
+    }
 }
 
 fn is_false(b: &bool) -> bool {

@@ -165,8 +165,9 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "data.eval_batches", flag: None, range: int(1, 1_000_000), default: "4", note: "" },
     KeySpec { key: "pipeline.stages", flag: None, range: int(1, MAX_DEVICES), default: "(required with `[pipeline]`)", note: "the size of `pipeline.axis`; at most the model's layers (embedding and head count one each)" },
     KeySpec { key: "pipeline.microbatches", flag: None, range: int(1, MAX_DIM), default: "1", note: "divides `model.batch`; `optimizer.micro_batches` must stay 1" },
-    KeySpec { key: "pipeline.schedule", flag: None, range: Range::OneOf(&["gpipe", "1f1b"]), default: "`1f1b`", note: "" },
-    KeySpec { key: "pipeline.split", flag: None, range: Range::Text("layers per stage, each ≥ 1, summing to the model's layers"), default: "chosen by cost", note: "" },
+    KeySpec { key: "pipeline.schedule", flag: None, range: Range::OneOf(&["gpipe", "1f1b", "interleaved"]), default: "`1f1b`", note: "`interleaved`: Megatron's virtual stages; microbatches a multiple of the stages" },
+    KeySpec { key: "pipeline.virtual_stages", flag: None, range: int(1, MAX_DEVICES), default: "2 with `interleaved`, else 1", note: "chunks of layers per stage; ≥ 2 with `interleaved`, 1 otherwise" },
+    KeySpec { key: "pipeline.split", flag: None, range: Range::Text("layers per chunk (per stage unless interleaved), each ≥ 1, summing to the model's layers"), default: "chosen by cost", note: "" },
     KeySpec { key: "pipeline.axis", flag: None, range: Range::Text("a mesh axis"), default: "`stage`", note: "" },
     KeySpec { key: "pipeline.memory_budget", flag: None, range: Range::Text("a size ≥ 1 byte: `2GiB`, `512MiB`, `1e9`"), default: "none", note: "per device; the split must fit it" },
     KeySpec { key: "trace.file", flag: Some("--trace"), range: Range::Text("a file path"), default: "(required with `[trace]`)", note: "a Chrome trace-event JSON of the traced steps (opens in Perfetto); several processes: the rank before the extension" },
@@ -538,15 +539,22 @@ fn validate_pipeline(
     check_int("pipeline.stages", p.stages as u64)?;
     check_int("pipeline.microbatches", p.microbatches as u64)?;
     check_name("pipeline.schedule", &p.schedule)?;
+    if let Some(v) = p.virtual_stages {
+        check_int("pipeline.virtual_stages", v as u64)?;
+    }
+    let schedule = p.schedule()?;
+    schedule.check(p.stages, p.microbatches)?;
     if let Some(m) = &p.memory_budget {
         weft_ir::limits::parse_bytes(m).map_err(|e| invalid("pipeline.memory_budget", format!("`{m}`"), e))?;
     }
     if let Some(split) = &p.split {
-        if split.len() != p.stages || split.contains(&0) {
+        let chunks = schedule.chunks(p.stages);
+        if split.len() != chunks || split.contains(&0) {
+            let per = if chunks == p.stages { "one per stage" } else { "one per chunk: stages × virtual_stages" };
             return Err(invalid(
                 "pipeline.split",
                 format!("{split:?}"),
-                format!("must list {} layer counts (one per stage), each at least 1", p.stages),
+                format!("must list {chunks} layer counts ({per}), each at least 1"),
             ));
         }
     }

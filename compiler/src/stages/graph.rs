@@ -272,7 +272,9 @@ pub struct StageFns {
 /// A training step cut into stages.
 #[derive(Clone, Debug)]
 pub struct StagedStep {
-    /// Per stage.
+    /// Per chunk of the model, in order (`S·V` chunks under the interleaved
+    /// schedule, chunk `c` on stage `c mod S`; one per stage otherwise).
+    /// Functions are named after their chunk: `stage<c>.forward`, ….
     pub stages: Vec<StageFns>,
     /// The split with its predictions.
     pub split: StageSplit,
@@ -288,7 +290,8 @@ pub struct StagedStep {
     pub loss_scaling: Option<LossScaling>,
 }
 
-/// Cuts the training step of `@loss` in `m` into `pc.stages` stages. The
+/// Cuts the training step of `@loss` in `m` into the schedule's chunks
+/// (`pc.stages` stages, `V` chunks each when interleaved). The
 /// loss is built for one microbatch; `split_over` is the number of devices
 /// each stage's work is split over (for the cost model).
 pub fn build_stages(
@@ -326,7 +329,7 @@ pub fn build_stages(
             cross[starts[s]].iter().copied().collect()
         }
     };
-    let s_n = pc.stages;
+    let s_n = pc.schedule.chunks(pc.stages);
     let aux: Vec<String> = f.results[1..]
         .iter()
         .enumerate()

@@ -7,7 +7,9 @@
 //! backward, an output activation until it is sent, a cotangent from its
 //! receive until the backward that consumes it. Under GPipe a stage
 //! stashes all M microbatches before the first backward; under 1F1B at
-//! most `S − s`, which is where 1F1B's memory advantage comes from.
+//! most `S − s`, which is where 1F1B's memory advantage comes from. Under
+//! the interleaved schedule a stage runs several chunks: each operation
+//! names its chunk, and the stage's buffers are those of all its chunks.
 
 use super::schedule::{stage_order, Phase, Schedule};
 
@@ -37,36 +39,48 @@ pub struct StageProgram {
     pub stage: usize,
     /// The stages.
     pub stages: usize,
-    /// The operations, in order.
-    pub ops: Vec<StageOp>,
+    /// The chunks of the model (`S·V`; `S` without interleaving).
+    pub chunks: usize,
+    /// The operations in order, each with its chunk: "the previous stage"
+    /// of chunk `c` is the one running chunk `c − 1`, "the next" the one
+    /// running `c + 1`.
+    pub ops: Vec<(usize, StageOp)>,
+}
+
+impl StageProgram {
+    /// The chunks this stage runs, in order: `s, s + S, …`.
+    pub fn own_chunks(&self) -> Vec<usize> {
+        (self.stage..self.chunks).step_by(self.stages.max(1)).collect()
+    }
 }
 
 /// Stage `s`'s program under `schedule`.
 pub fn stage_program(schedule: Schedule, stages: usize, micro: usize, s: usize) -> StageProgram {
-    let (first, last) = (s == 0, s + 1 == stages);
+    let chunks = schedule.chunks(stages);
     let mut ops = Vec::new();
     for t in stage_order(schedule, stages, micro, s) {
-        let m = t.micro;
+        let (m, c) = (t.micro, t.chunk);
+        let (first, last) = (c == 0, c + 1 == chunks);
         match t.phase {
             Phase::Forward => {
-                ops.push(StageOp::Recv(m));
-                ops.push(StageOp::Forward(m));
+                ops.push((c, StageOp::Recv(m)));
+                ops.push((c, StageOp::Forward(m)));
                 if !last {
-                    ops.push(StageOp::Send(m));
+                    ops.push((c, StageOp::Send(m)));
                 }
             }
             Phase::Backward => {
                 if !last {
-                    ops.push(StageOp::RecvCot(m));
+                    ops.push((c, StageOp::RecvCot(m)));
                 }
-                ops.push(StageOp::Backward(m));
+                ops.push((c, StageOp::Backward(m)));
                 if !first {
-                    ops.push(StageOp::SendCot(m));
+                    ops.push((c, StageOp::SendCot(m)));
                 }
             }
         }
     }
-    StageProgram { stage: s, stages, ops }
+    StageProgram { stage: s, stages, chunks, ops }
 }
 
 /// Bytes of a stage's buffers.
@@ -102,17 +116,24 @@ pub struct StagePeak {
 }
 
 impl StageProgram {
-    /// The peak live bytes of running the program with buffers `b`.
-    pub fn peak(&self, b: &StageBytes) -> StagePeak {
+    /// The peak live bytes of running the program, with `bytes[i]` the
+    /// buffers of its `i`-th own chunk ([`StageProgram::own_chunks`]; one
+    /// entry without interleaving). Every chunk's resident bytes are held
+    /// throughout.
+    pub fn peak(&self, bytes: &[StageBytes]) -> StagePeak {
         let mut acts = 0u64;
         let mut stashed = 0usize;
         let mut peak = StagePeak::default();
+        let resident: u64 = bytes.iter().map(|b| b.resident).sum();
         let see = |acts: u64, transient: u64, stashed: usize, peak: &mut StagePeak| {
-            peak.total = peak.total.max(b.resident + acts + transient);
+            peak.total = peak.total.max(resident + acts + transient);
             peak.activations = peak.activations.max(acts);
             peak.in_flight = peak.in_flight.max(stashed);
         };
-        for op in &self.ops {
+        let stages = self.stages.max(1);
+        for &(c, ref op) in &self.ops {
+            let b = &bytes[c / stages];
+            let (first, last) = (c == 0, c + 1 == self.chunks);
             match op {
                 StageOp::Recv(_) => {
                     acts += b.stash;
@@ -121,7 +142,7 @@ impl StageProgram {
                 }
                 StageOp::Forward(_) => {
                     see(acts, b.forward_transient, stashed, &mut peak);
-                    if self.stage + 1 < self.stages {
+                    if !last {
                         acts += b.act_out;
                         see(acts, 0, stashed, &mut peak);
                     }
@@ -135,10 +156,10 @@ impl StageProgram {
                     see(acts, b.backward_transient, stashed, &mut peak);
                     acts -= b.stash;
                     stashed -= 1;
-                    if self.stage + 1 < self.stages {
+                    if !last {
                         acts -= b.cot_out;
                     }
-                    if self.stage > 0 {
+                    if !first {
                         acts += b.cot_in;
                         see(acts, 0, stashed, &mut peak);
                     }
@@ -160,7 +181,7 @@ mod tests {
             let (s_n, m) = (3, 5);
             let ps: Vec<StageProgram> = (0..s_n).map(|s| stage_program(schedule, s_n, m, s)).collect();
             let pick = |p: &StageProgram, f: fn(&StageOp) -> Option<usize>| -> Vec<usize> {
-                p.ops.iter().filter_map(f).collect()
+                p.ops.iter().filter_map(|(_, o)| f(o)).collect()
             };
             let send = |o: &StageOp| if let StageOp::Send(m) = o { Some(*m) } else { None };
             let recv = |o: &StageOp| if let StageOp::Recv(m) = o { Some(*m) } else { None };
@@ -195,8 +216,8 @@ mod tests {
         };
         for m in [4, 8, 16] {
             for s in 0..4 {
-                let g = stage_program(Schedule::GPipe, 4, m, s).peak(&b);
-                let o = stage_program(Schedule::OneFOneB, 4, m, s).peak(&b);
+                let g = stage_program(Schedule::GPipe, 4, m, s).peak(std::slice::from_ref(&b));
+                let o = stage_program(Schedule::OneFOneB, 4, m, s).peak(std::slice::from_ref(&b));
                 assert_eq!(g.in_flight, m);
                 assert_eq!(o.in_flight, 4 - s);
                 assert!(o.activations <= 4 * (b.stash + b.act_out + b.cot_out + b.cot_in), "stage {s}: {o:?}");
@@ -204,5 +225,29 @@ mod tests {
                 assert!(o.total < g.total || m <= 4 - s);
             }
         }
+    }
+
+    #[test]
+    fn interleaved_chunks_send_what_the_next_chunk_receives() {
+        let schedule = Schedule::Interleaved { virtual_stages: 2 };
+        let (s_n, m) = (2, 4);
+        let ps: Vec<StageProgram> = (0..s_n).map(|s| stage_program(schedule, s_n, m, s)).collect();
+        let ops_of = |c: usize, want: fn(&StageOp) -> Option<usize>| -> Vec<usize> {
+            let p = &ps[c % s_n];
+            p.ops.iter().filter(|(x, _)| *x == c).filter_map(|(_, o)| want(o)).collect()
+        };
+        let send = |o: &StageOp| if let StageOp::Send(m) = o { Some(*m) } else { None };
+        let recv = |o: &StageOp| if let StageOp::Recv(m) = o { Some(*m) } else { None };
+        let send_cot = |o: &StageOp| if let StageOp::SendCot(m) = o { Some(*m) } else { None };
+        let recv_cot = |o: &StageOp| if let StageOp::RecvCot(m) = o { Some(*m) } else { None };
+        for c in 0..s_n * 2 - 1 {
+            assert_eq!(ops_of(c, send), (0..m).collect::<Vec<_>>(), "chunk {c}");
+            assert_eq!(ops_of(c + 1, recv), ops_of(c, send));
+            assert_eq!(ops_of(c + 1, send_cot), ops_of(c, recv_cot));
+        }
+        assert_eq!(ps[1].own_chunks(), vec![1, 3]);
+        let b = StageBytes { resident: 10, stash: 1, act_out: 1, cot_out: 1, cot_in: 1, ..Default::default() };
+        let p = ps[0].peak(&[b.clone(), b]);
+        assert!(p.total >= 20 && p.in_flight >= 2, "{p:?}");
     }
 }

@@ -243,11 +243,12 @@ type Link = (Option<Sender<Msg>>, Option<Receiver<Msg>>);
 
 /// What a stage's run of one step produced.
 struct StageRun {
-    grads: Vec<HostTensor>,
+    /// Per chunk of the stage: its gradients summed over the microbatches.
+    grads: Vec<Vec<HostTensor>>,
     /// The learning rate its update used (once it has run).
     lr: f32,
-    /// Per microbatch in order (last stage only): loss (scaled with loss
-    /// scaling) and auxiliary metrics.
+    /// Per microbatch in order (the stage of the last chunk only): loss
+    /// (scaled with loss scaling) and auxiliary metrics.
     outputs: Vec<Vec<HostTensor>>,
     events: Vec<TraceEvent>,
     /// The most bytes of activations the stage held between tasks
@@ -382,8 +383,8 @@ impl PipelineExecutor {
         self.checkpoint_mesh = crate::runner::mesh_spec(whole);
     }
 
-    /// Per stage: each parameter's layout on the sub-mesh as the stage's
-    /// optimizer update takes it (where the parameters, their gradients
+    /// Per chunk (a stage unless interleaved): each parameter's layout on
+    /// the sub-mesh as the chunk's optimizer update takes it (where the parameters, their gradients
     /// and slots meet; replicated on the interpreter), by name.
     pub fn param_layouts(&self) -> Vec<Vec<(String, weft_ir::TensorSharding)>> {
         self.stages
@@ -418,22 +419,22 @@ impl PipelineExecutor {
     }
 
     /// Per stage, measured in the last step: the most bytes of activations
-    /// the stage held between tasks (what [`StagePeak::activations`]
+    /// the stage (all its chunks) held between tasks (what [`StagePeak::activations`]
     /// predicts).
     pub fn held_peaks(&self) -> &[u64] {
         &self.held_peaks
     }
 
-    /// Per stage: the buffers of its program and their peak under the
-    /// schedule (per device of the stage's sub-mesh for the transients).
-    pub fn stage_memory(&self) -> Vec<(StageBytes, StagePeak)> {
+    /// Per stage: the buffers of its chunks' programs and their peak under
+    /// the schedule (per device of the stage's sub-mesh for the
+    /// transients).
+    pub fn stage_memory(&self) -> Vec<(Vec<StageBytes>, StagePeak)> {
         let pc = &self.staged.config;
-        self.stages
-            .iter()
-            .enumerate()
-            .map(|(s, st)| {
-                let b = stage_bytes(st, pc.microbatches);
-                let p = stage_program(pc.schedule, pc.stages, pc.microbatches, s).peak(&b);
+        (0..pc.stages)
+            .map(|s| {
+                let prog = stage_program(pc.schedule, pc.stages, pc.microbatches, s);
+                let b: Vec<StageBytes> = prog.own_chunks().into_iter().map(|c| stage_bytes(&self.stages[c])).collect();
+                let p = prog.peak(&b);
                 (b, p)
             })
             .collect()
@@ -515,15 +516,18 @@ impl PipelineExecutor {
                 .collect::<std::result::Result<_, _>>()?;
             micro.insert("rng".into(), keys);
         }
-        let mut fwd: Vec<Link> = (0..s_n).map(|_| (None, None)).collect();
-        let mut bwd: Vec<Link> = (0..s_n).map(|_| (None, None)).collect();
-        for s in 0..s_n.saturating_sub(1) {
+        // One channel per chunk boundary and direction: chunk c sends its
+        // activations to chunk c + 1 and its input cotangents to c − 1.
+        let chunks = self.stages.len();
+        let mut fwd: Vec<Link> = (0..chunks).map(|_| (None, None)).collect();
+        let mut bwd: Vec<Link> = (0..chunks).map(|_| (None, None)).collect();
+        for c in 0..chunks.saturating_sub(1) {
             let (tx, rx) = channel();
-            fwd[s].0 = Some(tx);
-            fwd[s + 1].1 = Some(rx);
+            fwd[c].0 = Some(tx);
+            fwd[c + 1].1 = Some(rx);
             let (tx, rx) = channel();
-            bwd[s + 1].0 = Some(tx);
-            bwd[s].1 = Some(rx);
+            bwd[c + 1].0 = Some(tx);
+            bwd[c].1 = Some(rx);
         }
         let start = Instant::now();
         let micro = &micro;
@@ -535,24 +539,31 @@ impl PipelineExecutor {
         }
         let scale = self.loss_scale.map(|(s, _)| HostTensor::from_f32(&[], vec![s])).transpose()?;
         let scale = scale.as_ref();
-        // Each stage sends its squares (and finiteness flag); the stages
+        // Each chunk sends its squares (and finiteness flag); the chunks
         // whose update reads the global norm (or the flag) receive them.
-        let (sq_tx, sq_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Squares>()).unzip();
-        let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..s_n).map(|_| channel::<Norm>()).unzip();
+        let (sq_tx, sq_rx): (Vec<_>, Vec<_>) = (0..chunks).map(|_| channel::<Squares>()).unzip();
+        let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..chunks).map(|_| channel::<Norm>()).unzip();
+        // Each stage thread gets its chunks (c ≡ s mod S) with their ends.
+        let mut per_stage: Vec<Vec<ChunkEnds>> = (0..s_n).map(|_| Vec::new()).collect();
+        for (c, (((st, (f, b)), sq), nr)) in
+            self.stages.iter_mut().zip(fwd.into_iter().zip(bwd)).zip(sq_tx).zip(norm_rx).enumerate()
+        {
+            per_stage[c % s_n].push(ChunkEnds { chunk: c, stage: st, fwd: f, bwd: b, squares: sq, norm: nr });
+        }
         let (runs, norm): (Vec<StageResult>, Option<Norm>) = std::thread::scope(|sc| {
-            let handles: Vec<_> = (self.stages.iter_mut().zip(fwd.into_iter().zip(bwd)))
-                .zip(sq_tx.into_iter().zip(norm_rx))
+            let handles: Vec<_> = per_stage
+                .into_iter()
                 .enumerate()
-                .map(|(s, ((st, (f, b)), (sq, nr)))| {
+                .map(|(s, mut own)| {
                     let prog = stage_program(pc.schedule, s_n, k, s);
                     sc.spawn(move || {
-                        let run = run_stage(s, st, &prog.ops, micro, f, b, start, serial, scale)?;
-                        finish_stage(s, st, run, step, scale, &sq, &nr, serial)
+                        let run = run_stage(s, &mut own, &prog.ops, micro, start, serial, scale)?;
+                        finish_stage(s, &mut own, run, step, scale, serial)
                     })
                 })
                 .collect();
-            // The global norm from every stage's squares, in parameter
-            // order; finite when every stage's gradients are.
+            // The global norm from every chunk's squares, in parameter
+            // order; finite when every chunk's gradients are.
             let mut total = Some(Norm { norm: 0.0, finite: 1.0 });
             for rx in &sq_rx {
                 match (rx.recv(), total.as_mut()) {
@@ -566,7 +577,7 @@ impl PipelineExecutor {
             let norm = total.map(|t| Norm { norm: t.norm.sqrt(), ..t });
             if let Some(n) = norm {
                 for tx in &norm_tx {
-                    // A stage that does not wait for the norm has hung up.
+                    // A chunk that does not wait for the norm has hung up.
                     let _ = tx.send(n);
                 }
             }
@@ -615,8 +626,8 @@ impl PipelineExecutor {
     }
 }
 
-/// The buffers of a stage's program.
-fn stage_bytes(st: &Stage, k: usize) -> StageBytes {
+/// The buffers of a chunk's part of its stage's program.
+fn stage_bytes(st: &Stage) -> StageBytes {
     let f = &st.fns.forward;
     let bytes = |ts: &[weft_ir::TensorType], keep: Option<&[bool]>| -> u64 {
         ts.iter().enumerate().filter(|(i, _)| keep.is_none_or(|k| k[*i])).map(|(_, t)| t.size_bytes() as u64).sum()
@@ -627,7 +638,6 @@ fn stage_bytes(st: &Stage, k: usize) -> StageBytes {
     let slot_bytes: u64 = st.slots.iter().map(|t| (t.len() * t.dtype().size_bytes()) as u64).sum();
     let fwd_live = weft_compiler::memory::peak_live_bytes(f);
     let bwd_live = weft_compiler::memory::peak_live_bytes(&st.fns.backward);
-    let _ = k;
     StageBytes {
         resident: 2 * param_bytes + slot_bytes,
         stash: batch_bytes + bytes(&st.fns.act_in, None),
@@ -639,15 +649,39 @@ fn stage_bytes(st: &Stage, k: usize) -> StageBytes {
     }
 }
 
-/// Runs stage `s`'s program for one step.
-#[allow(clippy::too_many_arguments)] // the stage, its neighbours' channels, the step's clocks and loss scale
+/// One chunk as its stage thread holds it during a step: its functions
+/// and state, its links to the neighbouring chunks, and its ends of the
+/// driver's squares and norm channels.
+struct ChunkEnds<'a> {
+    chunk: usize,
+    stage: &'a mut Stage,
+    /// To chunk `c + 1` (activations), from chunk `c − 1`.
+    fwd: Link,
+    /// To chunk `c − 1` (cotangents), from chunk `c + 1`.
+    bwd: Link,
+    squares: Sender<Squares>,
+    norm: Receiver<Norm>,
+}
+
+/// A chunk's buffers during a step: stashes, activations and cotangents
+/// by microbatch, and its gradients accumulated so far.
+#[derive(Default)]
+struct ChunkBuffers {
+    stash: BTreeMap<usize, Vec<HostTensor>>,
+    out_acts: BTreeMap<usize, Vec<HostTensor>>,
+    cots: BTreeMap<usize, Vec<HostTensor>>,
+    cot_in: BTreeMap<usize, Vec<HostTensor>>,
+    grads: Option<Vec<HostTensor>>,
+}
+
+/// Runs stage `s`'s program for one step over its chunks `own` (the ops
+/// name their chunk).
+#[allow(clippy::too_many_arguments)] // the stage, its chunks, the step's clocks and loss scale
 fn run_stage(
     s: usize,
-    st: &mut Stage,
-    ops: &[StageOp],
+    own: &mut [ChunkEnds<'_>],
+    ops: &[(usize, StageOp)],
     micro: &BTreeMap<String, Vec<HostTensor>>,
-    fwd: Link,
-    bwd: Link,
     start: Instant,
     serial: Option<&std::sync::Mutex<()>>,
     scale: Option<&HostTensor>,
@@ -655,50 +689,46 @@ fn run_stage(
     let lost = |what: &str| {
         StageError::Stopped(Error::Usage(format!("pipeline stage {s}: the neighbouring stage stopped before {what}")))
     };
-    let mut stash: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
-    let mut out_acts: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
-    let mut cots: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
-    let mut cot_in: BTreeMap<usize, Vec<HostTensor>> = BTreeMap::new();
-    let mut grads: Option<Vec<HostTensor>> = None;
+    let mut bufs: Vec<ChunkBuffers> = own.iter().map(|_| ChunkBuffers::default()).collect();
     let mut outputs = Vec::new();
     let mut events = Vec::new();
     let (mut held, mut held_peak) = (0u64, 0u64);
-    let np = st.fns.params.len();
-    let last = fwd.0.is_none();
-    let n_lead = if last { 1 + st.fns.forward.results.len() - 1 } else { 1 };
     let now = || start.elapsed().as_secs_f64();
-    for op in ops {
-        match *op {
+    let index: BTreeMap<usize, usize> = own.iter().enumerate().map(|(i, ce)| (ce.chunk, i)).collect();
+    for &(c, op) in ops {
+        let i = index[&c];
+        let (ce, buf) = (&mut own[i], &mut bufs[i]);
+        let st = &mut *ce.stage;
+        let np = st.fns.params.len();
+        let last = ce.fwd.0.is_none();
+        let n_lead = if last { st.fns.forward.results.len() } else { 1 };
+        match op {
             StageOp::Recv(m) => {
                 let mut inputs: Vec<HostTensor> = st.fns.batch.iter().map(|n| micro[n][m].clone()).collect();
-                if let Some(rx) = &fwd.1 {
+                if let Some(rx) = &ce.fwd.1 {
                     let (got, acts) = rx.recv().map_err(|_| lost("sending activations"))?;
                     debug_assert_eq!(got, m, "activations arrive in microbatch order");
                     inputs.extend(acts);
                 }
                 held += bytes_of(&inputs);
                 held_peak = held_peak.max(held);
-                stash.insert(m, inputs);
+                buf.stash.insert(m, inputs);
             }
             StageOp::Forward(m) => {
                 let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
-                // With loss scaling the last stage's metrics come from its
+                // With loss scaling the last chunk's metrics come from its
                 // (scaled) backward, which recomputes the forward anyway:
                 // its forward task has nothing to compute.
                 let outs = if last && scale.is_some() {
                     Vec::new()
                 } else {
                     let mut args = st.params[st.forward.resident()..].to_vec();
-                    args.extend(stash[&m].iter().cloned());
+                    args.extend(buf.stash[&m].iter().cloned());
                     st.forward.run(args)?
                 };
-                events.push(TraceEvent {
-                    stage: s,
-                    task: Task { phase: Phase::Forward, micro: m },
-                    start: t0,
-                    end: now(),
-                });
+                let task = Task { phase: Phase::Forward, micro: m, chunk: c };
+                events.push(TraceEvent { stage: s, task, start: t0, end: now() });
                 if last {
                     if scale.is_none() {
                         outputs.push(outs);
@@ -706,27 +736,28 @@ fn run_stage(
                 } else {
                     held += bytes_of(&outs);
                     held_peak = held_peak.max(held);
-                    out_acts.insert(m, outs);
+                    buf.out_acts.insert(m, outs);
                 }
             }
             StageOp::Send(m) => {
-                let acts = out_acts.remove(&m).expect("sent after its forward");
+                let acts = buf.out_acts.remove(&m).expect("sent after its forward");
                 held -= bytes_of(&acts);
-                fwd.0.as_ref().expect("a next stage").send((m, acts)).map_err(|_| lost("receiving activations"))?;
+                ce.fwd.0.as_ref().expect("a next chunk").send((m, acts)).map_err(|_| lost("receiving activations"))?;
             }
             StageOp::RecvCot(m) => {
-                let (got, c) = bwd.1.as_ref().expect("a next stage").recv().map_err(|_| lost("sending cotangents"))?;
+                let (got, cot) =
+                    ce.bwd.1.as_ref().expect("a next chunk").recv().map_err(|_| lost("sending cotangents"))?;
                 debug_assert_eq!(got, m, "cotangents arrive in microbatch order");
-                held += bytes_of(&c);
+                held += bytes_of(&cot);
                 held_peak = held_peak.max(held);
-                cots.insert(m, c);
+                buf.cots.insert(m, cot);
             }
             StageOp::Backward(m) => {
                 let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
                 let t0 = now();
                 let mut args = st.params[st.backward.resident()..].to_vec();
                 let (stashed, cot) =
-                    (stash.remove(&m).expect("backward after forward"), cots.remove(&m).unwrap_or_default());
+                    (buf.stash.remove(&m).expect("backward after forward"), buf.cots.remove(&m).unwrap_or_default());
                 held -= bytes_of(&stashed) + bytes_of(&cot);
                 args.extend(stashed);
                 args.extend(cot);
@@ -734,43 +765,45 @@ fn run_stage(
                     args.push(sc.clone());
                 }
                 let mut outs = st.backward.run(args)?;
-                events.push(TraceEvent {
-                    stage: s,
-                    task: Task { phase: Phase::Backward, micro: m },
-                    start: t0,
-                    end: now(),
-                });
+                let task = Task { phase: Phase::Backward, micro: m, chunk: c };
+                events.push(TraceEvent { stage: s, task, start: t0, end: now() });
                 let rest = outs.split_off(n_lead);
                 if last && scale.is_some() {
                     outputs.push(outs);
                 }
-                let (g, c) = {
+                let (g, cot_in) = {
                     let mut rest = rest;
-                    let c = rest.split_off(np);
-                    (rest, c)
+                    let cot_in = rest.split_off(np);
+                    (rest, cot_in)
                 };
-                match grads.as_mut() {
-                    None => grads = Some(g),
+                match buf.grads.as_mut() {
+                    None => buf.grads = Some(g),
                     Some(acc) => {
                         for (a, b) in acc.iter_mut().zip(&g) {
                             add_into(a, b)?;
                         }
                     }
                 }
-                if s > 0 {
-                    held += bytes_of(&c);
+                if ce.bwd.0.is_some() {
+                    held += bytes_of(&cot_in);
                     held_peak = held_peak.max(held);
-                    cot_in.insert(m, c);
+                    buf.cot_in.insert(m, cot_in);
                 }
             }
             StageOp::SendCot(m) => {
-                let c = cot_in.remove(&m).expect("sent after its backward");
-                held -= bytes_of(&c);
-                bwd.0.as_ref().expect("a previous stage").send((m, c)).map_err(|_| lost("receiving cotangents"))?;
+                let cot = buf.cot_in.remove(&m).expect("sent after its backward");
+                held -= bytes_of(&cot);
+                ce.bwd
+                    .0
+                    .as_ref()
+                    .expect("a previous chunk")
+                    .send((m, cot))
+                    .map_err(|_| lost("receiving cotangents"))?;
             }
         }
     }
-    Ok(StageRun { grads: grads.unwrap_or_default(), lr: f32::NAN, outputs, events, held_peak })
+    let grads = bufs.into_iter().map(|b| b.grads.unwrap_or_default()).collect();
+    Ok(StageRun { grads, lr: f32::NAN, outputs, events, held_peak })
 }
 
 /// Why a stage thread stopped.
@@ -808,50 +841,56 @@ fn first_error(runs: Vec<StageResult>) -> Result<Vec<StageRun>> {
     Err(stopped.expect("some stage failed"))
 }
 
-/// After its last backward: the stage's squares (sent to the driver for
-/// the global norm), then its optimizer update, with the norm from the
-/// driver when the update reads it. Updates the stage's parameters and
-/// slots; the run's gradients are consumed.
-#[allow(clippy::too_many_arguments)] // the stage, its run, the step's inputs and the driver's channels
+/// After its last backward: each of the stage's chunks' squares (sent to
+/// the driver for the global norm), then each chunk's optimizer update,
+/// with the norm from the driver when the update reads it. Updates the
+/// chunks' parameters and slots; the run's gradients are consumed.
 fn finish_stage(
     s: usize,
-    st: &mut Stage,
+    own: &mut [ChunkEnds<'_>],
     mut run: StageRun,
     step: &HostTensor,
     scale: Option<&HostTensor>,
-    squares: &Sender<Squares>,
-    norm: &Receiver<Norm>,
     serial: Option<&std::sync::Mutex<()>>,
 ) -> StageResult {
     let stopped = || StageError::Stopped(Error::Usage(format!("pipeline stage {s}: another stage stopped")));
-    let mut sq = {
-        let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut args = run.grads.clone();
-        args.extend(scale.cloned());
-        st.square.run(args)?
-    };
-    let finite = if scale.is_some() { scalar_f32(&sq.pop().expect("the finiteness flag")) } else { 1.0 };
-    squares.send(Squares { values: sq.iter().map(scalar_f32).collect(), finite }).map_err(|_| stopped())?;
-    // Not read by the update when it does not wait for it.
-    let n =
-        if st.update_waits { norm.recv().map_err(|_| stopped())? } else { Norm { norm: f32::NAN, finite: f32::NAN } };
-    let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
-    let mut args = st.params.clone();
-    args.extend(st.slots.iter().cloned());
-    args.push(step.clone());
-    args.append(&mut run.grads);
-    args.push(HostTensor::from_f32(&[], vec![n.norm]).map_err(Error::from)?);
-    if let Some(sc) = scale {
-        args.push(sc.clone());
-        args.push(HostTensor::from_f32(&[], vec![n.finite]).map_err(Error::from)?);
+    let grads = std::mem::take(&mut run.grads);
+    for (ce, g) in own.iter_mut().zip(&grads) {
+        let mut sq = {
+            let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+            let mut args = g.clone();
+            args.extend(scale.cloned());
+            ce.stage.square.run(args)?
+        };
+        let finite = if scale.is_some() { scalar_f32(&sq.pop().expect("the finiteness flag")) } else { 1.0 };
+        ce.squares.send(Squares { values: sq.iter().map(scalar_f32).collect(), finite }).map_err(|_| stopped())?;
     }
-    let mut out = st.update.run(args)?;
-    run.lr = scalar_f32(&out.pop().expect("lr"));
-    let np = st.params.len();
-    st.slots = out.split_off(np);
-    st.params = out;
-    st.forward.load(&st.params)?;
-    st.backward.load(&st.params)?;
+    for (ce, mut g) in own.iter_mut().zip(grads) {
+        let st = &mut *ce.stage;
+        // Not read by the update when it does not wait for it.
+        let n = if st.update_waits {
+            ce.norm.recv().map_err(|_| stopped())?
+        } else {
+            Norm { norm: f32::NAN, finite: f32::NAN }
+        };
+        let _one = serial.map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut args = st.params.clone();
+        args.extend(st.slots.iter().cloned());
+        args.push(step.clone());
+        args.append(&mut g);
+        args.push(HostTensor::from_f32(&[], vec![n.norm]).map_err(Error::from)?);
+        if let Some(sc) = scale {
+            args.push(sc.clone());
+            args.push(HostTensor::from_f32(&[], vec![n.finite]).map_err(Error::from)?);
+        }
+        let mut out = st.update.run(args)?;
+        run.lr = scalar_f32(&out.pop().expect("lr"));
+        let np = st.params.len();
+        st.slots = out.split_off(np);
+        st.params = out;
+        st.forward.load(&st.params)?;
+        st.backward.load(&st.params)?;
+    }
     Ok(run)
 }
 

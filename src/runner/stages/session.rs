@@ -25,11 +25,11 @@ pub struct PipelineRun {
 pub struct PipelineReport {
     /// The configuration.
     pub config: PipelineConfig,
-    /// Per stage: its units by name.
+    /// Per chunk (a stage unless interleaved): its units by name.
     pub stage_units: Vec<Vec<String>>,
-    /// Per stage: predicted forward and backward time of one microbatch (s).
+    /// Per chunk: predicted forward and backward time of one microbatch (s).
     pub predicted_times: Vec<(f64, f64)>,
-    /// Per stage: predicted memory per device (bytes, the split's model).
+    /// Per chunk: predicted memory per device (bytes, the split's model).
     pub predicted_memory: Vec<u64>,
     /// Per stage: the stage program's peak live bytes and peak activation
     /// bytes (per device).
@@ -47,35 +47,53 @@ pub struct PipelineReport {
 }
 
 impl PipelineReport {
-    /// The report as text, one line per stage.
+    /// The report as text, one line per stage (per chunk, then per stage,
+    /// when interleaved).
     pub fn text(&self) -> String {
         let pc = &self.config;
+        let v = pc.schedule.virtual_stages();
         let mut out = format!(
-            "pipeline: {} stages, {} microbatches, schedule {}, split {:?} ({})\n",
+            "pipeline: {} stages, {} microbatches, schedule {}, split {:?}{} ({})\n",
             pc.stages,
             pc.microbatches,
             pc.schedule,
             self.stage_units.iter().map(Vec::len).collect::<Vec<_>>(),
+            if v > 1 { " layers per chunk" } else { "" },
             if pc.split.is_some() { "explicit" } else { "chosen by cost" }
         );
-        for (s, units) in self.stage_units.iter().enumerate() {
-            let (f, b) = self.predicted_times[s];
-            out.push_str(&format!(
-                "  stage {s}: {}; predicted F {} B {} per microbatch, memory {}; program peak {} (activations {})\n",
+        let human = |b: u64| crate::runner::human(b as usize);
+        for (c, units) in self.stage_units.iter().enumerate() {
+            let (f, b) = self.predicted_times[c];
+            let predicted = format!(
+                "{}; predicted F {} B {} per microbatch, memory {}",
                 units.join(", "),
                 secs(f),
                 secs(b),
-                crate::runner::human(self.predicted_memory[s] as usize),
-                crate::runner::human(self.program_peaks[s].0 as usize),
-                crate::runner::human(self.program_peaks[s].1 as usize),
-            ));
+                human(self.predicted_memory[c])
+            );
+            if v == 1 {
+                let (peak, acts) = self.program_peaks[c];
+                out.push_str(&format!(
+                    "  stage {c}: {predicted}; program peak {} (activations {})\n",
+                    human(peak),
+                    human(acts)
+                ));
+            } else {
+                out.push_str(&format!("  stage {} chunk {c}: {predicted}\n", c % pc.stages));
+            }
         }
+        if v > 1 {
+            for (s, &(peak, acts)) in self.program_peaks.iter().enumerate() {
+                out.push_str(&format!("  stage {s}: program peak {} (activations {})\n", human(peak), human(acts)));
+            }
+        }
+        let formula = if v > 1 { "(S-1)/(V*M+S-1)" } else { "(S-1)/(M+S-1)" };
         out.push_str(&format!(
-            "  predicted step {} and bubble {:.3} (unit clock {:.3}; (S-1)/(M+S-1) = {:.3})",
+            "  predicted step {} and bubble {:.3} (unit clock {:.3}; {formula} = {:.3})",
             secs(self.predicted_step),
             self.predicted_bubble,
             self.unit_trace.bubble(),
-            weft_compiler::stages::ideal_bubble(pc.stages, pc.microbatches)
+            weft_compiler::stages::ideal_bubble(pc.schedule, pc.stages, pc.microbatches)
         ));
         if let Some(t) = &self.measured_trace {
             out.push_str(&format!("\n  measured: last step {} with bubble {:.3}", secs(t.makespan()), t.bubble()));
@@ -86,22 +104,26 @@ impl PipelineReport {
     /// The report and both traces as JSON.
     pub fn json(&self) -> String {
         let split: Vec<usize> = self.stage_units.iter().map(Vec::len).collect();
+        let s_n = self.config.stages.max(1);
+        // Per chunk; a chunk's program peaks are its stage's.
         let stages: Vec<String> = (0..self.stage_units.len())
-            .map(|s| {
+            .map(|c| {
                 format!(
-                    "{{\"units\":{:?},\"forward\":{},\"backward\":{},\"memory\":{},\"program_peak\":{},\"activation_peak\":{}}}",
-                    self.stage_units[s],
-                    self.predicted_times[s].0,
-                    self.predicted_times[s].1,
-                    self.predicted_memory[s],
-                    self.program_peaks[s].0,
-                    self.program_peaks[s].1
+                    "{{\"on_stage\":{},\"units\":{:?},\"forward\":{},\"backward\":{},\"memory\":{},\"program_peak\":{},\"activation_peak\":{}}}",
+                    c % s_n,
+                    self.stage_units[c],
+                    self.predicted_times[c].0,
+                    self.predicted_times[c].1,
+                    self.predicted_memory[c],
+                    self.program_peaks[c % s_n].0,
+                    self.program_peaks[c % s_n].1
                 )
             })
             .collect();
         format!(
-            "{{\"schedule\":\"{}\",\"stages\":{},\"microbatches\":{},\"split\":{split:?},\"predicted_step\":{},\"predicted_bubble\":{},\"stage\":[{}],\"unit_trace\":{},\"measured_trace\":{}}}\n",
-            self.config.schedule,
+            "{{\"schedule\":\"{}\",\"virtual_stages\":{},\"stages\":{},\"microbatches\":{},\"split\":{split:?},\"predicted_step\":{},\"predicted_bubble\":{},\"stage\":[{}],\"unit_trace\":{},\"measured_trace\":{}}}\n",
+            self.config.schedule.name(),
+            self.config.schedule.virtual_stages(),
             self.config.stages,
             self.config.microbatches,
             self.predicted_step,
@@ -133,7 +155,7 @@ pub fn pipeline_config(c: &RunConfig) -> Result<PipelineConfig> {
     Ok(PipelineConfig {
         stages: p.stages,
         microbatches: p.microbatches,
-        schedule: p.schedule.parse()?,
+        schedule: p.schedule()?,
         split: p.split.clone(),
         memory_budget: p.memory_budget.as_deref().map(weft_ir::limits::parse_bytes).transpose().map_err(usage)?,
     })
@@ -215,9 +237,15 @@ pub fn pipeline_executor(
 fn auto_plan(c: &RunConfig, exec: &PipelineExecutor) -> String {
     let budget = c.memory_budget.as_deref().map(|b| format!(" under a memory budget of {b} per device"));
     let mut plan = format!("auto-sharding plan per stage{}:", budget.unwrap_or_default());
-    for (s, layouts) in exec.param_layouts().into_iter().enumerate() {
+    let stages = exec.staged().config.stages;
+    for (c, layouts) in exec.param_layouts().into_iter().enumerate() {
+        let at = if exec.staged().stages.len() == stages {
+            format!("stage {c}")
+        } else {
+            format!("stage {} chunk {c}", c % stages)
+        };
         for (name, l) in layouts {
-            plan.push_str(&format!("\n  stage {s}: {name} {l}"));
+            plan.push_str(&format!("\n  {at}: {name} {l}"));
         }
     }
     plan
