@@ -277,6 +277,44 @@ fn bench_pipeline() {
     }
 }
 
+#[test]
+#[ignore = "benchmark: run with --release -- --ignored --nocapture"]
+fn bench_interleaved() {
+    // 1F1B against interleaved 1F1B (V = 2, 4) on S = 2 stages (one core
+    // each on this 2-core machine), GPT with 8 blocks (10 units), CPU
+    // backend: unit-clock, predicted and measured bubble, step time.
+    let model = "steps = 2\nseed = 3\n[model]\nkind = \"gpt\"\nvocab = 256\nseq = 64\nd_model = 128\nheads = 4\nlayers = 8\nbatch = 32\n[optimizer]\nkind = \"adamw\"\nlr = 0.001\n";
+    for m in [2, 4, 8] {
+        for (schedule, v) in [("1f1b", 1), ("interleaved", 2), ("interleaved", 4)] {
+            let pipeline = format!("stages = 2\nmicrobatches = {m}\nschedule = \"{schedule}\"\nvirtual_stages = {v}");
+            let c = config(model, "stage=2", &pipeline);
+            let (mut exec, p) = build(&c, "cpu").unwrap();
+            let state = p.step.init_state(&p.params, 0, 1.0).unwrap();
+            exec.load(&p.step, &state).unwrap();
+            let (mut steps, mut bubbles) = (Vec::new(), Vec::new());
+            for i in 0..7 {
+                let clock = std::time::Instant::now();
+                exec.step(&p.step, &p.batch).unwrap();
+                if i > 0 {
+                    steps.push(clock.elapsed().as_secs_f64());
+                    bubbles.push(exec.last_trace().unwrap().bubble());
+                }
+            }
+            steps.sort_by(f64::total_cmp);
+            bubbles.sort_by(f64::total_cmp);
+            let r = report(&exec).unwrap();
+            println!(
+                "S=2 M={m} {schedule:11} V={v}: step {:.1} ms, measured bubble {:.3} (median of 6), unit bubble {:.3}, predicted bubble {:.3}, split {:?}",
+                steps[steps.len() / 2] * 1e3,
+                bubbles[bubbles.len() / 2],
+                r.unit_trace.bubble(),
+                r.predicted_bubble,
+                exec.staged().split.counts
+            );
+        }
+    }
+}
+
 /// The median of the steps after the first (seconds), and the median of
 /// each step's time outside its schedule (the step's wall time less the
 /// makespan of its trace: cutting the batch, starting the stage threads,
@@ -438,5 +476,39 @@ fn weft_train_runs_a_pipeline_and_weft_plot_draws_its_timeline() {
     let drawn = std::fs::read_to_string(&svg).unwrap();
     for label in ["F0", "B3", "unit_trace", "measured_trace"] {
         assert!(drawn.contains(label), "the timeline has no {label}");
+    }
+}
+
+#[test]
+fn the_example_pipeline_configs_lower_and_train() {
+    // examples/configs/pipelined.toml (interleaved) and gpt_3d.toml (data
+    // x stage x model): the plan report names the schedule, and two steps
+    // train, write the metrics and a checkpoint.
+    let weft = env!("CARGO_BIN_EXE_weft");
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (file, says) in [
+        ("pipelined.toml", "schedule interleaved (V=2)"),
+        ("gpt_3d.toml", "pipeline: 2 stages, 4 microbatches, schedule 1f1b"),
+    ] {
+        let config = format!("{root}/examples/configs/{file}");
+        let out = std::process::Command::new(weft).arg("lower").arg(&config).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "lower {file}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(says), "lower {file}: {stdout}");
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = dir.path().join("metrics.jsonl");
+        let out = std::process::Command::new(weft)
+            .args(["train", &config, "-q", "--steps", "2", "--checkpoint-every", "2"])
+            .arg("--metrics")
+            .arg(&metrics)
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("ckpt"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "train {file}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(says), "train {file}: {stdout}");
+        assert_eq!(std::fs::read_to_string(&metrics).unwrap().lines().count(), 2, "{file}");
+        assert!(dir.path().join("ckpt").read_dir().unwrap().count() > 0, "{file}: no checkpoint");
     }
 }

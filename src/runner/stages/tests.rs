@@ -71,12 +71,14 @@ fn only_updates_that_clip_or_scale_the_loss_wait_for_the_norm() {
 /// norm (its end of the channel is closed).
 fn finish_without_norm(exec: &mut PipelineExecutor) -> (StageResult, Vec<f32>) {
     let st = &mut exec.stages[0];
-    let grads = st.params.clone();
+    let grads = vec![st.params.clone()];
     let run = StageRun { grads, lr: f32::NAN, outputs: Vec::new(), events: Vec::new(), held_peak: 0 };
     let (sq_tx, sq_rx) = channel();
     let (norm_tx, norm_rx) = channel::<Norm>();
     drop(norm_tx);
-    let r = finish_stage(0, st, run, &exec.step, None, &sq_tx, &norm_rx, None);
+    let mut own =
+        [ChunkEnds { chunk: 0, stage: st, fwd: (None, None), bwd: (None, None), squares: sq_tx, norm: norm_rx }];
+    let r = finish_stage(0, &mut own, run, &exec.step, None, None);
     let sq: Squares = sq_rx.recv().unwrap();
     assert_eq!(sq.finite, 1.0);
     (r, sq.values)
