@@ -36,14 +36,9 @@ pub fn train(config: &Path, ov: &Overrides) -> Result<i32> {
 fn train_on(config: &Path, ov: &Overrides, processes: Option<&Processes>) -> Result<i32> {
     let c = ov.apply(RunConfig::load(config)?);
     if c.pipeline.is_some() {
-        if let Some(p) = processes {
-            return Err(Error::Usage(format!(
-                "[pipeline] runs its stages in one process for now; this job has {} processes",
-                p.size()
-            )));
-        }
-        // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md).
-        return crate::runner::stages::train_cli(&c, ov);
+        // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md),
+        // on this process alone or on the job's processes.
+        return crate::runner::stages::train_cli(&c, ov, processes);
     }
     // `-q` hides the progress bar only: what the run does goes to stdout
     // and warnings to stderr, always.

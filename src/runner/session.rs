@@ -194,14 +194,8 @@ pub fn run_model_on(
     log: &mut dyn FnMut(Line),
 ) -> Result<RunSummary> {
     if c.pipeline.is_some() {
-        if let Some(p) = processes {
-            return Err(Error::Usage(format!(
-                "[pipeline] runs its stages in one process for now; this job has {} processes",
-                p.size()
-            )));
-        }
         // `[pipeline]`: stages over the mesh's stage axis (specs/pipeline.md).
-        return Ok(crate::runner::stages::run_pipeline_session(c, model, ov, log)?.summary);
+        return Ok(crate::runner::stages::run_pipeline_session(c, model, ov, processes, log)?.summary);
     }
     let first_process = processes.is_none_or(|p| p.is_first());
     let mut silent = |_: Line| {};

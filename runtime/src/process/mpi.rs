@@ -5,6 +5,10 @@
 //! forever), on `MPI_COMM_WORLD`, with MPI initialised as
 //! `MPI_THREAD_SERIALIZED`: the worker thread that completes a step makes
 //! the exchange, and a lock makes sure no two threads call MPI at once.
+//! A point-to-point exchange takes the lock to post its requests and then
+//! for each round of polling, not for its whole wait, so that exchanges of
+//! several threads (a pipeline's stages, each waiting for its neighbour)
+//! progress side by side.
 //! The calls go through `mpi::ffi` because rsmpi's scoped requests abort
 //! the process when a scope ends with a request pending, which is exactly
 //! what a timeout leaves.
@@ -158,7 +162,11 @@ impl ProcessGroup for MpiGroup {
                 pending.push(Pending { request, peer, receive: false });
             }
         }
-        self.wait_all(pending, timeout, what, &|pending: &[Pending]| {
+        // Polled with `calls` taken per round, not held throughout: another
+        // thread's exchange (a pipeline stage's, whose message this one may
+        // be waiting for) must be able to post and poll meanwhile.
+        drop(_serial);
+        self.wait_all_unlocked(pending, timeout, what, &|pending: &[Pending]| {
             let mut missing: Vec<usize> = pending.iter().filter(|p| p.receive).map(|p| p.peer).collect();
             if missing.is_empty() {
                 // Only sends are left: the peers never posted their receives.
@@ -361,20 +369,46 @@ impl MpiGroup {
         self.wait_all(pending, timeout, what, &|_| others.clone())
     }
 
+    /// [`MpiGroup::wait_all`] for a caller that does not hold `calls`: it
+    /// is taken for each round of tests and released between rounds.
+    fn wait_all_unlocked(
+        &self,
+        pending: Vec<Pending>,
+        timeout: Duration,
+        what: &str,
+        missing: &dyn Fn(&[Pending]) -> Vec<usize>,
+    ) -> Result<(), RuntimeError> {
+        self.poll(pending, timeout, what, missing, true)
+    }
+
     /// Polls `pending` until every request completes or `timeout` passes;
     /// then the error names the processes `missing` gives for the requests
     /// still pending. The caller holds `calls`.
     fn wait_all(
         &self,
+        pending: Vec<Pending>,
+        timeout: Duration,
+        what: &str,
+        missing: &dyn Fn(&[Pending]) -> Vec<usize>,
+    ) -> Result<(), RuntimeError> {
+        self.poll(pending, timeout, what, missing, false)
+    }
+
+    /// The polling of [`MpiGroup::wait_all`]; with `lock`, `calls` is taken
+    /// for each round.
+    fn poll(
+        &self,
         mut pending: Vec<Pending>,
         timeout: Duration,
         what: &str,
         missing: &dyn Fn(&[Pending]) -> Vec<usize>,
+        lock: bool,
     ) -> Result<(), RuntimeError> {
         let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
         let start = Instant::now();
         let mut spins = 0u32;
         while !pending.is_empty() {
+            let _serial = lock.then(|| self.calls.lock().unwrap_or_else(|p| p.into_inner()));
             let mut k = 0;
             while k < pending.len() {
                 let mut flag: c_int = 0;
@@ -389,6 +423,7 @@ impl MpiGroup {
                     k += 1;
                 }
             }
+            drop(_serial);
             if pending.is_empty() {
                 break;
             }

@@ -70,6 +70,9 @@ enum Compiled {
     /// An executable on runtime devices; its first `usize` inputs (the
     /// stage's parameters) are held on the devices between runs.
     Devices(Box<PartitionedFunction>, Box<Executable<AnyBackend>>, usize),
+    /// Run by another process (stages on processes, [`remote`]): never
+    /// compiled here.
+    Remote(usize),
 }
 
 impl Compiled {
@@ -125,6 +128,11 @@ impl Compiled {
         }
     }
 
+    /// Whether another process runs it.
+    fn is_remote(&self) -> bool {
+        matches!(self, Compiled::Remote(_))
+    }
+
     /// Places the held inputs: the first [`Compiled::resident`] of
     /// `inputs` (copies; nothing when none is held).
     fn load(&mut self, inputs: &[HostTensor]) -> Result<()> {
@@ -139,7 +147,7 @@ impl Compiled {
     /// The layout of input `i` on the sub-mesh (`None` on the interpreter).
     fn input_layout(&self, i: usize) -> Option<&weft_ir::TensorSharding> {
         match self {
-            Compiled::Interp(..) => None,
+            Compiled::Interp(..) | Compiled::Remote(_) => None,
             Compiled::Sim(pf) | Compiled::Devices(pf, ..) => pf.inputs.get(i).map(|g| &g.sharding),
         }
     }
@@ -151,6 +159,7 @@ impl Compiled {
     fn run(&mut self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
         match self {
             Compiled::Interp(m, name) => Ok(weft_ir::interp::run(m, name, &inputs)?),
+            Compiled::Remote(p) => Err(Error::Usage(format!("pipeline: a chunk of process {p} was run here"))),
             Compiled::Sim(pf) => Ok(pf.run(&inputs, super::MAX_SIMULATED_DEVICES)?),
             Compiled::Devices(pf, exe, r) => {
                 let one = pf.mesh.num_devices() == 1;
@@ -238,8 +247,33 @@ struct Norm {
 /// What a stage thread sends to a neighbour: a microbatch and its tensors.
 type Msg = (usize, Vec<HostTensor>);
 
-/// A stage's ends of one direction: to its neighbour, from its neighbour.
-type Link = (Option<Sender<Msg>>, Option<Receiver<Msg>>);
+/// Where a chunk sends in one direction: a neighbouring chunk in this
+/// process, or the sending thread of a link to another process (in
+/// microbatch order, which the link keeps).
+enum Outbox {
+    Local(Sender<Msg>),
+    Remote(Sender<Vec<HostTensor>>),
+}
+
+impl Outbox {
+    fn send(&self, m: usize, tensors: Vec<HostTensor>) -> std::result::Result<(), ()> {
+        match self {
+            Outbox::Local(tx) => tx.send((m, tensors)).map_err(|_| ()),
+            Outbox::Remote(tx) => tx.send(tensors).map_err(|_| ()),
+        }
+    }
+}
+
+/// Where a chunk receives from in one direction: a neighbouring chunk in
+/// this process, or another process (the link after chunk `boundary`,
+/// messages of `types`).
+enum Inbox {
+    Local(Receiver<Msg>),
+    Remote { peer: usize, boundary: usize, cotangents: bool, types: Vec<weft_ir::TensorType> },
+}
+
+/// A chunk's ends of one direction: to its neighbour, from its neighbour.
+type Link = (Option<Outbox>, Option<Inbox>);
 
 /// What a stage's run of one step produced.
 struct StageRun {
@@ -280,6 +314,9 @@ pub struct PipelineExecutor {
     compile_secs: f64,
     serial: bool,
     held_peaks: Vec<u64>,
+    /// Stages on processes: which process runs each stage (`None`: all
+    /// here).
+    processes: Option<remote::StageProcesses>,
 }
 
 fn rows(t: &HostTensor, m: usize, k: usize) -> Result<HostTensor> {
@@ -322,6 +359,20 @@ impl PipelineExecutor {
         PipelineExecutor::with_auto(staged, sub_mesh, backend, None, None)
     }
 
+    /// [`PipelineExecutor::with_auto`] as one process of a job whose stages
+    /// run on several processes ([`remote`]): only the chunks of this
+    /// process's stages are compiled.
+    pub fn on_processes(
+        staged: StagedStep,
+        sub_mesh: &Mesh,
+        backend: Backend,
+        auto: Option<&AutoShardOptions>,
+        overlap: Option<OverlapOptions>,
+        processes: remote::StageProcesses,
+    ) -> Result<PipelineExecutor> {
+        PipelineExecutor::build(staged, sub_mesh, backend, auto, overlap, Some(processes))
+    }
+
     /// [`PipelineExecutor::new`]; with `auto` (`--strategy auto`), the
     /// auto-sharder picks the layouts of each stage function on
     /// `sub_mesh` under these options (machine model, memory budget per
@@ -337,16 +388,36 @@ impl PipelineExecutor {
         auto: Option<&AutoShardOptions>,
         overlap: Option<OverlapOptions>,
     ) -> Result<PipelineExecutor> {
+        PipelineExecutor::build(staged, sub_mesh, backend, auto, overlap, None)
+    }
+
+    fn build(
+        staged: StagedStep,
+        sub_mesh: &Mesh,
+        backend: Backend,
+        auto: Option<&AutoShardOptions>,
+        overlap: Option<OverlapOptions>,
+        processes: Option<remote::StageProcesses>,
+    ) -> Result<PipelineExecutor> {
         let clock = Instant::now();
         let mut stages = Vec::with_capacity(staged.stages.len());
-        for fns in &staged.stages {
+        let s_n = staged.config.stages;
+        for (c, fns) in staged.stages.iter().enumerate() {
             let np = fns.params.len();
+            let here = processes.as_ref().map_or(Ok(()), |p| match p.runs(c % s_n) {
+                true => Ok(()),
+                false => Err(p.owner(c % s_n)),
+            });
+            let compile = |f: &Function, resident: usize| match here {
+                Ok(()) => Compiled::new(f, sub_mesh, backend, auto, overlap, resident),
+                Err(owner) => Ok(Compiled::Remote(owner)),
+            };
             stages.push(Stage {
                 update_waits: reads_param(&fns.update, "norm") || reads_param(&fns.update, "finite"),
-                forward: Compiled::new(&fns.forward, sub_mesh, backend, auto, overlap, np)?,
-                backward: Compiled::new(&fns.backward, sub_mesh, backend, auto, overlap, np)?,
-                square: Compiled::new(&fns.square, sub_mesh, backend, auto, overlap, 0)?,
-                update: Compiled::new(&fns.update, sub_mesh, backend, auto, overlap, 0)?,
+                forward: compile(&fns.forward, np)?,
+                backward: compile(&fns.backward, np)?,
+                square: compile(&fns.square, 0)?,
+                update: compile(&fns.update, 0)?,
                 fns: fns.clone(),
                 params: Vec::new(),
                 slots: Vec::new(),
@@ -365,6 +436,7 @@ impl PipelineExecutor {
             compile_secs: clock.elapsed().as_secs_f64(),
             serial: false,
             held_peaks: Vec::new(),
+            processes,
         })
     }
 
@@ -446,6 +518,12 @@ impl PipelineExecutor {
             state.get(n).cloned().ok_or_else(|| Error::Usage(format!("the pipeline state has no leaf `{n}`")))
         };
         for st in &mut self.stages {
+            if st.forward.is_remote() {
+                // Another process holds this chunk's state.
+                st.params = Vec::new();
+                st.slots = Vec::new();
+                continue;
+            }
             st.params = st.fns.params.iter().map(|n| get(n)).collect::<Result<_>>()?;
             st.forward.load(&st.params)?;
             st.backward.load(&st.params)?;
@@ -468,7 +546,49 @@ impl PipelineExecutor {
         Ok(())
     }
 
-    /// The global state (leaves by name).
+    /// The global state (leaves by name). With stages on processes, the
+    /// chunks of the other processes are gathered from them: every process
+    /// calls this at the same point.
+    pub fn gathered_tree(&self) -> Result<Tree> {
+        let Some(p) = &self.processes else { return Ok(self.tree()) };
+        // Each process's chunks in chunk order: parameters, then slots.
+        let mine: Vec<u8> = (self.stages.iter())
+            .filter(|st| !st.forward.is_remote())
+            .flat_map(|st| st.params.iter().chain(&st.slots).flat_map(|t| t.to_bytes_le()))
+            .collect();
+        let all = p.all_gather(&mine, "pipeline: gathering the state of every stage")?;
+        let mut at = vec![0usize; all.len()];
+        let mut t = self.tree();
+        let s_n = self.staged.config.stages;
+        let np_all: Vec<usize> = self.stages.iter().map(|st| st.fns.params.len()).collect();
+        for (c, st) in self.stages.iter().enumerate() {
+            let owner = p.owner(c % s_n);
+            let types = remote::state_types(&self.staged, c);
+            let len: usize = types.iter().map(|t| t.size_bytes()).sum();
+            let bytes = all[owner]
+                .get(at[owner]..at[owner] + len)
+                .ok_or_else(|| Error::Usage(format!("pipeline: process {owner} sent a state short of chunk {c}'s")))?;
+            at[owner] += len;
+            if !st.forward.is_remote() {
+                continue;
+            }
+            let leaves = remote::split(bytes, &types)?;
+            let np = np_all[c];
+            for (i, v) in leaves.into_iter().enumerate() {
+                let n = &st.fns.params[i % np];
+                let name = if i < np {
+                    n.clone()
+                } else {
+                    format!("{}.{}", self.staged.slots[i / np - 1], &n["params.".len()..])
+                };
+                t.insert(name, v);
+            }
+        }
+        Ok(t)
+    }
+
+    /// The state this process holds (leaves by name): every leaf, unless
+    /// stages run on processes ([`PipelineExecutor::gathered_tree`]).
     pub fn tree(&self) -> Tree {
         let mut t = Tree::new();
         for st in &self.stages {
@@ -476,6 +596,9 @@ impl PipelineExecutor {
                 t.insert(n.clone(), v.clone());
             }
             let np = st.fns.params.len();
+            if st.slots.is_empty() {
+                continue;
+            }
             for (q, slot) in self.staged.slots.iter().enumerate() {
                 for (j, n) in st.fns.params.iter().enumerate() {
                     t.insert(format!("{slot}.{}", &n["params.".len()..]), st.slots[q * np + j].clone());
@@ -517,17 +640,43 @@ impl PipelineExecutor {
             micro.insert("rng".into(), keys);
         }
         // One channel per chunk boundary and direction: chunk c sends its
-        // activations to chunk c + 1 and its input cotangents to c − 1.
+        // activations to chunk c + 1 and its input cotangents to c − 1;
+        // across processes, a link of the process group (module `remote`).
         let chunks = self.stages.len();
+        let procs = self.processes.clone();
+        let here = |c: usize| procs.as_ref().is_none_or(|p| p.runs(c % s_n));
         let mut fwd: Vec<Link> = (0..chunks).map(|_| (None, None)).collect();
         let mut bwd: Vec<Link> = (0..chunks).map(|_| (None, None)).collect();
+        let mut senders = Vec::new();
         for c in 0..chunks.saturating_sub(1) {
-            let (tx, rx) = channel();
-            fwd[c].0 = Some(tx);
-            fwd[c + 1].1 = Some(rx);
-            let (tx, rx) = channel();
-            bwd[c + 1].0 = Some(tx);
-            bwd[c].1 = Some(rx);
+            match (&procs, here(c), here(c + 1)) {
+                (_, true, true) => {
+                    let (tx, rx) = channel();
+                    fwd[c].0 = Some(Outbox::Local(tx));
+                    fwd[c + 1].1 = Some(Inbox::Local(rx));
+                    let (tx, rx) = channel();
+                    bwd[c + 1].0 = Some(Outbox::Local(tx));
+                    bwd[c].1 = Some(Inbox::Local(rx));
+                }
+                (Some(p), true, false) => {
+                    let peer = p.owner((c + 1) % s_n);
+                    let (tx, rx) = channel();
+                    senders.push(p.sender(peer, c, false, rx));
+                    fwd[c].0 = Some(Outbox::Remote(tx));
+                    let fns = &self.staged.stages[c];
+                    let types = fns.act_out.iter().zip(&fns.act_out_float).filter(|(_, &f)| f).map(|(t, _)| t.clone());
+                    bwd[c].1 = Some(Inbox::Remote { peer, boundary: c, cotangents: true, types: types.collect() });
+                }
+                (Some(p), false, true) => {
+                    let peer = p.owner(c % s_n);
+                    let types = self.staged.stages[c + 1].act_in.clone();
+                    fwd[c + 1].1 = Some(Inbox::Remote { peer, boundary: c, cotangents: false, types });
+                    let (tx, rx) = channel();
+                    senders.push(p.sender(peer, c, true, rx));
+                    bwd[c + 1].0 = Some(Outbox::Remote(tx));
+                }
+                _ => {}
+            }
         }
         let start = Instant::now();
         let micro = &micro;
@@ -543,39 +692,44 @@ impl PipelineExecutor {
         // whose update reads the global norm (or the flag) receive them.
         let (sq_tx, sq_rx): (Vec<_>, Vec<_>) = (0..chunks).map(|_| channel::<Squares>()).unzip();
         let (norm_tx, norm_rx): (Vec<_>, Vec<_>) = (0..chunks).map(|_| channel::<Norm>()).unzip();
-        // Each stage thread gets its chunks (c ≡ s mod S) with their ends.
+        // Each stage thread gets its chunks (c ≡ s mod S) with their ends;
+        // only the stages of this process run here.
         let mut per_stage: Vec<Vec<ChunkEnds>> = (0..s_n).map(|_| Vec::new()).collect();
         for (c, (((st, (f, b)), sq), nr)) in
             self.stages.iter_mut().zip(fwd.into_iter().zip(bwd)).zip(sq_tx).zip(norm_rx).enumerate()
         {
-            per_stage[c % s_n].push(ChunkEnds { chunk: c, stage: st, fwd: f, bwd: b, squares: sq, norm: nr });
+            if here(c) {
+                per_stage[c % s_n].push(ChunkEnds { chunk: c, stage: st, fwd: f, bwd: b, squares: sq, norm: nr });
+            }
         }
-        let (runs, norm): (Vec<StageResult>, Option<Norm>) = std::thread::scope(|sc| {
+        let staged = &self.staged;
+        let procs = procs.as_ref();
+        let (runs, norm): (Vec<(usize, StageResult)>, Result<Option<Norm>>) = std::thread::scope(|sc| {
             let handles: Vec<_> = per_stage
                 .into_iter()
                 .enumerate()
+                .filter(|(_, own)| !own.is_empty())
                 .map(|(s, mut own)| {
                     let prog = stage_program(pc.schedule, s_n, k, s);
-                    sc.spawn(move || {
-                        let run = run_stage(s, &mut own, &prog.ops, micro, start, serial, scale)?;
+                    let handle = sc.spawn(move || {
+                        let run = run_stage(s, &mut own, &prog.ops, micro, start, serial, scale, procs)?;
                         finish_stage(s, &mut own, run, step, scale, serial)
-                    })
+                    });
+                    (s, handle)
                 })
                 .collect();
             // The global norm from every chunk's squares, in parameter
             // order; finite when every chunk's gradients are.
-            let mut total = Some(Norm { norm: 0.0, finite: 1.0 });
-            for rx in &sq_rx {
-                match (rx.recv(), total.as_mut()) {
-                    (Ok(sq), Some(t)) => {
-                        sq.values.iter().for_each(|x| t.norm += x);
-                        t.finite = t.finite.min(sq.finite);
-                    }
-                    _ => total = None,
+            let mut local: Vec<Option<Squares>> = (0..chunks).map(|_| None).collect();
+            let mut failed = false;
+            for (c, rx) in sq_rx.iter().enumerate().filter(|(c, _)| here(*c)) {
+                match rx.recv() {
+                    Ok(sq) => local[c] = Some(sq),
+                    Err(_) => failed = true,
                 }
             }
-            let norm = total.map(|t| Norm { norm: t.norm.sqrt(), ..t });
-            if let Some(n) = norm {
+            let norm = if failed { Ok(None) } else { global_norm(staged, procs, local) };
+            if let Ok(Some(n)) = norm {
                 for tx in &norm_tx {
                     // A chunk that does not wait for the norm has hung up.
                     let _ = tx.send(n);
@@ -584,32 +738,67 @@ impl PipelineExecutor {
             drop(norm_tx);
             let runs = handles
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| Err(StageError::Own(Error::Usage("a stage thread panicked".into()))))
+                .map(|(s, h)| {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|_| Err(StageError::Own(Error::Usage("a stage thread panicked".into()))));
+                    (s, r)
                 })
                 .collect();
             (runs, norm)
         });
+        let (stage_ids, runs): (Vec<usize>, Vec<StageResult>) = runs.into_iter().unzip();
         let runs = first_error(runs)?;
+        for h in senders {
+            h.join().unwrap_or_else(|_| Err(Error::Usage("a pipeline sender panicked".into())))?;
+        }
         // Every stage that ran sent its squares.
-        let norm = norm.ok_or_else(|| Error::Usage("pipeline: a stage sent no squares".into()))?;
+        let norm = norm?.ok_or_else(|| Error::Usage("pipeline: a stage sent no squares".into()))?;
         let (finite, norm) = (norm.finite == 1.0, norm.norm);
         let lr = runs.last().map_or(f32::NAN, |r| r.lr);
         self.step = HostTensor::from_i32(&[], vec![self.step.to_f64_vec()[0] as i32 + 1])?;
-        // Loss and auxiliary metrics: summed in microbatch order, then the mean.
-        let outs = &runs[s_n - 1].outputs;
-        let mut metrics = Metrics::new();
+        // Loss and auxiliary metrics: summed in microbatch order, then the
+        // mean, by the process running the last stage (sent to the others).
         let names: Vec<String> = std::iter::once("loss".to_string()).chain(self.staged.aux.iter().cloned()).collect();
-        for (i, name) in names.iter().enumerate() {
-            let mut acc = outs[0][i].clone();
-            for o in &outs[1..] {
-                add_into(&mut acc, &o[i])?;
+        let last = stage_ids.iter().position(|&s| s == s_n - 1);
+        let mut values = Vec::new();
+        if let Some(i) = last {
+            let outs = &runs[i].outputs;
+            for j in 0..names.len() {
+                let mut acc = outs[0][j].clone();
+                for o in &outs[1..] {
+                    add_into(&mut acc, &o[j])?;
+                }
+                let v = scalar_f32(&acc);
+                let mut v = if k > 1 { v * (1.0 / k as f64) as f32 } else { v };
+                if let (0, Some((scale, _))) = (j, self.loss_scale) {
+                    v /= scale;
+                }
+                values.push(v);
             }
-            let v = scalar_f32(&acc);
-            let mut v = if k > 1 { v * (1.0 / k as f64) as f32 } else { v };
-            if let (0, Some((scale, _))) = (i, self.loss_scale) {
-                v /= scale;
+        }
+        let mut events: Vec<TraceEvent> = runs.iter().flat_map(|r| r.events.iter().cloned()).collect();
+        if let Some(p) = &self.processes {
+            // The last stage's metrics to every process, and every
+            // process's trace events to every process (each on its own
+            // clock from its own step's start).
+            let mine = remote::encode_step(&values, &events);
+            let all = p.all_gather(&mine, "pipeline: the loss of the last stage")?;
+            let mut theirs = Vec::new();
+            for (q, bytes) in all.iter().enumerate() {
+                let (v, e) = remote::decode_step(bytes)?;
+                if q == p.owner(s_n - 1) {
+                    values = v;
+                }
+                if q != p.rank() {
+                    theirs.extend(e);
+                }
             }
+            events.extend(theirs);
+            events.sort_by(|a, b| a.stage.cmp(&b.stage).then(a.start.total_cmp(&b.start)));
+        }
+        let mut metrics = Metrics::new();
+        for (name, v) in names.iter().zip(values) {
             metrics.insert(name.clone(), v as f64);
         }
         metrics.insert("grad_norm".into(), norm as f64);
@@ -619,11 +808,53 @@ impl PipelineExecutor {
             metrics.insert("loss_scale".into(), scale as f64);
             self.loss_scale = Some(ls.next(scale, good, finite));
         }
-        self.held_peaks = runs.iter().map(|r| r.held_peak).collect();
-        let events = runs.into_iter().flat_map(|r| r.events).collect();
+        // Stages of other processes: nothing measured here.
+        self.held_peaks = vec![0; s_n];
+        for (&s, r) in stage_ids.iter().zip(&runs) {
+            self.held_peaks[s] = r.held_peak;
+        }
         self.last_trace = Some(Trace { stages: s_n, clock: "seconds".into(), events });
         Ok(metrics)
     }
+}
+
+/// The global norm and finiteness flag from the chunks' squares, summed
+/// in chunk order (parameter order): `local[c]` holds the squares of each
+/// chunk run here; with stages on processes, every process's are
+/// gathered first (each sends `[finite, Σ g² …]` per chunk of its own, in
+/// chunk order), so every process sums the same numbers in the same order.
+fn global_norm(
+    staged: &StagedStep,
+    processes: Option<&remote::StageProcesses>,
+    mut local: Vec<Option<Squares>>,
+) -> Result<Option<Norm>> {
+    if let Some(p) = processes {
+        let s_n = staged.config.stages;
+        let mine: Vec<f32> =
+            local.iter().flatten().flat_map(|sq| std::iter::once(sq.finite).chain(sq.values.iter().copied())).collect();
+        let all = p.all_gather(&remote::f32_bytes(&mine), "pipeline: the squares of every stage")?;
+        let mut all: Vec<std::collections::VecDeque<f32>> =
+            all.iter().map(|b| remote::bytes_f32(b).into_iter().collect()).collect();
+        for (c, slot) in local.iter_mut().enumerate() {
+            let theirs = &mut all[p.owner(c % s_n)];
+            let n = staged.stages[c].params.len();
+            if theirs.len() < 1 + n {
+                return Err(Error::Usage(format!("pipeline: process {} sent too few squares", p.owner(c % s_n))));
+            }
+            let finite = theirs.pop_front().expect("checked");
+            let values: Vec<f32> = theirs.drain(..n).collect();
+            if slot.is_none() {
+                *slot = Some(Squares { values, finite });
+            }
+        }
+    }
+    let mut total = Norm { norm: 0.0, finite: 1.0 };
+    for sq in &local {
+        let Some(sq) = sq else { return Ok(None) };
+        sq.values.iter().for_each(|x| total.norm += x);
+        total.finite = total.finite.min(sq.finite);
+    }
+    Ok(Some(Norm { norm: total.norm.sqrt(), ..total }))
 }
 
 /// The buffers of a chunk's part of its stage's program.
@@ -674,6 +905,30 @@ struct ChunkBuffers {
     grads: Option<Vec<HostTensor>>,
 }
 
+/// Microbatch `m`'s tensors from `inbox`: from a neighbouring chunk in
+/// this process (`lost` names a neighbour that stopped), or from another
+/// process through `procs` (its error, a timeout naming the process, is
+/// this stage's own).
+fn receive(
+    inbox: &Inbox,
+    m: usize,
+    procs: Option<&remote::StageProcesses>,
+    lost: &dyn Fn(&str) -> StageError,
+    what: &str,
+) -> std::result::Result<Vec<HostTensor>, StageError> {
+    match inbox {
+        Inbox::Local(rx) => {
+            let (got, tensors) = rx.recv().map_err(|_| lost(what))?;
+            debug_assert_eq!(got, m, "tensors arrive in microbatch order");
+            Ok(tensors)
+        }
+        Inbox::Remote { peer, boundary, cotangents, types } => {
+            let p = procs.expect("a remote link has processes");
+            Ok(p.receive(*peer, *boundary, *cotangents, types)?)
+        }
+    }
+}
+
 /// Runs stage `s`'s program for one step over its chunks `own` (the ops
 /// name their chunk).
 #[allow(clippy::too_many_arguments)] // the stage, its chunks, the step's clocks and loss scale
@@ -685,6 +940,7 @@ fn run_stage(
     start: Instant,
     serial: Option<&std::sync::Mutex<()>>,
     scale: Option<&HostTensor>,
+    procs: Option<&remote::StageProcesses>,
 ) -> std::result::Result<StageRun, StageError> {
     let lost = |what: &str| {
         StageError::Stopped(Error::Usage(format!("pipeline stage {s}: the neighbouring stage stopped before {what}")))
@@ -705,10 +961,8 @@ fn run_stage(
         match op {
             StageOp::Recv(m) => {
                 let mut inputs: Vec<HostTensor> = st.fns.batch.iter().map(|n| micro[n][m].clone()).collect();
-                if let Some(rx) = &ce.fwd.1 {
-                    let (got, acts) = rx.recv().map_err(|_| lost("sending activations"))?;
-                    debug_assert_eq!(got, m, "activations arrive in microbatch order");
-                    inputs.extend(acts);
+                if let Some(inbox) = &ce.fwd.1 {
+                    inputs.extend(receive(inbox, m, procs, &lost, "sending activations")?);
                 }
                 held += bytes_of(&inputs);
                 held_peak = held_peak.max(held);
@@ -742,12 +996,11 @@ fn run_stage(
             StageOp::Send(m) => {
                 let acts = buf.out_acts.remove(&m).expect("sent after its forward");
                 held -= bytes_of(&acts);
-                ce.fwd.0.as_ref().expect("a next chunk").send((m, acts)).map_err(|_| lost("receiving activations"))?;
+                ce.fwd.0.as_ref().expect("a next chunk").send(m, acts).map_err(|_| lost("receiving activations"))?;
             }
             StageOp::RecvCot(m) => {
-                let (got, cot) =
-                    ce.bwd.1.as_ref().expect("a next chunk").recv().map_err(|_| lost("sending cotangents"))?;
-                debug_assert_eq!(got, m, "cotangents arrive in microbatch order");
+                let inbox = ce.bwd.1.as_ref().expect("a next chunk");
+                let cot = receive(inbox, m, procs, &lost, "sending cotangents")?;
                 held += bytes_of(&cot);
                 held_peak = held_peak.max(held);
                 buf.cots.insert(m, cot);
@@ -793,12 +1046,7 @@ fn run_stage(
             StageOp::SendCot(m) => {
                 let cot = buf.cot_in.remove(&m).expect("sent after its backward");
                 held -= bytes_of(&cot);
-                ce.bwd
-                    .0
-                    .as_ref()
-                    .expect("a previous chunk")
-                    .send((m, cot))
-                    .map_err(|_| lost("receiving cotangents"))?;
+                ce.bwd.0.as_ref().expect("a previous chunk").send(m, cot).map_err(|_| lost("receiving cotangents"))?;
             }
         }
     }
@@ -906,7 +1154,7 @@ impl super::Executor for PipelineExecutor {
 
     fn checkpoint_state(&mut self, _step: &TrainStep) -> Result<crate::checkpoint::CheckpointState> {
         let mut cs = crate::checkpoint::CheckpointState::new(self.checkpoint_mesh.clone());
-        for (name, t) in self.tree() {
+        for (name, t) in self.gathered_tree()? {
             cs.insert_global(name, t);
         }
         Ok(cs)
@@ -917,7 +1165,7 @@ impl super::Executor for PipelineExecutor {
     }
 
     fn global_state(&mut self, _step: &TrainStep) -> Result<Tree> {
-        Ok(self.tree())
+        self.gathered_tree()
     }
 
     fn describe(&self) -> String {
@@ -929,6 +1177,7 @@ impl super::Executor for PipelineExecutor {
     }
 }
 
+pub mod remote;
 pub mod session;
 pub use session::{
     pipeline_executor, plan_report, prepare_pipeline, report, run_pipeline_session, train_cli, PipelineReport,

@@ -6,6 +6,7 @@
 use super::PipelineExecutor;
 use crate::error::{Error, Result};
 use crate::models::Model;
+use crate::runner::processes::Processes;
 use crate::runner::session::{train_built, Built};
 use crate::runner::{prepare_model, Backend, Executor, Line, Overrides, Prepared, RunConfig, RunSummary};
 use weft_compiler::autoshard::AutoShardOptions;
@@ -226,9 +227,37 @@ pub fn pipeline_executor(
     sub: &Mesh,
     mesh: &Mesh,
 ) -> Result<PipelineExecutor> {
+    pipeline_executor_on(c, prepared, staged, sub, mesh, None)
+}
+
+/// [`pipeline_executor`] as one process of a multi-process job
+/// (`processes`): this process compiles and runs only its own stages
+/// ([`super::remote`]).
+pub fn pipeline_executor_on(
+    c: &RunConfig,
+    prepared: &Prepared,
+    staged: StagedStep,
+    sub: &Mesh,
+    mesh: &Mesh,
+    processes: Option<&Processes>,
+) -> Result<PipelineExecutor> {
     let backend = Backend::of(c)?;
     let auto = prepared.auto.as_ref().map(|o| crate::runner::report::machine_model(backend, mesh, o));
-    let mut exec = PipelineExecutor::with_auto(staged, sub, backend, auto.as_ref(), prepared.overlap)?;
+    let mut exec = match processes {
+        None => PipelineExecutor::with_auto(staged, sub, backend, auto.as_ref(), prepared.overlap)?,
+        Some(p) => {
+            if backend.one_process() {
+                return Err(Error::Usage(format!(
+                    "backend `{backend}` runs in one process, but this run has {} processes; use cpu, wgpu or cuda",
+                    p.size()
+                )));
+            }
+            let axis = c.pipeline.as_ref().map_or("stage", |p| p.axis.as_str());
+            let chunks = staged.stages.len();
+            let stages = super::remote::StageProcesses::new(p.group().clone(), p.timeout(), mesh, axis, chunks)?;
+            PipelineExecutor::on_processes(staged, sub, backend, auto.as_ref(), prepared.overlap, stages)?
+        }
+    };
     exec.set_checkpoint_mesh(mesh);
     Ok(exec)
 }
@@ -267,17 +296,33 @@ pub fn run_pipeline_session(
     c: &RunConfig,
     model: &Model,
     ov: &Overrides,
+    processes: Option<&Processes>,
     log: &mut dyn FnMut(Line),
 ) -> Result<PipelineRun> {
+    let first_process = processes.is_none_or(|p| p.is_first());
+    let mut silent = |_: Line| {};
+    let log: &mut dyn FnMut(Line) = if first_process { log } else { &mut silent };
     let c = ov.apply(c.clone());
     let (mesh, _limit) = crate::runner::session::preflight(&c, model, ov)?;
+    if let Some(p) = processes {
+        let config = serde_json::to_vec(&c).unwrap_or_default();
+        p.check_same(&[("binary", &crate::runner::processes::binary_bytes()), ("config", &config)])?;
+    }
     let clock = std::time::Instant::now();
     let (prepared, staged, sub) = prepare_pipeline_model(&c, model, &mesh, ov)?;
+    if let Some(p) = processes {
+        // The stage functions are part of what every process must agree on.
+        let text: String = (staged.stages.iter())
+            .flat_map(|f| [&f.forward, &f.backward, &f.square, &f.update])
+            .map(|f| weft_ir::text::print_module(&weft_ir::Module { functions: vec![f.clone()] }))
+            .collect();
+        p.check_same(&[("model", text.as_bytes())])?;
+    }
     let build_secs = clock.elapsed().as_secs_f64();
     // The dataset is opened and checked before the stages are compiled.
     let dataset = crate::runner::data::open_dataset(&c, model, &prepared)?;
     let backend = Backend::of(&c)?;
-    let exec = pipeline_executor(&c, &prepared, staged, &sub, &mesh)?;
+    let exec = pipeline_executor_on(&c, &prepared, staged, &sub, &mesh, processes)?;
     log(Line::Info(format!(
         "weft train: {}, mesh {mesh} ({} devices), strategy {}, {} steps, seed {}",
         model.label,
@@ -298,26 +343,30 @@ pub fn run_pipeline_session(
         dataset,
         compile_secs: vec![("build stages".into(), build_secs), ("compile stages".into(), exec.compile_secs())],
         predicted: None,
-        processes: None,
+        processes,
     };
     let mut exec = exec;
     let summary = train_built(&c, ov, built, &mut exec, log)?;
     let report = report(&exec)?;
-    if let Some(p) = &c.metrics {
+    if let (Some(p), true) = (&c.metrics, first_process) {
         let path = crate::runner::metrics::beside_metrics(p, "pipeline.json");
         std::fs::write(&path, report.json()).map_err(|source| Error::Io { path, source })?;
     }
     Ok(PipelineRun { summary, report })
 }
 
-/// `weft train` for a config with `[pipeline]`: runs it and prints the
-/// pipeline report and the last step's loss. Returns the exit code.
-pub fn train_cli(c: &RunConfig, ov: &Overrides) -> Result<i32> {
+/// `weft train` for a config with `[pipeline]`: runs it (alone, or as one
+/// of the job's `processes`) and prints the pipeline report and the last
+/// step's loss (the first process only). Returns the exit code.
+pub fn train_cli(c: &RunConfig, ov: &Overrides, processes: Option<&Processes>) -> Result<i32> {
     super::super::validate::validate(c)?;
-    let run = run_pipeline_session(c, &c.model.model()?, ov, &mut |line| match line {
+    let run = run_pipeline_session(c, &c.model.model()?, ov, processes, &mut |line| match line {
         Line::Info(l) => println!("{l}"),
         Line::Warn(l) => eprintln!("warning: {l}"),
     })?;
+    if processes.is_some_and(|p| !p.is_first()) {
+        return Ok(0);
+    }
     println!("{}", run.report.text());
     match run.summary.last_line() {
         Some(line) => println!("{line}"),

@@ -1,0 +1,279 @@
+//! Stages on processes: a pipeline whose stage axis spans the processes of
+//! an `mpirun`/`srun` job.
+//!
+//! Every process builds the same staged step (the split is a pure
+//! function of the config) and compiles only the chunks of its own
+//! stages. A stage belongs to the process that owns its sub-mesh's
+//! devices ([`weft_runtime::process::device_owners`], mesh order); a
+//! sub-mesh that spans processes (`data=2,stage=2` over 4 processes puts
+//! stage 0 on processes 0 and 2) is a named error for now.
+//!
+//! What crosses processes, all on the job's process group with the
+//! collective timeout, so that a stage process that died or hangs is
+//! named by its neighbours:
+//!
+//! - **activations and cotangents**, between neighbouring chunks on
+//!   different processes: one message per microbatch, its tensors' bytes
+//!   back to back (their types are the chunks' boundary types, known to
+//!   both sides). Sends go through a thread per link so that a stage never
+//!   blocks on its neighbour's receive (1F1B would deadlock on blocking
+//!   sends); each link has a tag of its own (one per chunk boundary and
+//!   direction), and MPI keeps one sender's messages of one tag in order,
+//!   which is microbatch order;
+//! - **the squares**: every process's chunks' `Σ g²` (and finiteness
+//!   flags) are gathered by every process, which sums them in chunk order
+//!   (parameter order): the same global norm, bitwise, as one process;
+//! - **the metrics**: the loss and auxiliary metrics of the process
+//!   running the last chunk, to every process (process 0 writes them);
+//! - **the state**, when the run asks for it (checkpoints, validation, the
+//!   end): every process's chunks' parameters and slots, gathered so that
+//!   every process holds the whole state, saved as one process saves it.
+
+use crate::error::{Error, Result};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+use weft_compiler::sharding::Mesh;
+use weft_compiler::stages::{Phase, StagedStep, Task, TraceEvent};
+use weft_ir::tensor::HostTensor;
+use weft_ir::TensorType;
+use weft_runtime::ProcessGroup;
+
+/// The first tag of the pipeline's links: above the collectives' (below
+/// 30,000), the control messages' (30,000 and up) and MPI's communicator
+/// set-up (31,000 and 31,001); each chunk boundary takes two (activations,
+/// cotangents), and MPI guarantees tags up to 32,767.
+const LINK_TAG: u32 = 31_100;
+
+/// The most chunks whose boundaries fit below MPI's guaranteed tag bound.
+pub const MAX_CHUNKS: usize = ((32_767 - LINK_TAG as usize) / 2) + 1;
+
+/// Which process runs each stage, and the transport between them.
+#[derive(Clone)]
+pub struct StageProcesses {
+    group: Arc<dyn ProcessGroup>,
+    timeout: Duration,
+    /// The process running each stage.
+    owner: Vec<usize>,
+}
+
+impl std::fmt::Debug for StageProcesses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "process {} of {}, stages on processes {:?}", self.group.rank(), self.group.size(), self.owner)
+    }
+}
+
+impl StageProcesses {
+    /// The stages of `mesh` along `axis` (of size `stages`) on `processes`
+    /// processes of `group`: each stage on the one process owning every
+    /// device of its sub-mesh, else a named error.
+    pub fn new(
+        group: Arc<dyn ProcessGroup>,
+        timeout: Duration,
+        mesh: &Mesh,
+        axis: &str,
+        chunks: usize,
+    ) -> Result<StageProcesses> {
+        let n = mesh.num_devices();
+        let processes = group.size();
+        weft_runtime::process::check_process_count(n, processes)?;
+        let owners = weft_runtime::process::device_owners(n, processes);
+        let at = mesh.axes().iter().position(|a| a.name == axis).expect("validated: the stage axis exists");
+        let stages = mesh.axes()[at].size;
+        let mut owner = vec![None::<usize>; stages];
+        let mut spans = Vec::new();
+        for (d, &p) in owners.iter().enumerate() {
+            let s = mesh.coords_of_position(d)[at];
+            match owner[s] {
+                None => owner[s] = Some(p),
+                Some(q) if q != p => spans.push(s),
+                _ => {}
+            }
+        }
+        spans.dedup();
+        if !spans.is_empty() {
+            let layout: Vec<String> = (0..processes)
+                .map(|p| {
+                    let mine: Vec<usize> = (0..n).filter(|&d| owners[d] == p).collect();
+                    format!("process {p}: devices {:?}", mine)
+                })
+                .collect();
+            return Err(Error::Usage(format!(
+                "[pipeline] over {processes} processes: the sub-mesh of stage {} spans several processes ({}); \
+                 each stage must run inside one process for now: put the `{axis}` axis first (`{axis}={stages},…`) \
+                 and use a number of processes that divides the {stages} stages",
+                spans[0],
+                layout.join("; ")
+            )));
+        }
+        if chunks > MAX_CHUNKS {
+            return Err(Error::Usage(format!(
+                "[pipeline] over processes takes at most {MAX_CHUNKS} chunks (stages × virtual_stages), given {chunks}"
+            )));
+        }
+        Ok(StageProcesses { group, timeout, owner: owner.into_iter().map(|o| o.unwrap_or(0)).collect() })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.group.rank()
+    }
+
+    /// The process running stage `s`.
+    pub fn owner(&self, s: usize) -> usize {
+        self.owner[s]
+    }
+
+    /// Whether this process runs stage `s`.
+    pub fn runs(&self, s: usize) -> bool {
+        self.owner[s] == self.group.rank()
+    }
+
+    /// The tag of the link after chunk `c` (to chunk `c + 1`): `cotangents`
+    /// false for activations, true for the cotangents coming back.
+    fn tag(c: usize, cotangents: bool) -> u32 {
+        LINK_TAG + 2 * c as u32 + u32::from(cotangents)
+    }
+
+    /// Receives microbatch tensors of `types` from process `peer` on the
+    /// link after chunk `c`.
+    pub fn receive(&self, peer: usize, c: usize, cotangents: bool, types: &[TensorType]) -> Result<Vec<HostTensor>> {
+        let len: usize = types.iter().map(|t| t.size_bytes()).sum();
+        let what = format!(
+            "pipeline: {} of chunk {} from process {peer}",
+            if cotangents { "the cotangents" } else { "the activations" },
+            if cotangents { c + 1 } else { c }
+        );
+        let got = self.group.exchange(Self::tag(c, cotangents), Vec::new(), &[(peer, len)], self.timeout, &what)?;
+        split(&got[0], types)
+    }
+
+    /// A thread sending what `outbox` receives, in order, to process `peer`
+    /// on the link after chunk `c`; it ends when the channel closes, with
+    /// the first failure.
+    pub fn sender(
+        &self,
+        peer: usize,
+        c: usize,
+        cotangents: bool,
+        outbox: Receiver<Vec<HostTensor>>,
+    ) -> std::thread::JoinHandle<Result<()>> {
+        let group = self.group.clone();
+        let timeout = self.timeout;
+        let what = format!(
+            "pipeline: sending {} of chunk {} to process {peer}",
+            if cotangents { "the cotangents" } else { "the activations" },
+            if cotangents { c + 1 } else { c }
+        );
+        let tag = Self::tag(c, cotangents);
+        std::thread::Builder::new()
+            .name("weft-pipeline-send".into())
+            .spawn(move || {
+                for tensors in outbox {
+                    let bytes: Vec<u8> = tensors.iter().flat_map(|t| t.to_bytes_le()).collect();
+                    group.exchange(tag, vec![(peer, bytes)], &[], timeout, &what)?;
+                }
+                Ok(())
+            })
+            .expect("spawning a pipeline sender")
+    }
+
+    /// Every process's `bytes`, in rank order.
+    pub fn all_gather(&self, bytes: &[u8], what: &str) -> Result<Vec<Vec<u8>>> {
+        Ok(self.group.all_gather(bytes, self.timeout, what)?)
+    }
+}
+
+/// `bytes` cut into tensors of `types`, in order.
+pub fn split(bytes: &[u8], types: &[TensorType]) -> Result<Vec<HostTensor>> {
+    let mut at = 0;
+    let mut out = Vec::with_capacity(types.len());
+    for t in types {
+        let n = t.size_bytes();
+        let piece = bytes.get(at..at + n).ok_or_else(|| {
+            Error::Usage(format!("pipeline: a message of {} bytes is short of its tensors' {}", bytes.len(), at + n))
+        })?;
+        out.push(HostTensor::from_bytes_le(t, piece)?);
+        at += n;
+    }
+    Ok(out)
+}
+
+/// A step's message to the other processes: the metric values (f32; empty
+/// unless this process runs the last stage), then its trace events, all
+/// as little-endian f64: `[n, values…, (stage, chunk, phase, micro, start,
+/// end)…]`.
+pub fn encode_step(values: &[f32], events: &[TraceEvent]) -> Vec<u8> {
+    let mut out = vec![values.len() as f64];
+    out.extend(values.iter().map(|&v| v as f64));
+    for e in events {
+        let phase = if e.task.phase == Phase::Forward { 0.0 } else { 1.0 };
+        out.extend([e.stage as f64, e.task.chunk as f64, phase, e.task.micro as f64, e.start, e.end]);
+    }
+    out.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// [`encode_step`]'s message back into values and events.
+pub fn decode_step(bytes: &[u8]) -> Result<(Vec<f32>, Vec<TraceEvent>)> {
+    let xs: Vec<f64> = bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+    let bad = || Error::Usage(format!("pipeline: a step message of {} bytes is malformed", bytes.len()));
+    let n = *xs.first().ok_or_else(bad)? as usize;
+    let rest = xs.get(1 + n..).ok_or_else(bad)?;
+    if rest.len() % 6 != 0 {
+        return Err(bad());
+    }
+    let values = xs[1..1 + n].iter().map(|&v| v as f32).collect();
+    let events = rest
+        .chunks_exact(6)
+        .map(|e| TraceEvent {
+            stage: e[0] as usize,
+            task: Task {
+                phase: if e[2] == 0.0 { Phase::Forward } else { Phase::Backward },
+                micro: e[3] as usize,
+                chunk: e[1] as usize,
+            },
+            start: e[4],
+            end: e[5],
+        })
+        .collect();
+    Ok((values, events))
+}
+
+/// f32 values as little-endian bytes.
+pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Little-endian bytes as f32 values.
+pub fn bytes_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect()
+}
+
+/// The types of chunk `c`'s state as its update takes it: its parameters,
+/// then its slots (slot-major).
+pub fn state_types(staged: &StagedStep, c: usize) -> Vec<TensorType> {
+    let fns = &staged.stages[c];
+    let n = fns.params.len() * (1 + staged.slots.len());
+    (0..n).map(|i| fns.update.ty(fns.update.params[i]).clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_message_round_trips_and_bad_ones_are_errors() {
+        let e =
+            TraceEvent { stage: 1, task: Task { phase: Phase::Backward, micro: 3, chunk: 3 }, start: 0.5, end: 0.75 };
+        let bytes = encode_step(&[2.5, -1.0], &[e.clone()]);
+        let (v, got) = decode_step(&bytes).unwrap();
+        assert_eq!(v, vec![2.5, -1.0]);
+        assert_eq!(got, vec![e]);
+        assert!(decode_step(&bytes[..bytes.len() - 8]).is_err());
+        assert!(decode_step(&[]).is_err());
+        assert_eq!(decode_step(&encode_step(&[], &[])).unwrap().1, vec![]);
+        let t = TensorType::new(weft_ir::DType::F32, vec![2]);
+        assert!(split(&[0u8; 7], &[t.clone()]).is_err());
+        assert_eq!(split(&f32_bytes(&[1.0, 2.0]), &[t]).unwrap()[0].to_f64_vec(), vec![1.0, 2.0]);
+    }
+}
