@@ -1,5 +1,6 @@
 //! One mesh over several hosts: `mpirun --host h1:2,h2:2 weft train ...`
-//! gives bitwise the one-process metrics and checkpoint files, each
+//! gives bitwise the one-process metrics and checkpoint files (a pipeline
+//! with one stage per host too), each
 //! process names its host and local rank, a checkpoint saved across hosts
 //! resumes on another host layout, a checkpoint directory that one host
 //! does not share is a named error before the first step, and a host cut
@@ -135,6 +136,32 @@ fn two_hosts_train_bitwise_like_one_process() {
             assert!(read(&resumed) == read(&m1), "the resumed run differs from the uninterrupted one");
             assert!(step_files(&k2.join("step_00000006")) == step_files(&k1.join("step_00000006")));
         }
+    }
+    // A pipeline with one stage per host (each stage tensor parallel over
+    // its host's two devices): activations and cotangents cross over TCP.
+    let config = "examples/configs/pipelined.toml";
+    let pipe = |m: &Path, k: &Path| -> Vec<String> {
+        let a = ["--mesh", "stage=2,model=2", "--strategy", "tp", "--steps", "6", "--checkpoint-every", "3"];
+        let files = ["--metrics".into(), m.display().to_string(), "--checkpoint-dir".into(), k.display().to_string()];
+        a.iter().map(|s| s.to_string()).chain(files).collect()
+    };
+    let one = tmp.path().join("pipelined-one");
+    let (m1, k1) = files(&one);
+    let a1 = pipe(&m1, &k1);
+    let a1: Vec<&str> = a1.iter().map(String::as_str).collect();
+    ok(&train(0, config, &a1, &[]), "the pipeline in one process");
+    let two = tmp.path().join("pipelined-hosts");
+    let (m2, k2) = files(&two);
+    let a2 = pipe(&m2, &k2);
+    let a2: Vec<&str> = a2.iter().map(String::as_str).collect();
+    let o = train_under(Some(hosts.mpirun(2, "h1:1,h2:1", false)), config, &a2, &[]);
+    ok(&o, "the pipeline over two hosts");
+    let out = stdout(&o);
+    assert!(out.contains("hosts h1 (process 0), h2 (process 1)"), "{out}");
+    assert!(out.contains("stages on processes: process 0: stage 0; process 1: stage 1"), "{out}");
+    assert!(read(&m2) == read(&m1), "pipeline: metrics on two hosts differ from one process");
+    for step in ["step_00000003", "step_00000006"] {
+        assert!(step_files(&k2.join(step)) == step_files(&k1.join(step)), "pipeline: {step} differs");
     }
 }
 

@@ -1,11 +1,14 @@
 //! Pipeline stages on processes (`mpirun -n P weft train` with a
 //! `[pipeline]` config): the metrics and checkpoint files equal the
 //! one-process pipelined run's bitwise (GPT; GPipe, 1F1B and interleaved;
-//! `stage=2`, `stage=4` and stages composed with tensor and data
-//! parallelism inside each process); a checkpoint of a 2-process pipelined
-//! run resumes a one-process run without `[pipeline]`, and back; a stage
-//! sub-mesh that spans processes is a named error; a stage process that
-//! hangs is named by the others within the collective timeout.
+//! `stage=2`, `stage=4`, stages composed with tensor and data
+//! parallelism inside each process, and stages whose sub-meshes span
+//! processes: `data=2,stage=2` and `data=2,stage=2,model=2` on 4 and 2
+//! processes); a checkpoint of a 4-process pipelined run resumes a
+//! one-process run without `[pipeline]`, and back; stages on unequal
+//! numbers of processes and `--reduction fast` are named errors; a stage
+//! process that hangs is named by the others within the collective
+//! timeout.
 //!
 //! Needs `mpirun` and a weft built with `--features mpi`, as
 //! `tests/multiprocess.rs`: without them the tests fail under `CI=true`
@@ -62,6 +65,35 @@ fn stages_on_processes_equal_the_one_process_pipeline_bitwise() {
             2,
         ),
         ("dp", interleaved, &["--mesh", "stage=2,data=2", "--strategy", "dp"], 2),
+        // Stages whose sub-meshes span processes: data parallelism across
+        // processes inside each stage (`data=2,stage=2` over 4 processes
+        // puts stage 0 on processes 0 and 2), and 3D on 4 and 2 processes
+        // (on 2, both stages span both processes).
+        (
+            "dp-4",
+            "[pipeline]\nstages = 2\nmicrobatches = 4\nschedule = \"1f1b\"",
+            &["--mesh", "data=2,stage=2", "--strategy", "dp"],
+            4,
+        ),
+        (
+            "gpipe-dp-4",
+            "[pipeline]\nstages = 2\nmicrobatches = 4\nschedule = \"gpipe\"",
+            &["--mesh", "data=2,stage=2", "--strategy", "dp"],
+            4,
+        ),
+        (
+            "3d-4",
+            "[pipeline]\nstages = 2\nmicrobatches = 4\nschedule = \"1f1b\"",
+            &["--mesh", "data=2,stage=2,model=2", "--strategy", "fsdp_tp"],
+            4,
+        ),
+        (
+            "3d-gpipe-4",
+            "[pipeline]\nstages = 2\nmicrobatches = 4\nschedule = \"gpipe\"",
+            &["--mesh", "data=2,stage=2,model=2", "--strategy", "fsdp_tp"],
+            4,
+        ),
+        ("3d-2", interleaved, &["--mesh", "data=2,stage=2,model=2", "--strategy", "fsdp_tp"], 2),
     ];
     for (name, pipeline, extra, n) in cases {
         let config = with_pipeline(tmp.path(), &format!("{name}.toml"), pipeline);
@@ -106,18 +138,24 @@ fn checkpoints_cross_between_stages_on_processes_and_one_unpipelined_process() {
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap())
             .collect()
     };
-    for (first, then, n_first, n_then) in [(&pipelined, &plain, 2, 0), (&plain, &pipelined, 0, 2)] {
+    // A pipeline of 2 stages data parallel over 4 processes; the plain run
+    // data parallel on one process.
+    let p4: &[&str] = &["--mesh", "data=2,stage=2", "--strategy", "dp"];
+    let p1: &[&str] = &["--mesh", "data=2", "--strategy", "dp"];
+    for ((first, f_args, n_first), (then, t_args, n_then)) in
+        [((&pipelined, p4, 4), (&plain, p1, 0)), ((&plain, p1, 0), (&pipelined, p4, 4))]
+    {
         let dir = tmp.path().join(format!("{n_first}-{n_then}"));
         let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
-        let o = train(n_first, first, &args(&m, &k, &["--steps", "3"]), &[]);
+        let o = train(n_first, first, &args(&m, &k, &[f_args, &["--steps", "3"]].concat()), &[]);
         ok(&o, "the first half");
-        let o = train(n_then, then, &args(&m, &k, &["--resume"]), &[]);
+        let o = train(n_then, then, &args(&m, &k, &[t_args, &["--resume"]].concat()), &[]);
         ok(&o, "the resumed half");
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(out.contains("resuming from step 3"), "{out}");
         // The whole run of the resuming kind, for comparison.
         let whole = tmp.path().join(format!("whole-{n_then}"));
-        let o = train(n_then, then, &args(&whole.join("m.jsonl"), &whole.join("k"), &[]), &[]);
+        let o = train(n_then, then, &args(&whole.join("m.jsonl"), &whole.join("k"), t_args), &[]);
         ok(&o, "the uninterrupted run");
         let (got, want) = (loss(&m), loss(&whole.join("m.jsonl")));
         assert_eq!(got.len(), 6);
@@ -128,15 +166,22 @@ fn checkpoints_cross_between_stages_on_processes_and_one_unpipelined_process() {
 }
 
 #[test]
-fn a_stage_sub_mesh_across_processes_is_a_named_error() {
-    let Some(_) = mpirun_or_skip("a_stage_sub_mesh_across_processes_is_a_named_error") else { return };
+fn stages_on_unequal_numbers_of_processes_and_fast_sums_are_named_errors() {
+    let Some(_) = mpirun_or_skip("stages_on_unequal_numbers_of_processes_and_fast_sums_are_named_errors") else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
+    let config = with_pipeline(tmp.path(), "three.toml", "[pipeline]\nstages = 3\nmicrobatches = 4");
     let (m, k) = (tmp.path().join("m.jsonl"), tmp.path().join("k"));
-    let o = train(4, CONFIG, &args(&m, &k, &["--mesh", "data=2,stage=2", "--strategy", "dp"]), &[]);
+    // stage=3,data=2 over 2 processes: stage 1 on both, stages 0 and 2 on one.
+    let o = train(2, &config, &args(&m, &k, &["--mesh", "stage=3,data=2", "--strategy", "dp"]), &[]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("the sub-mesh of stage 0 spans several processes"), "{err}");
+    assert!(err.contains("the stages run on different numbers of processes (stage 0: [0], stage 1: [0, 1]"), "{err}");
+    let o = train(2, CONFIG, &args(&m, &k, &["--reduction", "fast"]), &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("reduction = \"fast\" is not supported with [pipeline] over several processes"), "{err}");
     assert!(!m.exists(), "nothing was trained");
 }
 

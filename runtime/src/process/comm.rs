@@ -74,6 +74,8 @@ pub struct ProcessComm {
     /// Exchanges are made by a thread of the communicator's own
     /// ([`ProcessComm::in_background`]).
     background: bool,
+    /// The first of its tags and how many ([`ProcessComm::with_tags`]).
+    tags: (u32, u32),
 }
 
 impl ProcessComm {
@@ -92,7 +94,29 @@ impl ProcessComm {
             scratch: Mutex::new(Vec::new()),
             reduction: Reduction::Deterministic,
             background: false,
+            tags: (0, COLLECTIVE_TAGS),
         }
+    }
+
+    /// This communicator with its messages tagged in `first..first + count`
+    /// (`count` even, at least 2; all of `0..COLLECTIVE_TAGS` by default):
+    /// communicators whose exchanges between the same processes may be in
+    /// flight at once (the stages of a pipeline that share processes) take
+    /// disjoint ranges, so that their messages never match each other's.
+    pub fn with_tags(mut self, first: u32, count: u32) -> ProcessComm {
+        assert!(
+            count >= 2 && first + count <= COLLECTIVE_TAGS,
+            "tags {first}..{} of 0..{COLLECTIVE_TAGS}",
+            first + count
+        );
+        self.tags = (first, count);
+        self
+    }
+
+    /// The message tag of `phase` (0 or 1) of `step`'s exchange.
+    pub(super) fn tag(&self, step: usize, phase: usize) -> u32 {
+        let (first, count) = self.tags;
+        first + ((step % (count as usize / 2)) * 2 + phase) as u32
     }
 
     /// This communicator with its exchanges made by a thread of its own,
@@ -267,7 +291,7 @@ impl ProcessComm {
             let receives: Vec<(usize, usize)> =
                 recv_from.iter().map(|(&p, devs)| (p, devs.len() * block_bytes)).collect();
             let what = format!("step {step} (`{}`)", op.name());
-            let got = self.group.exchange(tag(step, 0), sends, &receives, self.timeout, &what)?;
+            let got = self.group.exchange(self.tag(step, 0), sends, &receives, self.timeout, &what)?;
             for ((_, devs), bytes) in recv_from.iter().zip(got) {
                 for (k, &d) in devs.iter().enumerate() {
                     remote.insert(d, tensor_from(&ty, &bytes[k * block_bytes..(k + 1) * block_bytes])?);
@@ -361,7 +385,7 @@ impl ProcessComm {
                 receives.push((q, count * piece_bytes));
             }
             let what = format!("step {step} (`{}`)", op.name());
-            let messages = self.group.exchange(tag(step, 0), sends, &receives, self.timeout, &what)?;
+            let messages = self.group.exchange(self.tag(step, 0), sends, &receives, self.timeout, &what)?;
             for (&q, bytes) in peers.iter().zip(messages) {
                 let mut at = 0;
                 for g in groups.values() {
@@ -440,11 +464,9 @@ impl ProcessComm {
     }
 }
 
-/// The message tag of `phase` (0 or 1) of `step`'s exchange (below the
-/// control tags of [`super::ProcessGroup`]).
-pub(super) fn tag(step: usize, phase: usize) -> u32 {
-    ((step % 15_000) * 2 + phase) as u32
-}
+/// The collectives' tags: `0..COLLECTIVE_TAGS`, below the control tags of
+/// [`super::ProcessGroup`].
+pub const COLLECTIVE_TAGS: u32 = 30_000;
 
 /// Elements `[r * len / n, (r + 1) * len / n)`: chunk `r` of `n`.
 pub(super) fn chunk(len: usize, n: usize, r: usize) -> std::ops::Range<usize> {
@@ -503,7 +525,7 @@ impl ProcessComm {
             sends.push((q, bytes));
             receives.push((q, count));
         }
-        let messages = self.group.exchange(tag(step, 0), sends, &receives, self.timeout, &what)?;
+        let messages = self.group.exchange(self.tag(step, 0), sends, &receives, self.timeout, &what)?;
         // Pieces received, by (receiving member, contributing member).
         let mut got: HashMap<(usize, usize), Vec<u8>> = HashMap::new();
         for (&q, bytes) in peers.iter().zip(messages) {
@@ -557,7 +579,7 @@ impl ProcessComm {
             sends.push((q, bytes));
             receives.push((q, count));
         }
-        let messages = self.group.exchange(tag(step, 1), sends, &receives, self.timeout, &what)?;
+        let messages = self.group.exchange(self.tag(step, 1), sends, &receives, self.timeout, &what)?;
         let mut chunks: HashMap<usize, Vec<u8>> = folded;
         for (&q, bytes) in peers.iter().zip(messages) {
             let mut at = 0;

@@ -12,7 +12,7 @@
 //! element about three times. The wire order and the rank-order fold are
 //! those of the byte paths, so the results are the same bits.
 
-use super::comm::{chunk, groups_of, hand_out, rank_in, tag, Contribution, ProcessComm};
+use super::comm::{chunk, groups_of, hand_out, rank_in, Contribution, ProcessComm};
 use crate::collective::combiner;
 use crate::error::RuntimeError;
 use ndarray::ArrayD;
@@ -167,7 +167,7 @@ impl ProcessComm {
             }
             // SAFETY: on an error the caller leaks the contributions and
             // the receive space.
-            unsafe { self.group.exchange_into(tag(step, 0), &sends, &mut receives, self.timeout, what)? };
+            unsafe { self.group.exchange_into(self.tag(step, 0), &sends, &mut receives, self.timeout, what)? };
         }
         for g in groups.values() {
             for m in self.owned_by(g, me) {
@@ -229,7 +229,7 @@ impl ProcessComm {
             let mut receives: Vec<(usize, &mut [u8])> =
                 landing.iter_mut().map(|(q, _, _, mem)| (*q, f32_bytes_mut(mem))).collect();
             // SAFETY: on an error the caller leaks the contributions.
-            unsafe { self.group.exchange_into(tag(step, 1), &sends, &mut receives, self.timeout, what)? };
+            unsafe { self.group.exchange_into(self.tag(step, 1), &sends, &mut receives, self.timeout, what)? };
         }
         // Every local member gets every chunk: the peers' from the landing
         // place, the other local members' from their owners.
@@ -298,7 +298,7 @@ impl ProcessComm {
             }
             // SAFETY: on an error the contributions and results are leaked
             // below.
-            unsafe { self.group.exchange_into(tag(step, 0), &sends, &mut receives, self.timeout, &what) }
+            unsafe { self.group.exchange_into(self.tag(step, 0), &sends, &mut receives, self.timeout, &what) }
         };
         if let Err(e) = done {
             // Requests may still be in flight out of or into this memory.
@@ -378,7 +378,7 @@ impl ProcessComm {
             }
             // SAFETY: on an error the contributions and results are leaked
             // below.
-            unsafe { self.group.exchange_into(tag(step, 0), &sends, &mut receives, self.timeout, &what) }
+            unsafe { self.group.exchange_into(self.tag(step, 0), &sends, &mut receives, self.timeout, &what) }
         };
         if let Err(e) = done {
             // Requests may still be in flight out of or into this memory.

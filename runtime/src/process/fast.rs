@@ -23,7 +23,7 @@
 //! [`ProcessGroup::sum_all_into`]: super::ProcessGroup::sum_all_into
 //! [`ProcessGroup::sum_scatter_into`]: super::ProcessGroup::sum_scatter_into
 
-use super::comm::{groups_of, hand_out, rank_in, tag, tensor_from, Contribution, ProcessComm};
+use super::comm::{groups_of, hand_out, rank_in, tensor_from, Contribution, ProcessComm};
 use crate::collective::block;
 use crate::error::RuntimeError;
 use std::collections::{BTreeMap, HashMap};
@@ -244,7 +244,7 @@ impl ProcessComm {
                     // SAFETY: on an error the buffers are leaked below.
                     let done = unsafe {
                         self.group.sum_all_into(
-                            tag(step, 0),
+                            self.tag(step, 0),
                             &processes,
                             native,
                             &send,
@@ -299,7 +299,7 @@ impl ProcessComm {
                         // SAFETY: on an error the buffers are leaked below.
                         unsafe {
                             self.group.sum_scatter_into(
-                                tag(step, 0),
+                                self.tag(step, 0),
                                 &processes,
                                 native,
                                 &send,

@@ -47,7 +47,7 @@ mod mpi;
 mod threads;
 mod timed;
 
-pub use comm::{Background, ProcessComm};
+pub use comm::{Background, ProcessComm, COLLECTIVE_TAGS};
 pub use fast::{NativeType, Reduction};
 pub use hosts::{this_host_name, Hosts};
 #[cfg(feature = "mpi")]

@@ -70,7 +70,10 @@ enum Compiled {
     /// An executable on runtime devices; its first `usize` inputs (the
     /// stage's parameters) are held on the devices between runs.
     Devices(Box<PartitionedFunction>, Box<Executable<AnyBackend>>, usize),
-    /// Run by another process (stages on processes, [`remote`]): never
+    /// Run on this process's devices of a sub-mesh that spans processes
+    /// (stages on processes, [`remote`]).
+    Spanning(Box<remote::SpanningFunction>),
+    /// Run by other processes only (the stage's first is named): never
     /// compiled here.
     Remote(usize),
 }
@@ -89,6 +92,7 @@ impl Compiled {
         auto: Option<&AutoShardOptions>,
         overlap: Option<OverlapOptions>,
         resident: usize,
+        span: Option<(&remote::StageProcesses, usize)>,
     ) -> Result<Compiled> {
         let m = Module { functions: vec![f.clone()] };
         let kind = match backend {
@@ -112,6 +116,10 @@ impl Compiled {
         }
         let (pf, _) = crate::runner::compile::compile(&m, &f.name, mesh, auto, overlap, None)?;
         let Some(kind) = kind else { return Ok(Compiled::Sim(Box::new(pf))) };
+        if let Some((p, s)) = span.filter(|(p, s)| p.processes_of(*s).len() > 1) {
+            let options = ExecOptions { threads: Some(1), ..Default::default() };
+            return Ok(Compiled::Spanning(Box::new(remote::SpanningFunction::open(pf, kind, p, s, options)?)));
+        }
         let donate = (0..resident).map(|i| (i, n_out + i)).collect();
         let options = ExecOptions { threads: Some(1), donate, ..Default::default() };
         let all: Vec<usize> = (0..mesh.num_devices()).collect();
@@ -149,6 +157,7 @@ impl Compiled {
         match self {
             Compiled::Interp(..) | Compiled::Remote(_) => None,
             Compiled::Sim(pf) | Compiled::Devices(pf, ..) => pf.inputs.get(i).map(|g| &g.sharding),
+            Compiled::Spanning(f) => f.function().inputs.get(i).map(|g| &g.sharding),
         }
     }
 
@@ -160,6 +169,7 @@ impl Compiled {
         match self {
             Compiled::Interp(m, name) => Ok(weft_ir::interp::run(m, name, &inputs)?),
             Compiled::Remote(p) => Err(Error::Usage(format!("pipeline: a chunk of process {p} was run here"))),
+            Compiled::Spanning(f) => f.run(inputs),
             Compiled::Sim(pf) => Ok(pf.run(&inputs, super::MAX_SIMULATED_DEVICES)?),
             Compiled::Devices(pf, exe, r) => {
                 let one = pf.mesh.num_devices() == 1;
@@ -406,11 +416,12 @@ impl PipelineExecutor {
             let np = fns.params.len();
             let here = processes.as_ref().map_or(Ok(()), |p| match p.runs(c % s_n) {
                 true => Ok(()),
-                false => Err(p.owner(c % s_n)),
+                false => Err(p.first(c % s_n)),
             });
+            let span = processes.as_ref().map(|p| (p, c % s_n));
             let compile = |f: &Function, resident: usize| match here {
-                Ok(()) => Compiled::new(f, sub_mesh, backend, auto, overlap, resident),
-                Err(owner) => Ok(Compiled::Remote(owner)),
+                Ok(()) => Compiled::new(f, sub_mesh, backend, auto, overlap, resident, span),
+                Err(first) => Ok(Compiled::Remote(first)),
             };
             stages.push(Stage {
                 update_waits: reads_param(&fns.update, "norm") || reads_param(&fns.update, "finite"),
@@ -471,6 +482,13 @@ impl PipelineExecutor {
                     })
                     .collect()
             })
+            .collect()
+    }
+
+    /// The processes running each stage (process 0 alone in one process).
+    pub fn stage_processes(&self) -> Vec<Vec<usize>> {
+        (0..self.staged.config.stages)
+            .map(|s| self.processes.as_ref().map_or(vec![0], |p| p.processes_of(s).to_vec()))
             .collect()
     }
 
@@ -551,18 +569,19 @@ impl PipelineExecutor {
     /// calls this at the same point.
     pub fn gathered_tree(&self) -> Result<Tree> {
         let Some(p) = &self.processes else { return Ok(self.tree()) };
-        // Each process's chunks in chunk order: parameters, then slots.
-        let mine: Vec<u8> = (self.stages.iter())
-            .filter(|st| !st.forward.is_remote())
-            .flat_map(|st| st.params.iter().chain(&st.slots).flat_map(|t| t.to_bytes_le()))
+        // The chunks of the stages each process leads, in chunk order:
+        // parameters, then slots.
+        let s_n = self.staged.config.stages;
+        let mine: Vec<u8> = (self.stages.iter().enumerate())
+            .filter(|(c, _)| p.leads(c % s_n))
+            .flat_map(|(_, st)| st.params.iter().chain(&st.slots).flat_map(|t| t.to_bytes_le()))
             .collect();
         let all = p.all_gather(&mine, "pipeline: gathering the state of every stage")?;
         let mut at = vec![0usize; all.len()];
         let mut t = self.tree();
-        let s_n = self.staged.config.stages;
         let np_all: Vec<usize> = self.stages.iter().map(|st| st.fns.params.len()).collect();
         for (c, st) in self.stages.iter().enumerate() {
-            let owner = p.owner(c % s_n);
+            let owner = p.first(c % s_n);
             let types = remote::state_types(&self.staged, c);
             let len: usize = types.iter().map(|t| t.size_bytes()).sum();
             let bytes = all[owner]
@@ -649,8 +668,25 @@ impl PipelineExecutor {
         let mut bwd: Vec<Link> = (0..chunks).map(|_| (None, None)).collect();
         let mut senders = Vec::new();
         for c in 0..chunks.saturating_sub(1) {
-            match (&procs, here(c), here(c + 1)) {
-                (_, true, true) => {
+            let (from, to) = (c % s_n, (c + 1) % s_n);
+            match &procs {
+                _ if !here(c) && !here(c + 1) => {}
+                Some(p) if here(c) && p.peer(from, to) != p.rank() => {
+                    // Activations out to the next stage's process at our
+                    // place; its cotangents back from it.
+                    let peer = p.peer(from, to);
+                    let (tx, rx) = channel();
+                    senders.push(p.sender(peer, c, false, rx));
+                    fwd[c].0 = Some(Outbox::Remote(tx));
+                    let fns = &self.staged.stages[c];
+                    let types = fns.act_out.iter().zip(&fns.act_out_float).filter(|(_, &f)| f).map(|(t, _)| t.clone());
+                    bwd[c].1 = Some(Inbox::Remote { peer, boundary: c, cotangents: true, types: types.collect() });
+                    if here(c + 1) {
+                        receive_from_previous(p, c, &self.staged, &mut fwd, &mut bwd, &mut senders);
+                    }
+                }
+                Some(p) if !here(c) => receive_from_previous(p, c, &self.staged, &mut fwd, &mut bwd, &mut senders),
+                _ if here(c + 1) => {
                     let (tx, rx) = channel();
                     fwd[c].0 = Some(Outbox::Local(tx));
                     fwd[c + 1].1 = Some(Inbox::Local(rx));
@@ -658,24 +694,7 @@ impl PipelineExecutor {
                     bwd[c + 1].0 = Some(Outbox::Local(tx));
                     bwd[c].1 = Some(Inbox::Local(rx));
                 }
-                (Some(p), true, false) => {
-                    let peer = p.owner((c + 1) % s_n);
-                    let (tx, rx) = channel();
-                    senders.push(p.sender(peer, c, false, rx));
-                    fwd[c].0 = Some(Outbox::Remote(tx));
-                    let fns = &self.staged.stages[c];
-                    let types = fns.act_out.iter().zip(&fns.act_out_float).filter(|(_, &f)| f).map(|(t, _)| t.clone());
-                    bwd[c].1 = Some(Inbox::Remote { peer, boundary: c, cotangents: true, types: types.collect() });
-                }
-                (Some(p), false, true) => {
-                    let peer = p.owner(c % s_n);
-                    let types = self.staged.stages[c + 1].act_in.clone();
-                    fwd[c + 1].1 = Some(Inbox::Remote { peer, boundary: c, cotangents: false, types });
-                    let (tx, rx) = channel();
-                    senders.push(p.sender(peer, c, true, rx));
-                    bwd[c + 1].0 = Some(Outbox::Remote(tx));
-                }
-                _ => {}
+                _ => unreachable!("chunk {c} runs here and its peer is this process, so chunk {} runs here", c + 1),
             }
         }
         let start = Instant::now();
@@ -782,12 +801,15 @@ impl PipelineExecutor {
             // The last stage's metrics to every process, and every
             // process's trace events to every process (each on its own
             // clock from its own step's start).
+            // Only the events of the stages this process leads (the other
+            // processes of a stage ran the same tasks).
+            events.retain(|e| p.leads(e.stage));
             let mine = remote::encode_step(&values, &events);
             let all = p.all_gather(&mine, "pipeline: the loss of the last stage")?;
             let mut theirs = Vec::new();
             for (q, bytes) in all.iter().enumerate() {
                 let (v, e) = remote::decode_step(bytes)?;
-                if q == p.owner(s_n - 1) {
+                if q == p.first(s_n - 1) {
                     values = v;
                 }
                 if q != p.rank() {
@@ -830,16 +852,18 @@ fn global_norm(
 ) -> Result<Option<Norm>> {
     if let Some(p) = processes {
         let s_n = staged.config.stages;
-        let mine: Vec<f32> =
-            local.iter().flatten().flat_map(|sq| std::iter::once(sq.finite).chain(sq.values.iter().copied())).collect();
+        let mine: Vec<f32> = (local.iter().enumerate())
+            .filter(|(c, _)| p.leads(c % s_n))
+            .flat_map(|(_, sq)| sq.iter().flat_map(|sq| std::iter::once(sq.finite).chain(sq.values.iter().copied())))
+            .collect();
         let all = p.all_gather(&remote::f32_bytes(&mine), "pipeline: the squares of every stage")?;
         let mut all: Vec<std::collections::VecDeque<f32>> =
             all.iter().map(|b| remote::bytes_f32(b).into_iter().collect()).collect();
         for (c, slot) in local.iter_mut().enumerate() {
-            let theirs = &mut all[p.owner(c % s_n)];
+            let theirs = &mut all[p.first(c % s_n)];
             let n = staged.stages[c].params.len();
             if theirs.len() < 1 + n {
-                return Err(Error::Usage(format!("pipeline: process {} sent too few squares", p.owner(c % s_n))));
+                return Err(Error::Usage(format!("pipeline: process {} sent too few squares", p.first(c % s_n))));
             }
             let finite = theirs.pop_front().expect("checked");
             let values: Vec<f32> = theirs.drain(..n).collect();
@@ -903,6 +927,26 @@ struct ChunkBuffers {
     cots: BTreeMap<usize, Vec<HostTensor>>,
     cot_in: BTreeMap<usize, Vec<HostTensor>>,
     grads: Option<Vec<HostTensor>>,
+}
+
+/// The links of chunk `c + 1` (run here) with chunk `c` on another
+/// process: activations in from the previous stage's process at this
+/// process's place, cotangents back out to it.
+fn receive_from_previous(
+    p: &remote::StageProcesses,
+    c: usize,
+    staged: &StagedStep,
+    fwd: &mut [Link],
+    bwd: &mut [Link],
+    senders: &mut Vec<std::thread::JoinHandle<Result<()>>>,
+) {
+    let s_n = staged.config.stages;
+    let peer = p.peer((c + 1) % s_n, c % s_n);
+    let types = staged.stages[c + 1].act_in.clone();
+    fwd[c + 1].1 = Some(Inbox::Remote { peer, boundary: c, cotangents: false, types });
+    let (tx, rx) = channel();
+    senders.push(p.sender(peer, c, true, rx));
+    bwd[c + 1].0 = Some(Outbox::Remote(tx));
 }
 
 /// Microbatch `m`'s tensors from `inbox`: from a neighbouring chunk in

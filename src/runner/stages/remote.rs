@@ -3,10 +3,18 @@
 //!
 //! Every process builds the same staged step (the split is a pure
 //! function of the config) and compiles only the chunks of its own
-//! stages. A stage belongs to the process that owns its sub-mesh's
-//! devices ([`weft_runtime::process::device_owners`], mesh order); a
-//! sub-mesh that spans processes (`data=2,stage=2` over 4 processes puts
-//! stage 0 on processes 0 and 2) is a named error for now.
+//! stages. A stage runs on the processes that own its sub-mesh's devices
+//! ([`weft_runtime::process::device_owners`], mesh order): `stage=2` over
+//! 2 processes puts one stage on each; `data=2,stage=2` over 4 puts stage
+//! 0 on processes 0 and 2 and stage 1 on 1 and 3, each stage an SPMD
+//! program over its two processes ([`SpanningFunction`]: a
+//! [`weft_runtime::process::ProcessComm`] over the stage's processes, with
+//! a tag range of its own so that stages sharing processes never match
+//! each other's messages). The processes of a stage all hold its whole
+//! results (each gathers the other processes' blocks), so the `i`-th
+//! process of a stage sends to the `i`-th process of the next; every
+//! stage must span the same number of processes (a named error
+//! otherwise).
 //!
 //! What crosses processes, all on the job's process group with the
 //! collective timeout, so that a stage process that died or hangs is
@@ -20,11 +28,14 @@
 //!   sends); each link has a tag of its own (one per chunk boundary and
 //!   direction), and MPI keeps one sender's messages of one tag in order,
 //!   which is microbatch order;
-//! - **the squares**: every process's chunks' `Σ g²` (and finiteness
-//!   flags) are gathered by every process, which sums them in chunk order
-//!   (parameter order): the same global norm, bitwise, as one process;
-//! - **the metrics**: the loss and auxiliary metrics of the process
-//!   running the last chunk, to every process (process 0 writes them);
+//! - **a spanning stage's results**: each process of the stage sends its
+//!   devices' blocks to the stage's other processes (a tag per stage);
+//! - **the squares**: the first process of each stage sends its chunks'
+//!   `Σ g²` (and finiteness flags) to every process, which sums them in
+//!   chunk order (parameter order): the same global norm, bitwise, as one
+//!   process;
+//! - **the metrics**: the loss and auxiliary metrics of the first process
+//!   of the last stage, to every process (process 0 writes them);
 //! - **the state**, when the run asks for it (checkpoints, validation, the
 //!   end): every process's chunks' parameters and slots, gathered so that
 //!   every process holds the whole state, saved as one process saves it.
@@ -33,40 +44,50 @@ use crate::error::{Error, Result};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
+use weft_compiler::partition::PartitionedFunction;
 use weft_compiler::sharding::Mesh;
 use weft_compiler::stages::{Phase, StagedStep, Task, TraceEvent};
 use weft_ir::tensor::HostTensor;
 use weft_ir::TensorType;
-use weft_runtime::ProcessGroup;
+use weft_runtime::process::{ProcessComm, COLLECTIVE_TAGS};
+use weft_runtime::{AnyBackend, ExecOptions, Executable, ProcessGroup};
 
 /// The first tag of the pipeline's links: above the collectives' (below
 /// 30,000), the control messages' (30,000 and up) and MPI's communicator
 /// set-up (31,000 and 31,001); each chunk boundary takes two (activations,
-/// cotangents), and MPI guarantees tags up to 32,767.
+/// cotangents).
 const LINK_TAG: u32 = 31_100;
 
-/// The most chunks whose boundaries fit below MPI's guaranteed tag bound.
-pub const MAX_CHUNKS: usize = ((32_767 - LINK_TAG as usize) / 2) + 1;
+/// The most chunks: their links' tags end where the stages' gathers'
+/// begin.
+pub const MAX_CHUNKS: usize = 400;
 
-/// Which process runs each stage, and the transport between them.
+/// The first tag of the stages' result gathers, one per stage, below
+/// MPI's guaranteed tag bound (32,767).
+const GATHER_TAG: u32 = LINK_TAG + 2 * MAX_CHUNKS as u32;
+
+/// Which processes run each stage, and the transport between them.
 #[derive(Clone)]
 pub struct StageProcesses {
     group: Arc<dyn ProcessGroup>,
     timeout: Duration,
-    /// The process running each stage.
-    owner: Vec<usize>,
+    /// The processes running each stage, ascending.
+    procs: Vec<Vec<usize>>,
+    /// Per stage: the process owning each device of its sub-mesh.
+    sub_owner: Vec<Vec<usize>>,
 }
 
 impl std::fmt::Debug for StageProcesses {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "process {} of {}, stages on processes {:?}", self.group.rank(), self.group.size(), self.owner)
+        write!(f, "process {} of {}, stages on processes {:?}", self.group.rank(), self.group.size(), self.procs)
     }
 }
 
 impl StageProcesses {
-    /// The stages of `mesh` along `axis` (of size `stages`) on `processes`
-    /// processes of `group`: each stage on the one process owning every
-    /// device of its sub-mesh, else a named error.
+    /// The stages of `mesh` along `axis` on the processes of `group`: each
+    /// stage on the processes owning its sub-mesh's devices; `chunks`
+    /// (`S·V`) at most [`MAX_CHUNKS`]. Stages over different numbers of
+    /// processes are a named error.
     pub fn new(
         group: Arc<dyn ProcessGroup>,
         timeout: Duration,
@@ -80,30 +101,26 @@ impl StageProcesses {
         let owners = weft_runtime::process::device_owners(n, processes);
         let at = mesh.axes().iter().position(|a| a.name == axis).expect("validated: the stage axis exists");
         let stages = mesh.axes()[at].size;
-        let mut owner = vec![None::<usize>; stages];
-        let mut spans = Vec::new();
+        // A stage's sub-mesh is the mesh without the stage axis, row-major:
+        // its devices in ascending mesh position.
+        let mut sub_owner = vec![Vec::new(); stages];
         for (d, &p) in owners.iter().enumerate() {
-            let s = mesh.coords_of_position(d)[at];
-            match owner[s] {
-                None => owner[s] = Some(p),
-                Some(q) if q != p => spans.push(s),
-                _ => {}
-            }
+            sub_owner[mesh.coords_of_position(d)[at]].push(p);
         }
-        spans.dedup();
-        if !spans.is_empty() {
-            let layout: Vec<String> = (0..processes)
-                .map(|p| {
-                    let mine: Vec<usize> = (0..n).filter(|&d| owners[d] == p).collect();
-                    format!("process {p}: devices {:?}", mine)
-                })
-                .collect();
+        let procs: Vec<Vec<usize>> = (sub_owner.iter())
+            .map(|o| {
+                let mut ps = o.clone();
+                ps.sort_unstable();
+                ps.dedup();
+                ps
+            })
+            .collect();
+        if procs.iter().any(|ps| ps.len() != procs[0].len()) {
+            let layout: Vec<String> = procs.iter().enumerate().map(|(s, ps)| format!("stage {s}: {ps:?}")).collect();
             return Err(Error::Usage(format!(
-                "[pipeline] over {processes} processes: the sub-mesh of stage {} spans several processes ({}); \
-                 each stage must run inside one process for now: put the `{axis}` axis first (`{axis}={stages},…`) \
-                 and use a number of processes that divides the {stages} stages",
-                spans[0],
-                layout.join("; ")
+                "[pipeline] over {processes} processes: the stages run on different numbers of processes ({}); \
+                 use a process count that deals every stage's devices out alike",
+                layout.join(", ")
             )));
         }
         if chunks > MAX_CHUNKS {
@@ -111,7 +128,7 @@ impl StageProcesses {
                 "[pipeline] over processes takes at most {MAX_CHUNKS} chunks (stages × virtual_stages), given {chunks}"
             )));
         }
-        Ok(StageProcesses { group, timeout, owner: owner.into_iter().map(|o| o.unwrap_or(0)).collect() })
+        Ok(StageProcesses { group, timeout, procs, sub_owner })
     }
 
     /// This process's rank.
@@ -119,14 +136,32 @@ impl StageProcesses {
         self.group.rank()
     }
 
-    /// The process running stage `s`.
-    pub fn owner(&self, s: usize) -> usize {
-        self.owner[s]
+    /// The processes running stage `s`, ascending.
+    pub fn processes_of(&self, s: usize) -> &[usize] {
+        &self.procs[s]
+    }
+
+    /// The first process running stage `s`: the one that reports its
+    /// squares, metrics and state to the others.
+    pub fn first(&self, s: usize) -> usize {
+        self.procs[s][0]
     }
 
     /// Whether this process runs stage `s`.
     pub fn runs(&self, s: usize) -> bool {
-        self.owner[s] == self.group.rank()
+        self.procs[s].contains(&self.group.rank())
+    }
+
+    /// Whether this process is stage `s`'s first.
+    pub fn leads(&self, s: usize) -> bool {
+        self.first(s) == self.group.rank()
+    }
+
+    /// The process of stage `to` that this process, running stage `from`,
+    /// exchanges with: the one at the same place in `to`'s processes.
+    pub fn peer(&self, from: usize, to: usize) -> usize {
+        let i = self.procs[from].iter().position(|&p| p == self.group.rank()).expect("this process runs `from`");
+        self.procs[to][i]
     }
 
     /// The tag of the link after chunk `c` (to chunk `c + 1`): `cotangents`
@@ -181,6 +216,99 @@ impl StageProcesses {
     /// Every process's `bytes`, in rank order.
     pub fn all_gather(&self, bytes: &[u8], what: &str) -> Result<Vec<Vec<u8>>> {
         Ok(self.group.all_gather(bytes, self.timeout, what)?)
+    }
+}
+
+/// A stage function whose sub-mesh spans processes: this process runs its
+/// devices of the SPMD program (collectives with the stage's other
+/// processes through a [`ProcessComm`] with a tag range per stage), then
+/// gathers the other processes' blocks of the results, so that every
+/// process of the stage holds them whole.
+pub struct SpanningFunction {
+    pf: Box<PartitionedFunction>,
+    exe: Box<Executable<AnyBackend>>,
+    /// This process's devices of the sub-mesh.
+    local: Vec<usize>,
+    /// The process owning each device of the sub-mesh.
+    owner: Vec<usize>,
+    group: Arc<dyn ProcessGroup>,
+    timeout: Duration,
+    /// The stage (its gathers' tag).
+    stage: usize,
+}
+
+impl SpanningFunction {
+    /// Opens `pf` (compiled for stage `s`'s sub-mesh) on this process's
+    /// devices of it, on devices of `kind`.
+    pub fn open(
+        pf: PartitionedFunction,
+        kind: weft_runtime::BackendKind,
+        procs: &StageProcesses,
+        s: usize,
+        options: ExecOptions,
+    ) -> Result<SpanningFunction> {
+        let me = procs.rank();
+        let owner = procs.sub_owner[s].clone();
+        let local: Vec<usize> = (0..owner.len()).filter(|&d| owner[d] == me).collect();
+        let devices = weft_runtime::open_devices_shared(kind, local.len(), weft_runtime::HostShare::ALONE)?;
+        let stages = procs.procs.len() as u32;
+        let count = (COLLECTIVE_TAGS / stages) & !1;
+        let comm =
+            ProcessComm::new(procs.group.clone(), owner.clone(), procs.timeout).with_tags(s as u32 * count, count);
+        let comm: Box<dyn weft_runtime::Communicator> =
+            if pf.program.starts_collectives() { Box::new(comm.in_background()) } else { Box::new(comm) };
+        let exe = Executable::with_devices(pf.program.clone(), local.clone(), devices.backends, comm, options)?;
+        Ok(SpanningFunction {
+            pf: Box::new(pf),
+            exe: Box::new(exe),
+            local,
+            owner,
+            group: procs.group.clone(),
+            timeout: procs.timeout,
+            stage: s,
+        })
+    }
+
+    /// The partitioned function.
+    pub fn function(&self) -> &PartitionedFunction {
+        &self.pf
+    }
+
+    /// Runs on whole host tensors and returns whole results (the same on
+    /// every process of the stage).
+    pub fn run(&mut self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
+        let mut per = self.pf.shard_inputs(&inputs)?;
+        let mine: Vec<Vec<HostTensor>> = self.local.iter().map(|&d| std::mem::take(&mut per[d])).collect();
+        let outs = self.exe.run(mine)?;
+        let types: Vec<TensorType> = self.pf.program.outputs.iter().map(|&b| self.pf.program.ty(b).clone()).collect();
+        let per_device: usize = types.iter().map(|t| t.size_bytes()).sum();
+        let me = self.group.rank();
+        let mut others: Vec<usize> = self.owner.iter().copied().filter(|&q| q != me).collect();
+        others.sort_unstable();
+        others.dedup();
+        let bytes: Vec<u8> = outs.iter().flatten().flat_map(|t| t.to_bytes_le()).collect();
+        let receives: Vec<(usize, usize)> =
+            (others.iter()).map(|&q| (q, per_device * self.owner.iter().filter(|&&o| o == q).count())).collect();
+        let sends = others.iter().map(|&q| (q, bytes.clone())).collect();
+        let what = format!(
+            "pipeline: the results of @{} from the other processes of stage {}",
+            self.pf.program.name, self.stage
+        );
+        let got = self.group.exchange(GATHER_TAG + self.stage as u32, sends, &receives, self.timeout, &what)?;
+        let mut theirs: std::collections::BTreeMap<usize, (usize, &[u8])> =
+            others.iter().zip(&got).map(|(&q, b)| (q, (0usize, &b[..]))).collect();
+        let mut outs = outs.into_iter();
+        let mut all = Vec::with_capacity(self.owner.len());
+        for &q in &self.owner {
+            if q == me {
+                all.push(outs.next().expect("one per local device"));
+            } else {
+                let (at, b) = theirs.get_mut(&q).expect("a peer of the stage");
+                all.push(split(&b[*at..*at + per_device], &types)?);
+                *at += per_device;
+            }
+        }
+        Ok(self.pf.unshard_outputs(all)?)
     }
 }
 

@@ -252,6 +252,13 @@ pub fn pipeline_executor_on(
                     p.size()
                 )));
             }
+            if c.reduction.as_deref() == Some("fast") {
+                return Err(Error::Usage(
+                    "reduction = \"fast\" is not supported with [pipeline] over several processes yet: the stages' \
+                     sums across processes fold in rank order (remove it, or --reduction deterministic)"
+                        .into(),
+                ));
+            }
             let axis = c.pipeline.as_ref().map_or("stage", |p| p.axis.as_str());
             let chunks = staged.stages.len();
             let stages = super::remote::StageProcesses::new(p.group().clone(), p.timeout(), mesh, axis, chunks)?;
@@ -332,6 +339,24 @@ pub fn run_pipeline_session(
         c.seed
     )));
     log(Line::Info(exec.describe()));
+    if let Some(p) = processes {
+        let of = exec.stage_processes();
+        let stages: Vec<String> = (0..p.size())
+            .map(|q| {
+                let mine: Vec<String> =
+                    of.iter().enumerate().filter(|(_, ps)| ps.contains(&q)).map(|(s, _)| s.to_string()).collect();
+                format!("process {q}: stage {}", mine.join(", "))
+            })
+            .collect();
+        log(Line::Info(format!(
+            "{}; process {} of {} on {}; stages on processes: {}",
+            p.hosts().layout(),
+            p.rank(),
+            p.size(),
+            p.hosts().describe(p.rank()),
+            stages.join("; ")
+        )));
+    }
     if prepared.auto.is_some() {
         log(Line::Info(auto_plan(&c, &exec)));
     }
