@@ -1,7 +1,8 @@
 //! `weft launch` (`launch`): a job of two processes whose rank 1 is
 //! SIGKILLed three times at random moments is restarted each time from
 //! its newest checkpoint and finishes with metrics bitwise equal to an
-//! uninterrupted run, every restart logged with its cause; with fewer
+//! uninterrupted run, every restart logged with its cause (a pipeline
+//! whose stage process is killed too); with fewer
 //! restarts allowed it gives up, naming the last cause; bad flags and a
 //! job without checkpoints are named errors before anything starts.
 //! (Losing a host for good is in `tests/multihost.rs`.)
@@ -182,4 +183,35 @@ fn bad_launches_are_named_before_anything_starts() {
         assert!(err.contains(want), "{args:?}: expected `{want}` in: {err}");
         assert!(!d.join("ck").exists(), "{args:?} started the job");
     }
+}
+
+#[test]
+fn a_pipeline_whose_stage_process_is_killed_restarts_and_ends_bitwise() {
+    // Stage 1 of a two-stage pipeline (one stage per process) is killed;
+    // the restart resumes both stages from the newest checkpoint.
+    let Some(_) = mpirun_or_skip("a_pipeline_whose_stage_process_is_killed_restarts_and_ends_bitwise") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().canonicalize().unwrap();
+    let config = "steps = 150\nseed = 4\nmesh = \"stage=2\"\n\
+[model]\nkind = \"gpt\"\nvocab = 64\nseq = 16\nd_model = 32\nheads = 4\nlayers = 2\nbatch = 8\n\
+[optimizer]\nkind = \"adamw\"\nlr = 1e-3\n\
+[pipeline]\nstages = 2\nmicrobatches = 4\n\
+[checkpoint]\ndir = \"ck\"\nevery = 3\n";
+    std::fs::write(d.join("c.toml"), config).unwrap();
+    let mut child = launch(&d, "3");
+    kill_rank_1(&d, &mut child, &[12]);
+    let out = finished(child);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("weft launch: the job finished after 1 restart"), "{err}");
+    let whole = Command::new(WEFT)
+        .current_dir(&d)
+        .args(["train", "c.toml", "-q", "--metrics", "w.jsonl", "--checkpoint-dir", "ck-whole"])
+        .output()
+        .unwrap();
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    let (m, w) = (std::fs::read(d.join("m.jsonl")).unwrap(), std::fs::read(d.join("w.jsonl")).unwrap());
+    assert!(m == w, "the restarted pipeline's metrics differ from the uninterrupted run");
 }

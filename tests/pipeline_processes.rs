@@ -214,3 +214,60 @@ fn a_hung_stage_process_is_named_within_the_timeout() {
     assert!(err.contains("pipeline"), "{err}");
     assert!(waited < Duration::from_secs(45), "stopped after {waited:?}");
 }
+
+#[test]
+fn data_and_loss_scaling_under_stages_on_processes_equal_one_process() {
+    let Some(_) = mpirun_or_skip("data_and_loss_scaling_under_stages_on_processes_equal_one_process") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = tmp.path().join("docs");
+    let o = std::process::Command::new(WEFT)
+        .args(["data", "prepare"])
+        .arg(root().join("README.md"))
+        .arg(root().join("specs/pipeline.md"))
+        .arg("-o")
+        .arg(&docs)
+        .output()
+        .unwrap();
+    ok(&o, "weft data prepare");
+    let model = "steps = 6\nseed = 0\n[model]\nkind = \"gpt\"\nvocab = 256\nseq = 32\nd_model = 32\nheads = 4\nlayers = 2\nbatch = 8\n[optimizer]\nkind = \"adamw\"\nlr = 3e-3\n[pipeline]\nstages = 2\nmicrobatches = 4\n";
+    let data = format!(
+        "[data]\nsource = \"tokens\"\ntrain = \"{}\"\nval = \"{}\"\neval_every = 3\neval_batches = 2\n",
+        docs.join("train.bin").display(),
+        docs.join("val.bin").display()
+    );
+    let f16 = model.replace("batch = 8\n", "batch = 8\ncompute = \"f16\"\n")
+        + "[loss_scaling]\ninitial_scale = 524288\nperiod = 2\n";
+    // Without the metrics' wall times (`data_wait_ms`).
+    let values = |m: &Path| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(m).unwrap();
+        let lines = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
+        lines
+            .map(|mut v| {
+                v.as_object_mut().unwrap().remove("data_wait_ms");
+                v
+            })
+            .collect()
+    };
+    for (name, text, mesh) in [("data", format!("{model}{data}"), "data=2,stage=2"), ("f16", f16, "stage=2,data=2")] {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let config = config.to_str().unwrap();
+        let run = |n: usize| {
+            let dir = tmp.path().join(format!("{name}-{n}"));
+            let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
+            let o = train(n, config, &args(&m, &k, &["--mesh", mesh, "--strategy", "dp"]), &[]);
+            ok(&o, &format!("{name} on {n} processes"));
+            (values(&m), step_files(&k.join("step_00000006")))
+        };
+        let (want, ckpt) = run(0);
+        let (got, c) = run(4);
+        assert_eq!(got, want, "{name}: metrics on 4 processes differ from one process");
+        assert!(c == ckpt, "{name}: checkpoint files on 4 processes differ from one process");
+        if name == "data" {
+            assert!(want.iter().filter(|v| v.get("val_loss").is_some()).count() >= 2, "{name}: validation ran");
+        } else {
+            let skipped: Vec<f64> = want.iter().map(|v| v["skipped"].as_f64().unwrap()).collect();
+            assert!(skipped.contains(&1.0) && skipped.contains(&0.0), "{name}: skipped {skipped:?}");
+        }
+    }
+}
