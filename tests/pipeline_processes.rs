@@ -94,6 +94,12 @@ fn stages_on_processes_equal_the_one_process_pipeline_bitwise() {
             4,
         ),
         ("3d-2", interleaved, &["--mesh", "data=2,stage=2,model=2", "--strategy", "fsdp_tp"], 2),
+        (
+            "3d-8",
+            "[pipeline]\nstages = 2\nmicrobatches = 4\nschedule = \"1f1b\"",
+            &["--mesh", "data=2,stage=2,model=2", "--strategy", "fsdp_tp"],
+            8,
+        ),
     ];
     for (name, pipeline, extra, n) in cases {
         let config = with_pipeline(tmp.path(), &format!("{name}.toml"), pipeline);

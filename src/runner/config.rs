@@ -264,9 +264,9 @@ pub struct PipelineSection {
 impl PipelineSection {
     /// The schedule with its chunks per stage (`virtual_stages`, by
     /// default 2 when interleaved, else 1).
-    pub fn schedule(&self) -> std::result::Result<weft_compiler::stages::Schedule, weft_compiler::CompilerError> {
+    pub fn schedule(&self) -> crate::Result<weft_compiler::stages::Schedule> {
         let v = self.virtual_stages.unwrap_or(if self.schedule == "interleaved" { 2 } else { 1 });
-        weft_compiler::stages::Schedule::named(&self.schedule, v)
+        Ok(weft_compiler::stages::Schedule::named(&self.schedule, v)?)
     }
 }
 

@@ -393,7 +393,7 @@ mod tests {
     fn a_step_message_round_trips_and_bad_ones_are_errors() {
         let e =
             TraceEvent { stage: 1, task: Task { phase: Phase::Backward, micro: 3, chunk: 3 }, start: 0.5, end: 0.75 };
-        let bytes = encode_step(&[2.5, -1.0], &[e.clone()]);
+        let bytes = encode_step(&[2.5, -1.0], std::slice::from_ref(&e));
         let (v, got) = decode_step(&bytes).unwrap();
         assert_eq!(v, vec![2.5, -1.0]);
         assert_eq!(got, vec![e]);
@@ -401,7 +401,7 @@ mod tests {
         assert!(decode_step(&[]).is_err());
         assert_eq!(decode_step(&encode_step(&[], &[])).unwrap().1, vec![]);
         let t = TensorType::new(weft_ir::DType::F32, vec![2]);
-        assert!(split(&[0u8; 7], &[t.clone()]).is_err());
+        assert!(split(&[0u8; 7], std::slice::from_ref(&t)).is_err());
         assert_eq!(split(&f32_bytes(&[1.0, 2.0]), &[t]).unwrap()[0].to_f64_vec(), vec![1.0, 2.0]);
     }
 }
