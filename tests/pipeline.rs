@@ -161,6 +161,11 @@ fn interleaved_pipelines_equal_unpipelined_accumulation() {
             let what = format!("{name} S={stages} V=2 M={m} interleaved");
             let bitwise = assert_equivalent(&want, &got, &what);
             eprintln!("{what}: {bitwise}/{} leaves bitwise equal", want.1.len());
+            // One device per stage: the same additions in the same order.
+            assert_eq!(bitwise, want.1.len(), "{what}: every leaf bitwise equal");
+            for (i, (w, g)) in want.0.iter().zip(&got.0).enumerate() {
+                assert_eq!(w["loss"].to_bits(), g["loss"].to_bits(), "{what}: step {i} loss");
+            }
         }
     }
     let tied = GPT.replace("batch = 8\n", "batch = 8\ntie_embeddings = true\n");

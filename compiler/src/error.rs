@@ -304,10 +304,13 @@ pub enum CompilerError {
         message: String,
     },
     /// More pipeline stages than layers to put on them.
-    #[error("pipeline: {stages} stages but the model has only {layers} layers to split ({names})")]
+    #[error("pipeline: {stages} {pieces} but the model has only {layers} layers to split ({names})")]
     PipelineStagesExceedLayers {
-        /// Stages asked for.
+        /// Stages asked for (chunks, when interleaved).
         stages: usize,
+        /// What `stages` counts: `stages`, or `chunks (S stages × V virtual
+        /// stages)`.
+        pieces: String,
         /// Layers (units) the model has.
         layers: usize,
         /// The layers, by name.
@@ -348,11 +351,14 @@ pub enum CompilerError {
     },
     /// No split of the layers into stages fits the memory budget per device.
     #[error(
-        "pipeline: no split of {layers} layers into {stages} stages fits the memory budget of {} per device; \
+        "pipeline: no split of {layers} layers into {stages} {pieces} fits the memory budget of {} per device; \
          the best split needs {} on its largest stage ({split})",
         weft_ir::limits::human_bytes(*budget), weft_ir::limits::human_bytes(*minimum)
     )]
     PipelineMemoryInfeasible {
+        /// What `stages` counts: `stages`, or `chunks (S stages × V virtual
+        /// stages)`.
+        pieces: String,
         /// Stages.
         stages: usize,
         /// Layers.

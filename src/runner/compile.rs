@@ -66,8 +66,23 @@ pub fn open(
         let text = weft_ir::device::print_program(&pf.program);
         p.check_same(&[("program", text.as_bytes())])?;
     }
-    let clock = Instant::now();
     let share = processes.map_or(weft_runtime::HostShare::ALONE, |p| p.host_share());
+    open_shared(pf, kind, local, processes, share, options)
+}
+
+/// [`open`] with this process's share of its host's physical devices
+/// given apart (`share`): a pipeline stage's function opens its devices in
+/// its process's share without being one SPMD program over the job's
+/// processes (`processes` is then `None`).
+pub fn open_shared(
+    pf: &PartitionedFunction,
+    kind: BackendKind,
+    local: &[usize],
+    processes: Option<&Processes>,
+    share: weft_runtime::HostShare,
+    options: ExecOptions,
+) -> Result<Opened> {
+    let clock = Instant::now();
     let mut devices = weft_runtime::open_devices_shared(kind, local.len(), share)?;
     // WEFT_COLLECTIVES=nccl: NCCL on CUDA devices (opt-in; not bitwise the
     // host path, see weft_runtime::gpu::device_collectives).

@@ -162,6 +162,13 @@ impl Processes {
         &self.group
     }
 
+    /// The transport without the clock of [`Processes::waited`]: a
+    /// pipeline's stages wait for each other inside a step as the schedule
+    /// says, which is not a straggler's wait.
+    pub fn untimed_group(&self) -> &Arc<dyn ProcessGroup> {
+        self.clock.inner()
+    }
+
     /// The host of every process.
     pub fn hosts(&self) -> &Hosts {
         &self.hosts

@@ -116,11 +116,21 @@ impl SplitProblem {
             let names: Vec<&str> = self.units.iter().map(|u| u.name.as_str()).collect();
             return Err(CompilerError::PipelineStagesExceedLayers {
                 stages: self.chunks(),
+                pieces: self.pieces(),
                 layers: self.units.len(),
                 names: names.join(", "),
             });
         }
         Ok(())
+    }
+
+    /// What the units are split into, in words: `stages`, or `chunks (S
+    /// stages × V virtual stages)`.
+    fn pieces(&self) -> String {
+        match self.schedule.virtual_stages() {
+            1 => "stages".into(),
+            v => format!("chunks ({} stages × {v} virtual stages)", self.stages),
+        }
     }
 
     /// The chunks the units are split into (`S·V`).
@@ -148,10 +158,24 @@ impl SplitProblem {
 
     /// Predicted peak bytes per device of units `r` placed in chunk `c`.
     pub fn memory(&self, c: usize, r: std::ops::Range<usize>) -> u64 {
+        self.memory_with(self.in_flight(c), r)
+    }
+
+    /// [`SplitProblem::memory`] of a chunk holding `in_flight` microbatches.
+    fn memory_with(&self, in_flight: usize, r: std::ops::Range<usize>) -> u64 {
         let u = &self.units[r.clone()];
         let state: u64 = u.iter().map(|u| u.state_bytes).sum();
         let act: u64 = u.iter().map(|u| u.activation_bytes).sum();
-        state + self.in_flight(c) as u64 * self.units[r.start].input_bytes + act
+        state + in_flight as u64 * self.units[r.start].input_bytes + act
+    }
+
+    /// What the searches ask of every range and chunk, computed once: each
+    /// range's time (summed as [`SplitProblem::time`] sums it) and each
+    /// chunk's microbatches in flight.
+    fn tables(&self) -> Tables {
+        let l = self.units.len();
+        let time = (0..=l).map(|i| (0..=l).map(|j| if j > i { self.time(i..j) } else { 0.0 }).collect()).collect();
+        Tables { time, in_flight: (0..self.chunks()).map(|c| self.in_flight(c)).collect() }
     }
 
     /// A chunk's share of the budget: all of it, `1/V` when interleaved.
@@ -159,8 +183,8 @@ impl SplitProblem {
         self.memory_budget.map(|b| b / self.schedule.virtual_stages() as u64)
     }
 
-    fn fits(&self, c: usize, r: std::ops::Range<usize>) -> bool {
-        self.chunk_budget().is_none_or(|b| self.memory(c, r) <= b)
+    fn fits(&self, t: &Tables, c: usize, r: std::ops::Range<usize>) -> bool {
+        self.chunk_budget().is_none_or(|b| self.memory_with(t.in_flight[c], r) <= b)
     }
 
     /// The predictions for `counts`.
@@ -220,12 +244,13 @@ impl SplitProblem {
     pub fn best(&self) -> Result<StageSplit, CompilerError> {
         self.check()?;
         let l = self.units.len();
+        let tables = self.tables();
         let mut candidates: Vec<f64> =
-            (0..l).flat_map(|i| (i + 1..=l).map(move |j| (i, j))).map(|(i, j)| self.time(i..j)).collect();
+            (0..l).flat_map(|i| (i + 1..=l).map(move |j| (i, j))).map(|(i, j)| tables.time[i][j]).collect();
         candidates.sort_by(f64::total_cmp);
         candidates.dedup();
         if self.schedule.virtual_stages() > 1 {
-            return self.best_interleaved(&candidates);
+            return self.best_interleaved(&candidates, &tables);
         }
         let mut best: Option<(f64, f64, Vec<usize>)> = None;
         for &t_max in &candidates {
@@ -235,7 +260,7 @@ impl SplitProblem {
                     break;
                 }
             }
-            let Some((sum, counts)) = self.min_sum(t_max) else { continue };
+            let Some((sum, counts)) = self.min_sum(t_max, &tables) else { continue };
             let obj = sum + (self.microbatches as f64 - 1.0) * t_max;
             if best.as_ref().is_none_or(|b| obj < b.0) {
                 best = Some((obj, t_max, counts));
@@ -252,14 +277,19 @@ impl SplitProblem {
     /// `t_max` of `candidates`) and the uniform split, where they fit the
     /// budget (ties: the first found), then single-unit moves across a
     /// boundary while one shortens the step (the best move each time).
-    fn best_interleaved(&self, candidates: &[f64]) -> Result<StageSplit, CompilerError> {
+    fn best_interleaved(&self, candidates: &[f64], tables: &Tables) -> Result<StageSplit, CompilerError> {
         let mut best: Option<StageSplit> = None;
         let uniform = self.uniform()?;
         let fits = |sp: &StageSplit| {
             let b = self.chunk_budget();
             sp.memory.iter().all(|&m| b.is_none_or(|b| m <= b))
         };
-        let from_dp = candidates.iter().filter_map(|&t| self.min_sum(t)).map(|(_, counts)| self.evaluate(&counts));
+        // Splits the programme finds for several `t_max` are evaluated once.
+        let mut seen = std::collections::HashSet::new();
+        let from_dp = (candidates.iter())
+            .filter_map(|&t| self.min_sum(t, tables))
+            .filter(|(_, counts)| seen.insert(counts.clone()))
+            .map(|(_, counts)| self.evaluate(&counts));
         for split in from_dp.chain(std::iter::once(Ok(uniform))) {
             let split = split?;
             if fits(&split) && best.as_ref().is_none_or(|b| split.step_time < b.step_time) {
@@ -297,14 +327,14 @@ impl SplitProblem {
 
     /// The smallest `Σ T_s` over splits whose stages each take at most
     /// `t_max` and fit the budget, with the split.
-    fn min_sum(&self, t_max: f64) -> Option<(f64, Vec<usize>)> {
+    fn min_sum(&self, t_max: f64, tables: &Tables) -> Option<(f64, Vec<usize>)> {
         best_split(
             self.units.len(),
             self.chunks(),
             0.0,
             |k, r| {
-                let t = self.time(r.clone());
-                (t <= t_max && self.fits(k, r)).then_some(t)
+                let t = tables.time[r.start][r.end];
+                (t <= t_max && self.fits(tables, k, r)).then_some(t)
             },
             |a, b| a + b,
         )
@@ -318,12 +348,22 @@ impl SplitProblem {
             best_split(l, stages, 0u64, |k, r| Some(self.memory(k, r)), u64::max).expect("stages <= layers");
         CompilerError::PipelineMemoryInfeasible {
             stages,
+            pieces: self.pieces(),
             layers: l,
             budget: self.memory_budget.unwrap_or(0),
             minimum: minimum * self.schedule.virtual_stages() as u64,
             split: format!("{counts:?} layers per {}", if stages == self.stages { "stage" } else { "chunk" }),
         }
     }
+}
+
+/// Per-range times and per-chunk microbatches in flight
+/// ([`SplitProblem::tables`]).
+struct Tables {
+    /// `time[i][j]`: units `i..j`'s forward and backward time.
+    time: Vec<Vec<f64>>,
+    /// Per chunk: the microbatches its stage holds at once.
+    in_flight: Vec<usize>,
 }
 
 /// The split of `units` units into `stages` non-empty contiguous stages

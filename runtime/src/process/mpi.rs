@@ -8,7 +8,9 @@
 //! A point-to-point exchange takes the lock to post its requests and then
 //! for each round of polling, not for its whole wait, so that exchanges of
 //! several threads (a pipeline's stages, each waiting for its neighbour)
-//! progress side by side.
+//! progress side by side. The fast mode's collectives (below) still hold
+//! it for their whole wait; pipelines over processes do not use that mode.
+//! A received message's length is checked against its buffer.
 //! The calls go through `mpi::ffi` because rsmpi's scoped requests abort
 //! the process when a scope ends with a request pending, which is exactly
 //! what a timeout leaves.
@@ -94,6 +96,9 @@ struct Pending {
     request: ffi::MPI_Request,
     peer: usize,
     receive: bool,
+    /// A receive's length, checked against what arrived (a shorter message
+    /// is an error, not a buffer left partly unwritten).
+    expect: Option<usize>,
 }
 
 impl ProcessGroup for MpiGroup {
@@ -143,7 +148,7 @@ impl ProcessGroup for MpiGroup {
                 if rc != 0 {
                     return Err(err(format!("MPI_Irecv from rank {peer} failed ({rc})")));
                 }
-                pending.push(Pending { request, peer: *peer, receive: true });
+                pending.push(Pending { request, peer: *peer, receive: true, expect: Some(buf.len()) });
             }
             for &(peer, buf) in sends {
                 let mut request = std::mem::zeroed();
@@ -159,7 +164,7 @@ impl ProcessGroup for MpiGroup {
                 if rc != 0 {
                     return Err(err(format!("MPI_Isend to rank {peer} failed ({rc})")));
                 }
-                pending.push(Pending { request, peer, receive: false });
+                pending.push(Pending { request, peer, receive: false, expect: None });
             }
         }
         // Polled with `calls` taken per round, not held throughout: another
@@ -256,6 +261,19 @@ impl ProcessGroup for MpiGroup {
     }
 
     fn abort_all(&self, code: i32) {
+        // Other threads may be polling (a pipeline's senders, a background
+        // exchange): take the lock between their rounds to keep MPI calls
+        // serialised, but abort anyway if a wait holds it for long (a fast
+        // collective holds it for its whole wait).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let _serial = loop {
+            match self.calls.try_lock() {
+                Ok(g) => break Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::yield_now(),
+                Err(std::sync::TryLockError::WouldBlock) => break None,
+            }
+        };
         // SAFETY: MPI is initialised; MPI_Abort does not return.
         unsafe {
             ffi::MPI_Abort(self.comm, code as c_int);
@@ -345,8 +363,8 @@ impl MpiGroup {
                 {
                     return Err(err(format!("posting the rendezvous with rank {peer} failed")));
                 }
-                pending.push(Pending { request: recv, peer, receive: true });
-                pending.push(Pending { request: send, peer, receive: false });
+                pending.push(Pending { request: recv, peer, receive: true, expect: None });
+                pending.push(Pending { request: send, peer, receive: false, expect: None });
             }
         }
         self.wait_all(pending, timeout, what, &|pending: &[Pending]| {
@@ -364,7 +382,8 @@ impl MpiGroup {
         what: &str,
     ) -> Result<(), RuntimeError> {
         let others: Vec<usize> = processes.iter().copied().filter(|&p| p != self.rank).collect();
-        let pending = vec![Pending { request, peer: others.first().copied().unwrap_or(self.rank), receive: true }];
+        let peer = others.first().copied().unwrap_or(self.rank);
+        let pending = vec![Pending { request, peer, receive: true, expect: None }];
         let _serial = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         self.wait_all(pending, timeout, what, &|_| others.clone())
     }
@@ -412,12 +431,23 @@ impl MpiGroup {
             let mut k = 0;
             while k < pending.len() {
                 let mut flag: c_int = 0;
-                // SAFETY: the request is live (not yet completed).
-                let rc = unsafe { ffi::MPI_Test(&mut pending[k].request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+                // SAFETY: the request is live (not yet completed); the
+                // status is written by MPI_Test and read only once it has.
+                let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+                let rc = unsafe { ffi::MPI_Test(&mut pending[k].request, &mut flag, &mut status) };
                 if rc != 0 {
                     return Err(err(format!("MPI_Test failed ({rc}) with rank {}", pending[k].peer)));
                 }
                 if flag != 0 {
+                    if let Some(want) = pending[k].expect {
+                        let mut got: c_int = 0;
+                        // SAFETY: the status of a completed receive.
+                        unsafe { ffi::MPI_Get_count(&status, ffi::RSMPI_UINT8_T, &mut got) };
+                        if got as usize != want {
+                            let peer = pending[k].peer;
+                            return Err(err(format!("rank {peer} sent {got} bytes where {want} were expected")));
+                        }
+                    }
                     pending.swap_remove(k);
                 } else {
                     k += 1;

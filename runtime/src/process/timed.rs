@@ -28,6 +28,13 @@ impl TimedGroup {
         TimedGroup { inner, nanos: AtomicU64::new(0) }
     }
 
+    /// The transport it times: for exchanges that are not waiting for a
+    /// slower process (a pipeline's stages waiting for each other inside a
+    /// step), which must not count as the step's waiting.
+    pub fn inner(&self) -> &Arc<dyn ProcessGroup> {
+        &self.inner
+    }
+
     /// The time spent in this group's calls so far (by every thread).
     pub fn waited(&self) -> Duration {
         Duration::from_nanos(self.nanos.load(Ordering::Relaxed))

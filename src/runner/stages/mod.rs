@@ -123,7 +123,10 @@ impl Compiled {
         let donate = (0..resident).map(|i| (i, n_out + i)).collect();
         let options = ExecOptions { threads: Some(1), donate, ..Default::default() };
         let all: Vec<usize> = (0..mesh.num_devices()).collect();
-        let exe = crate::runner::compile::open(&pf, kind, &all, None, options)?.exe;
+        // A stage of a multi-process job opens its devices in its
+        // process's share of the host's.
+        let share = span.map_or(weft_runtime::HostShare::ALONE, |(p, _)| p.share());
+        let exe = crate::runner::compile::open_shared(&pf, kind, &all, None, share, options)?.exe;
         Ok(Compiled::Devices(Box::new(pf), Box::new(exe), resident))
     }
 
@@ -485,6 +488,11 @@ impl PipelineExecutor {
             .collect()
     }
 
+    /// Whether this process runs stage `s` (always, in one process).
+    pub fn runs_stage(&self, s: usize) -> bool {
+        self.processes.as_ref().is_none_or(|p| p.runs(s))
+    }
+
     /// The processes running each stage (process 0 alone in one process).
     pub fn stage_processes(&self) -> Vec<Vec<usize>> {
         (0..self.staged.config.stages)
@@ -523,7 +531,9 @@ impl PipelineExecutor {
         (0..pc.stages)
             .map(|s| {
                 let prog = stage_program(pc.schedule, pc.stages, pc.microbatches, s);
-                let b: Vec<StageBytes> = prog.own_chunks().into_iter().map(|c| stage_bytes(&self.stages[c])).collect();
+                let slots = self.staged.slots.len();
+                let b: Vec<StageBytes> =
+                    prog.own_chunks().into_iter().map(|c| stage_bytes(&self.stages[c], slots)).collect();
                 let p = prog.peak(&b);
                 (b, p)
             })
@@ -731,8 +741,14 @@ impl PipelineExecutor {
                 .map(|(s, mut own)| {
                     let prog = stage_program(pc.schedule, s_n, k, s);
                     let handle = sc.spawn(move || {
-                        let run = run_stage(s, &mut own, &prog.ops, micro, start, serial, scale, procs)?;
-                        finish_stage(s, &mut own, run, step, scale, serial)
+                        let r = run_stage(s, &mut own, &prog.ops, micro, start, serial, scale, procs)
+                            .and_then(|run| finish_stage(s, &mut own, run, step, scale, serial));
+                        if let (Err(StageError::Own(e)), Some(p)) = (&r, procs) {
+                            // The other processes wait for this stage's
+                            // messages: stop the job now, with the cause.
+                            p.fail(e);
+                        }
+                        r
                     });
                     (s, handle)
                 })
@@ -767,10 +783,14 @@ impl PipelineExecutor {
             (runs, norm)
         });
         let (stage_ids, runs): (Vec<usize>, Vec<StageResult>) = runs.into_iter().unzip();
-        let runs = first_error(runs)?;
-        for h in senders {
-            h.join().unwrap_or_else(|_| Err(Error::Usage("a pipeline sender panicked".into())))?;
-        }
+        // The senders end once the stages have dropped their ends; a
+        // sender's failure (naming the process it could not reach) comes
+        // before a stage's "the neighbour stopped".
+        let sent: Vec<Result<()>> = senders
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Usage("a pipeline sender panicked".into()))))
+            .collect();
+        let runs = first_error_or_sender(runs, sent)?;
         // Every stage that ran sent its squares.
         let norm = norm?.ok_or_else(|| Error::Usage("pipeline: a stage sent no squares".into()))?;
         let (finite, norm) = (norm.finite == 1.0, norm.norm);
@@ -881,8 +901,9 @@ fn global_norm(
     Ok(Some(Norm { norm: total.norm.sqrt(), ..total }))
 }
 
-/// The buffers of a chunk's part of its stage's program.
-fn stage_bytes(st: &Stage) -> StageBytes {
+/// The buffers of a chunk's part of its stage's program, with `slots`
+/// optimizer slots per parameter.
+fn stage_bytes(st: &Stage, slots: usize) -> StageBytes {
     let f = &st.fns.forward;
     let bytes = |ts: &[weft_ir::TensorType], keep: Option<&[bool]>| -> u64 {
         ts.iter().enumerate().filter(|(i, _)| keep.is_none_or(|k| k[*i])).map(|(_, t)| t.size_bytes() as u64).sum()
@@ -890,7 +911,9 @@ fn stage_bytes(st: &Stage) -> StageBytes {
     let np = st.fns.params.len();
     let param_bytes: u64 = (0..np).map(|i| f.ty(f.params[i]).size_bytes() as u64).sum();
     let batch_bytes: u64 = (np..np + st.fns.batch.len()).map(|i| f.ty(f.params[i]).size_bytes() as u64).sum();
-    let slot_bytes: u64 = st.slots.iter().map(|t| (t.len() * t.dtype().size_bytes()) as u64).sum();
+    // From the update's types: another process's chunk holds no slots here.
+    let u = &st.fns.update;
+    let slot_bytes: u64 = (np..np * (1 + slots)).map(|i| u.ty(u.params[i]).size_bytes() as u64).sum();
     let fwd_live = weft_compiler::memory::peak_live_bytes(f);
     let bwd_live = weft_compiler::memory::peak_live_bytes(&st.fns.backward);
     StageBytes {
@@ -1131,6 +1154,18 @@ fn first_error(runs: Vec<StageResult>) -> Result<Vec<StageRun>> {
         }
     }
     Err(stopped.expect("some stage failed"))
+}
+
+/// [`first_error`], with a failed sender's error (naming the process it
+/// could not reach) ranked after the stages' own errors and before
+/// "the neighbouring stage stopped".
+fn first_error_or_sender(runs: Vec<StageResult>, sent: Vec<Result<()>>) -> Result<Vec<StageRun>> {
+    if !runs.iter().any(|r| matches!(r, Err(StageError::Own(_)))) {
+        if let Some(Err(e)) = sent.into_iter().find(|r| r.is_err()) {
+            return Err(e);
+        }
+    }
+    first_error(runs)
 }
 
 /// After its last backward: each of the stage's chunks' squares (sent to

@@ -75,6 +75,8 @@ pub struct StageProcesses {
     procs: Vec<Vec<usize>>,
     /// Per stage: the process owning each device of its sub-mesh.
     sub_owner: Vec<Vec<usize>>,
+    /// This process's share of its host's physical devices.
+    share: weft_runtime::HostShare,
 }
 
 impl std::fmt::Debug for StageProcesses {
@@ -87,10 +89,12 @@ impl StageProcesses {
     /// The stages of `mesh` along `axis` on the processes of `group`: each
     /// stage on the processes owning its sub-mesh's devices; `chunks`
     /// (`S·V`) at most [`MAX_CHUNKS`]. Stages over different numbers of
-    /// processes are a named error.
+    /// processes are a named error. This process opens its devices in
+    /// `share` of its host's.
     pub fn new(
         group: Arc<dyn ProcessGroup>,
         timeout: Duration,
+        share: weft_runtime::HostShare,
         mesh: &Mesh,
         axis: &str,
         chunks: usize,
@@ -128,12 +132,17 @@ impl StageProcesses {
                 "[pipeline] over processes takes at most {MAX_CHUNKS} chunks (stages × virtual_stages), given {chunks}"
             )));
         }
-        Ok(StageProcesses { group, timeout, procs, sub_owner })
+        Ok(StageProcesses { group, timeout, procs, sub_owner, share })
     }
 
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.group.rank()
+    }
+
+    /// This process's share of its host's physical devices.
+    pub fn share(&self) -> weft_runtime::HostShare {
+        self.share
     }
 
     /// The processes running stage `s`, ascending.
@@ -213,6 +222,16 @@ impl StageProcesses {
             .expect("spawning a pipeline sender")
     }
 
+    /// Stops the whole job at once after this process's own error `e` (a
+    /// stage's): prints it, as `weft train` prints a process's error, and
+    /// aborts every process, so that the others, waiting for this one's
+    /// messages, do not wait out their timeout and report only that.
+    pub fn fail(&self, e: &Error) {
+        let line = format!("error: process {} of {}: {e}\n", self.group.rank(), self.group.size());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        self.group.abort_all(e.exit_code());
+    }
+
     /// Every process's `bytes`, in rank order.
     pub fn all_gather(&self, bytes: &[u8], what: &str) -> Result<Vec<Vec<u8>>> {
         Ok(self.group.all_gather(bytes, self.timeout, what)?)
@@ -250,7 +269,7 @@ impl SpanningFunction {
         let me = procs.rank();
         let owner = procs.sub_owner[s].clone();
         let local: Vec<usize> = (0..owner.len()).filter(|&d| owner[d] == me).collect();
-        let devices = weft_runtime::open_devices_shared(kind, local.len(), weft_runtime::HostShare::ALONE)?;
+        let devices = weft_runtime::open_devices_shared(kind, local.len(), procs.share)?;
         let stages = procs.procs.len() as u32;
         let count = (COLLECTIVE_TAGS / stages) & !1;
         let comm =

@@ -261,7 +261,14 @@ pub fn pipeline_executor_on(
             }
             let axis = c.pipeline.as_ref().map_or("stage", |p| p.axis.as_str());
             let chunks = staged.stages.len();
-            let stages = super::remote::StageProcesses::new(p.group().clone(), p.timeout(), mesh, axis, chunks)?;
+            let stages = super::remote::StageProcesses::new(
+                p.untimed_group().clone(),
+                p.timeout(),
+                p.host_share(),
+                mesh,
+                axis,
+                chunks,
+            )?;
             PipelineExecutor::on_processes(staged, sub, backend, auto.as_ref(), prepared.overlap, stages)?
         }
     };
@@ -280,6 +287,10 @@ fn auto_plan(c: &RunConfig, exec: &PipelineExecutor) -> String {
         } else {
             format!("stage {} chunk {c}", c % stages)
         };
+        if !exec.runs_stage(c % stages) {
+            plan.push_str(&format!("\n  {at}: on processes {:?}", exec.stage_processes()[c % stages]));
+            continue;
+        }
         for (name, l) in layouts {
             plan.push_str(&format!("\n  {at}: {name} {l}"));
         }

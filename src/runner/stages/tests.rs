@@ -57,6 +57,22 @@ fn a_stage_that_failed_is_reported_before_the_stages_it_stopped() {
 }
 
 #[test]
+fn a_failed_sender_is_reported_before_stopped_stages_but_after_own_errors() {
+    let stopped = || Err(StageError::Stopped(Error::Usage("neighbour stopped".into())));
+    let own = || Err(StageError::Own(Error::Usage("cause".into())));
+    let sender = || vec![Ok(()), Err(Error::Usage("process 1 never received".into()))];
+    let msg = |r: Result<Vec<StageRun>>| match r {
+        Err(Error::Usage(m)) => m,
+        _ => panic!("expected an error"),
+    };
+    assert_eq!(msg(first_error_or_sender(vec![stopped()], sender())), "process 1 never received");
+    assert_eq!(msg(first_error_or_sender(vec![stopped(), own()], sender())), "cause");
+    assert_eq!(msg(first_error_or_sender(vec![stopped()], vec![Ok(())])), "neighbour stopped");
+    let ok = StageRun { grads: Vec::new(), lr: 0.5, outputs: Vec::new(), events: Vec::new(), held_peak: 0 };
+    assert_eq!(msg(first_error_or_sender(vec![Ok(ok)], sender())), "process 1 never received");
+}
+
+#[test]
 fn only_updates_that_clip_or_scale_the_loss_wait_for_the_norm() {
     let (exec, _) = executor("", "interp");
     assert!(exec.stages.iter().all(|st| !st.update_waits));
