@@ -198,3 +198,39 @@ fn under_mpirun_each_process_writes_its_own_trace() {
     }
     assert!(!t.exists(), "a multi-process run writes per-rank files only");
 }
+
+#[test]
+fn a_traced_pipeline_has_a_lane_per_stage_with_every_task() {
+    // examples/configs/pipelined.toml: 2 stages, 8 microbatches, interleaved
+    // with 2 chunks per stage: per traced step, each stage lane holds the
+    // forward and backward of each of its chunks on each microbatch.
+    let d = tempfile::tempdir().unwrap();
+    let (t, m, k) = (d.path().join("trace.json"), d.path().join("m.jsonl"), d.path().join("ck"));
+    let args = ["--steps", "3", "--trace", t.to_str().unwrap(), "--metrics", m.to_str().unwrap()];
+    let o = train(
+        0,
+        "examples/configs/pipelined.toml",
+        &[&args[..], &["--checkpoint-dir", k.to_str().unwrap()]].concat(),
+        &[],
+    );
+    ok(&o, "traced pipeline");
+    let spans = spans(&t);
+    let tasks: Vec<&Value> = spans.iter().filter(|s| s["cat"] == "pipeline.task").collect();
+    for step in [1u64, 2] {
+        for stage in [0u64, 1] {
+            let names: BTreeSet<String> = (tasks.iter())
+                .filter(|s| s["args"]["train_step"] == step && s["tid"] == stage + 1)
+                .map(|s| s["name"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(names.len(), 2 * 2 * 8, "step {step} stage {stage}: {names:?}");
+            assert!(names.contains("F0") || stage == 1, "stage 0 runs chunk 0 (no suffix): {names:?}");
+            assert!(names.contains(&format!("B7/c{}", stage + 2)), "{names:?}");
+        }
+    }
+    let doc: Value = serde_json::from_slice(&read(&t)).unwrap();
+    let lanes: BTreeSet<String> = (doc["traceEvents"].as_array().unwrap().iter())
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(lanes, BTreeSet::from(["host".into(), "stage 0".into(), "stage 1".into()]));
+}

@@ -49,6 +49,9 @@ pub enum SpanKind {
     Upload,
     /// A metric output moved device → host.
     Download,
+    /// A pipeline stage's task: the forward or backward of a chunk on a
+    /// microbatch (its `device` is the stage; the driver's clock).
+    Task,
 }
 
 impl SpanKind {
@@ -63,6 +66,7 @@ impl SpanKind {
             SpanKind::InFlight => "collective.in_flight",
             SpanKind::Upload => "upload",
             SpanKind::Download => "download",
+            SpanKind::Task => "pipeline.task",
         }
     }
 }

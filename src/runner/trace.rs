@@ -15,7 +15,11 @@
 //!   result on the device, on a track of its own beside the device's, so
 //!   the compute it overlaps shows under it;
 //! - the cost model's prediction of the same step, as a track of its own
-//!   (`pid` 1000 + rank): its compute and communication parts.
+//!   (`pid` 1000 + rank): its compute and communication parts;
+//! - for a pipelined run, a lane per stage (`tid` = stage + 1) with its
+//!   tasks (`F3` forward of microbatch 3, `B3/c2` backward of chunk 2,
+//!   category `pipeline.task`), on the driver's clock; under several
+//!   processes each process's file has every stage's tasks.
 //!
 //! On a GPU a span is the time to enqueue the work unless `trace.sync`
 //! (`--trace-sync`) waits for the device after each one. Under several
@@ -71,6 +75,8 @@ pub struct TraceWriter {
     predicted: Option<(f64, f64)>,
     /// The last id of an asynchronous (in-flight) span.
     async_ids: u64,
+    /// The lanes are pipeline stages (the spans are stage tasks).
+    stages: bool,
     written: bool,
 }
 
@@ -88,6 +94,7 @@ impl TraceWriter {
             devices: Default::default(),
             predicted: None,
             async_ids: 0,
+            stages: false,
             written: false,
         }
     }
@@ -127,6 +134,7 @@ impl TraceWriter {
         let base = self.us(trace.start);
         for sp in &trace.spans {
             self.devices.insert(sp.device);
+            self.stages |= sp.kind == weft_runtime::SpanKind::Task;
             let mut args = json!({ "train_step": s, "bytes": sp.bytes, "type": sp.detail });
             if let Some(i) = sp.step {
                 args["program_step"] = json!(i);
@@ -190,7 +198,8 @@ impl TraceWriter {
             meta(self.pid, Some(HOST_TID), "thread_name", "host".into()),
         ];
         for &d in &self.devices {
-            events.push(meta(self.pid, Some(d as u64 + 1), "thread_name", format!("device {d}")));
+            let name = if self.stages { format!("stage {d}") } else { format!("device {d}") };
+            events.push(meta(self.pid, Some(d as u64 + 1), "thread_name", name));
         }
         if self.predicted.is_some() {
             let name = format!("cost model (predicted), process {}", self.pid);

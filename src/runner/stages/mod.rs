@@ -330,6 +330,10 @@ pub struct PipelineExecutor {
     /// Stages on processes: which process runs each stage (`None`: all
     /// here).
     processes: Option<remote::StageProcesses>,
+    /// Tracing (`--trace`): the mode, and the last traced step's tasks as
+    /// trace spans.
+    tracing: Option<weft_runtime::TraceMode>,
+    traced: Option<weft_runtime::Trace>,
 }
 
 fn rows(t: &HostTensor, m: usize, k: usize) -> Result<HostTensor> {
@@ -451,6 +455,8 @@ impl PipelineExecutor {
             serial: false,
             held_peaks: Vec::new(),
             processes,
+            tracing: None,
+            traced: None,
         })
     }
 
@@ -855,9 +861,41 @@ impl PipelineExecutor {
         for (&s, r) in stage_ids.iter().zip(&runs) {
             self.held_peaks[s] = r.held_peak;
         }
+        if let Some(mode) = self.tracing {
+            self.traced = Some(task_spans(start, mode, &events));
+        }
         self.last_trace = Some(Trace { stages: s_n, clock: "seconds".into(), events });
         Ok(metrics)
     }
+}
+
+/// A step's tasks as trace spans (`--trace`): one lane per stage, from the
+/// step's `start`.
+fn task_spans(start: Instant, mode: weft_runtime::TraceMode, events: &[TraceEvent]) -> weft_runtime::Trace {
+    let ns = |s: f64| (s.max(0.0) * 1e9) as u64;
+    let spans = events
+        .iter()
+        .map(|e| {
+            let t = e.task;
+            let phase = if t.phase == Phase::Forward { "forward" } else { "backward" };
+            let name = if t.chunk == e.stage {
+                format!("{}{}", t.phase.letter(), t.micro)
+            } else {
+                format!("{}{}/c{}", t.phase.letter(), t.micro, t.chunk)
+            };
+            weft_runtime::Span {
+                device: e.stage,
+                kind: weft_runtime::SpanKind::Task,
+                name,
+                step: None,
+                start_ns: ns(e.start),
+                dur_ns: ns(e.end).saturating_sub(ns(e.start)),
+                bytes: 0,
+                detail: format!("{phase} of chunk {} on microbatch {}", t.chunk, t.micro),
+            }
+        })
+        .collect();
+    weft_runtime::Trace { start, mode, spans }
 }
 
 /// The global norm and finiteness flag from the chunks' squares, summed
@@ -1245,6 +1283,14 @@ impl super::Executor for PipelineExecutor {
 
     fn global_state(&mut self, _step: &TrainStep) -> Result<Tree> {
         self.gathered_tree()
+    }
+
+    fn set_trace(&mut self, mode: Option<weft_runtime::TraceMode>) {
+        self.tracing = mode;
+    }
+
+    fn take_trace(&mut self) -> Option<weft_runtime::Trace> {
+        self.traced.take()
     }
 
     fn describe(&self) -> String {
