@@ -129,13 +129,19 @@ fn a_rank_killed_three_times_is_restarted_and_the_job_ends_bitwise() {
         assert!(cause.contains("rank 1") && cause.contains("signal 9"), "{cause}");
     }
     // Bitwise the uninterrupted run (alone: the processes are bitwise one).
+    assert_like_uninterrupted(&d);
+}
+
+/// Runs `c.toml` in `dir` uninterrupted, in one process, and asserts that
+/// the restarted job's metrics (`m.jsonl`) are bitwise its own.
+fn assert_like_uninterrupted(dir: &Path) {
     let whole = Command::new(WEFT)
-        .current_dir(&d)
+        .current_dir(dir)
         .args(["train", "c.toml", "-q", "--metrics", "w.jsonl", "--checkpoint-dir", "ck-whole"])
         .output()
         .unwrap();
     assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
-    let (m, w) = (std::fs::read(d.join("m.jsonl")).unwrap(), std::fs::read(d.join("w.jsonl")).unwrap());
+    let (m, w) = (std::fs::read(dir.join("m.jsonl")).unwrap(), std::fs::read(dir.join("w.jsonl")).unwrap());
     assert!(m == w, "the restarted job's metrics differ from the uninterrupted run");
 }
 
@@ -206,12 +212,5 @@ fn a_pipeline_whose_stage_process_is_killed_restarts_and_ends_bitwise() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("weft launch: the job finished after 1 restart"), "{err}");
-    let whole = Command::new(WEFT)
-        .current_dir(&d)
-        .args(["train", "c.toml", "-q", "--metrics", "w.jsonl", "--checkpoint-dir", "ck-whole"])
-        .output()
-        .unwrap();
-    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
-    let (m, w) = (std::fs::read(d.join("m.jsonl")).unwrap(), std::fs::read(d.join("w.jsonl")).unwrap());
-    assert!(m == w, "the restarted pipeline's metrics differ from the uninterrupted run");
+    assert_like_uninterrupted(&d);
 }

@@ -171,7 +171,7 @@ impl ProcessGroup for MpiGroup {
         // thread's exchange (a pipeline stage's, whose message this one may
         // be waiting for) must be able to post and poll meanwhile.
         drop(_serial);
-        self.wait_all_unlocked(pending, timeout, what, &|pending: &[Pending]| {
+        self.wait_all(pending, timeout, what, true, &|pending: &[Pending]| {
             let mut missing: Vec<usize> = pending.iter().filter(|p| p.receive).map(|p| p.peer).collect();
             if missing.is_empty() {
                 // Only sends are left: the peers never posted their receives.
@@ -367,7 +367,7 @@ impl MpiGroup {
                 pending.push(Pending { request: send, peer, receive: false, expect: None });
             }
         }
-        self.wait_all(pending, timeout, what, &|pending: &[Pending]| {
+        self.wait_all(pending, timeout, what, false, &|pending: &[Pending]| {
             pending.iter().filter(|p| p.receive).map(|p| p.peer).collect()
         })
     }
@@ -385,43 +385,20 @@ impl MpiGroup {
         let peer = others.first().copied().unwrap_or(self.rank);
         let pending = vec![Pending { request, peer, receive: true, expect: None }];
         let _serial = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        self.wait_all(pending, timeout, what, &|_| others.clone())
-    }
-
-    /// [`MpiGroup::wait_all`] for a caller that does not hold `calls`: it
-    /// is taken for each round of tests and released between rounds.
-    fn wait_all_unlocked(
-        &self,
-        pending: Vec<Pending>,
-        timeout: Duration,
-        what: &str,
-        missing: &dyn Fn(&[Pending]) -> Vec<usize>,
-    ) -> Result<(), RuntimeError> {
-        self.poll(pending, timeout, what, missing, true)
+        self.wait_all(pending, timeout, what, false, &|_| others.clone())
     }
 
     /// Polls `pending` until every request completes or `timeout` passes;
     /// then the error names the processes `missing` gives for the requests
-    /// still pending. The caller holds `calls`.
+    /// still pending. With `lock`, `calls` is taken for each round of tests
+    /// and released between rounds; without, the caller holds it.
     fn wait_all(
-        &self,
-        pending: Vec<Pending>,
-        timeout: Duration,
-        what: &str,
-        missing: &dyn Fn(&[Pending]) -> Vec<usize>,
-    ) -> Result<(), RuntimeError> {
-        self.poll(pending, timeout, what, missing, false)
-    }
-
-    /// The polling of [`MpiGroup::wait_all`]; with `lock`, `calls` is taken
-    /// for each round.
-    fn poll(
         &self,
         mut pending: Vec<Pending>,
         timeout: Duration,
         what: &str,
-        missing: &dyn Fn(&[Pending]) -> Vec<usize>,
         lock: bool,
+        missing: &dyn Fn(&[Pending]) -> Vec<usize>,
     ) -> Result<(), RuntimeError> {
         let err = |message: String| RuntimeError::Process { rank: self.rank, message: format!("{what}: {message}") };
         let start = Instant::now();
