@@ -216,8 +216,9 @@ fn a_hung_stage_process_is_named_within_the_timeout() {
     let out = out.expect("the job stopped by itself");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
+    // Whatever process 0 was waiting in (a cotangent, the squares, the
+    // step's boundary), its error names process 1.
     assert!(err.contains("process(es) [1]"), "{err}");
-    assert!(err.contains("pipeline"), "{err}");
     assert!(waited < Duration::from_secs(45), "stopped after {waited:?}");
 }
 

@@ -796,6 +796,13 @@ impl PipelineExecutor {
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::Usage("a pipeline sender panicked".into()))))
             .collect();
+        // The driver's own failure (gathering the squares, which names the
+        // process it waited for) comes before the stages it stopped.
+        let own = runs.iter().any(|r| matches!(r, Err(StageError::Own(_))));
+        let norm = match norm {
+            Err(e) if !own => return Err(e),
+            n => n,
+        };
         let runs = first_error_or_sender(runs, sent)?;
         // Every stage that ran sent its squares.
         let norm = norm?.ok_or_else(|| Error::Usage("pipeline: a stage sent no squares".into()))?;
