@@ -84,7 +84,10 @@ impl Compiled {
     /// of a one-device mesh the first `resident` inputs are held on the
     /// device ([`Compiled::load`]) instead of passed to each run: the
     /// function also returns them unchanged and each such result replaces
-    /// its input (donated), so no run copies them.
+    /// its input (donated), so no run copies them. Its devices are opened
+    /// in `share` of the host's; with `span` (stages on processes), a
+    /// sub-mesh over several processes runs as one SPMD program over them.
+    #[allow(clippy::too_many_arguments)] // the function, where it runs, how it is compiled and held
     fn new(
         f: &Function,
         mesh: &Mesh,
@@ -93,6 +96,7 @@ impl Compiled {
         overlap: Option<OverlapOptions>,
         resident: usize,
         span: Option<(&remote::StageProcesses, usize)>,
+        share: weft_runtime::HostShare,
     ) -> Result<Compiled> {
         let m = Module { functions: vec![f.clone()] };
         let kind = match backend {
@@ -118,14 +122,11 @@ impl Compiled {
         let Some(kind) = kind else { return Ok(Compiled::Sim(Box::new(pf))) };
         if let Some((p, s)) = span.filter(|(p, s)| p.processes_of(*s).len() > 1) {
             let options = ExecOptions { threads: Some(1), ..Default::default() };
-            return Ok(Compiled::Spanning(Box::new(remote::SpanningFunction::open(pf, kind, p, s, options)?)));
+            return Ok(Compiled::Spanning(Box::new(remote::SpanningFunction::open(pf, kind, p, s, share, options)?)));
         }
         let donate = (0..resident).map(|i| (i, n_out + i)).collect();
         let options = ExecOptions { threads: Some(1), donate, ..Default::default() };
         let all: Vec<usize> = (0..mesh.num_devices()).collect();
-        // A stage of a multi-process job opens its devices in its
-        // process's share of the host's.
-        let share = span.map_or(weft_runtime::HostShare::ALONE, |(p, _)| p.share());
         let exe = crate::runner::compile::open_shared(&pf, kind, &all, None, share, options)?.exe;
         Ok(Compiled::Devices(Box::new(pf), Box::new(exe), resident))
     }
@@ -186,6 +187,20 @@ impl Compiled {
             }
         }
     }
+}
+
+/// Stage `s`'s share of the host's devices: its process's share (the
+/// whole host in one process) divided evenly among the stages the process
+/// runs, so that the stages' CPU devices split the cores rather than each
+/// taking all of them, and on GPUs each stage gets its own devices.
+fn stage_share(processes: Option<&remote::StageProcesses>, stages: usize, s: usize) -> weft_runtime::HostShare {
+    let (base, here): (weft_runtime::HostShare, Vec<usize>) = match processes {
+        Some(p) => (p.share(), (0..stages).filter(|&t| p.runs(t)).collect()),
+        None => (weft_runtime::HostShare::ALONE, (0..stages).collect()),
+    };
+    let k = here.len().max(1);
+    let j = here.iter().position(|&t| t == s).unwrap_or(0);
+    weft_runtime::HostShare { index: base.index * k + j, of: base.of * k }
 }
 
 /// Checks the inputs after the first `held` of `pf` (their number and
@@ -426,8 +441,9 @@ impl PipelineExecutor {
                 false => Err(p.first(c % s_n)),
             });
             let span = processes.as_ref().map(|p| (p, c % s_n));
+            let share = stage_share(processes.as_ref(), s_n, c % s_n);
             let compile = |f: &Function, resident: usize| match here {
-                Ok(()) => Compiled::new(f, sub_mesh, backend, auto, overlap, resident, span),
+                Ok(()) => Compiled::new(f, sub_mesh, backend, auto, overlap, resident, span, share),
                 Err(first) => Ok(Compiled::Remote(first)),
             };
             stages.push(Stage {

@@ -258,18 +258,19 @@ pub struct SpanningFunction {
 
 impl SpanningFunction {
     /// Opens `pf` (compiled for stage `s`'s sub-mesh) on this process's
-    /// devices of it, on devices of `kind`.
+    /// devices of it, on devices of `kind` in `share` of the host's.
     pub fn open(
         pf: PartitionedFunction,
         kind: weft_runtime::BackendKind,
         procs: &StageProcesses,
         s: usize,
+        share: weft_runtime::HostShare,
         options: ExecOptions,
     ) -> Result<SpanningFunction> {
         let me = procs.rank();
         let owner = procs.sub_owner[s].clone();
         let local: Vec<usize> = (0..owner.len()).filter(|&d| owner[d] == me).collect();
-        let devices = weft_runtime::open_devices_shared(kind, local.len(), procs.share)?;
+        let devices = weft_runtime::open_devices_shared(kind, local.len(), share)?;
         let stages = procs.procs.len() as u32;
         let count = (COLLECTIVE_TAGS / stages) & !1;
         let comm =
