@@ -189,6 +189,12 @@ impl Compiled {
     }
 }
 
+/// The state leaf of optimizer slot `slot` (`opt.m`) of parameter `param`
+/// (`params.h.0.w` → `opt.m.h.0.w`).
+fn slot_leaf(slot: &str, param: &str) -> String {
+    format!("{slot}.{}", param.strip_prefix("params.").unwrap_or(param))
+}
+
 /// Stage `s`'s share of the host's devices: its process's share (the
 /// whole host in one process) divided evenly among the stages the process
 /// runs, so that the stages' CPU devices split the cores rather than each
@@ -580,7 +586,7 @@ impl PipelineExecutor {
             st.slots = Vec::new();
             for slot in &self.staged.slots {
                 for n in &st.fns.params {
-                    st.slots.push(get(&format!("{slot}.{}", &n["params.".len()..]))?);
+                    st.slots.push(get(&slot_leaf(slot, n))?);
                 }
             }
         }
@@ -627,11 +633,7 @@ impl PipelineExecutor {
             let np = np_all[c];
             for (i, v) in leaves.into_iter().enumerate() {
                 let n = &st.fns.params[i % np];
-                let name = if i < np {
-                    n.clone()
-                } else {
-                    format!("{}.{}", self.staged.slots[i / np - 1], &n["params.".len()..])
-                };
+                let name = if i < np { n.clone() } else { slot_leaf(&self.staged.slots[i / np - 1], n) };
                 t.insert(name, v);
             }
         }
@@ -652,7 +654,7 @@ impl PipelineExecutor {
             }
             for (q, slot) in self.staged.slots.iter().enumerate() {
                 for (j, n) in st.fns.params.iter().enumerate() {
-                    t.insert(format!("{slot}.{}", &n["params.".len()..]), st.slots[q * np + j].clone());
+                    t.insert(slot_leaf(slot, n), st.slots[q * np + j].clone());
                 }
             }
         }
