@@ -262,16 +262,35 @@ fn data_and_loss_scaling_under_stages_on_processes_equal_one_process() {
         let run = |n: usize| {
             let dir = tmp.path().join(format!("{name}-{n}"));
             let (m, k) = (dir.join("metrics.jsonl"), dir.join("ckpt"));
-            let o = train(n, config, &args(&m, &k, &["--mesh", mesh, "--strategy", "dp"]), &[]);
+            let env = [("WEFT_DATA_TRACE", "1")];
+            let o = train(n, config, &args(&m, &k, &["--mesh", mesh, "--strategy", "dp"]), &env);
             ok(&o, &format!("{name} on {n} processes"));
-            (values(&m), step_files(&k.join("step_00000006")))
+            let err = String::from_utf8_lossy(&o.stderr);
+            let mut read: Vec<String> =
+                err.lines().filter_map(|l| l.strip_prefix("weft data: read ")).map(String::from).collect();
+            read.sort();
+            (values(&m), step_files(&k.join("step_00000006")), read)
         };
-        let (want, ckpt) = run(0);
-        let (got, c) = run(4);
+        let (want, ckpt, read_one) = run(0);
+        let (got, c, read_four) = run(4);
         assert_eq!(got, want, "{name}: metrics on 4 processes differ from one process");
         assert!(c == ckpt, "{name}: checkpoint files on 4 processes differ from one process");
         if name == "data" {
             assert!(want.iter().filter(|v| v.get("val_loss").is_some()).count() >= 2, "{name}: validation ran");
+            // Each stage process reads only its stage's input, and of each
+            // microbatch of 2 rows only its data coordinate's row (mesh
+            // order: processes 0 and 2 run stage 0, 1 and 3 stage 1).
+            let every = |what: &str| format!("{what} of every batch of 8: 24 rows in 6 steps");
+            assert_eq!(read_one, ["rows 0..8 of every batch of 8: 48 rows in 6 steps"]);
+            assert_eq!(
+                read_four,
+                [
+                    every("rows 0..1, 2..3, 4..5, 6..7 (targets)"),
+                    every("rows 0..1, 2..3, 4..5, 6..7 (tokens)"),
+                    every("rows 1..2, 3..4, 5..6, 7..8 (targets)"),
+                    every("rows 1..2, 3..4, 5..6, 7..8 (tokens)"),
+                ]
+            );
         } else {
             let skipped: Vec<f64> = want.iter().map(|v| v["skipped"].as_f64().unwrap()).collect();
             assert!(skipped.contains(&1.0) && skipped.contains(&0.0), "{name}: skipped {skipped:?}");

@@ -11,13 +11,15 @@
 //!   *which* data: the [`Identity`] (files, sizes, sha256, seed, order) goes
 //!   into `run.json` and, as a digest, into every checkpoint, and resuming
 //!   onto other data is `Error::DataChanged`.
-//! - **Readers read only their rows**: [`Split::rows`] reads just the
-//!   examples of a row range of the global batch, with positioned reads
-//!   (token windows, table rows), never the whole file. The runner asks for
-//!   the rows its executor's devices need (`Executor::batch_rows`): the
-//!   whole batch in one process, the span of its devices' blocks in each
-//!   process of a multi-process run; the executor cuts the blocks from
-//!   those rows.
+//! - **Readers read only their part**: [`Split::part`] reads just the
+//!   examples of some rows of the global batch, for some of its inputs,
+//!   with positioned reads (token windows, table rows), never the whole
+//!   file. The runner asks for the part its executor's devices need
+//!   (`Executor::batch_part`, a [`BatchPart`]): the whole batch in one
+//!   process, the span of its devices' blocks in each process of a
+//!   multi-process run, and in a pipeline whose stages run on processes
+//!   only its stages' inputs, in the rows of its devices' blocks of each
+//!   microbatch; the executor cuts the blocks from those rows.
 //! - **Reading overlaps the step** ([`prefetch`]): a background thread keeps
 //!   a bounded queue of ready batches; the time a step waited is a metric.
 //! - **Bad input is a named error before anything is built**: files are
@@ -27,6 +29,7 @@
 pub mod config;
 pub mod files;
 pub mod headers;
+pub mod part;
 pub mod prefetch;
 pub mod prepare;
 pub mod sampler;
@@ -36,6 +39,7 @@ pub mod tokens;
 
 pub use config::{DataConfig, DataPath};
 pub use files::{FileDtype, FileId};
+pub use part::BatchPart;
 pub use prefetch::Prefetcher;
 pub use sampler::{Order, Sampler};
 
@@ -267,10 +271,20 @@ impl Split {
     /// Rows `rows` of step `step`'s global batch: each input's tensor has
     /// `rows.len()` rows. Only those examples are read.
     pub fn rows(&self, step: u64, rows: Range<usize>) -> Result<Tree> {
-        let n = rows.len();
-        let idx = self.sampler.examples(step, rows);
-        self.rows_read.fetch_add(n as u64, Ordering::Relaxed);
+        self.part(step, &BatchPart::rows(rows))
+    }
+
+    /// Part `part` of step `step`'s global batch: each input it reads,
+    /// with its rows one range after another. Only those examples are
+    /// read (none when it reads nothing).
+    pub fn part(&self, step: u64, part: &BatchPart) -> Result<Tree> {
         let mut out = Tree::new();
+        if part.is_empty() {
+            return Ok(out);
+        }
+        let n = part.len();
+        let idx: Vec<u64> = part.ranges().iter().flat_map(|r| self.sampler.examples(step, r.clone())).collect();
+        self.rows_read.fetch_add(n as u64, Ordering::Relaxed);
         match &self.store {
             Store::Tokens(f) => {
                 let seq = self.inputs[0].ty.shape[1];
@@ -280,11 +294,14 @@ impl Split {
                     toks.extend_from_slice(&w[..seq]);
                     tgts.extend_from_slice(&w[1..]);
                 }
-                out.insert("tokens".into(), HostTensor::from_i32(&[n, seq], toks)?);
-                out.insert("targets".into(), HostTensor::from_i32(&[n, seq], tgts)?);
+                for (name, ids) in [("tokens", toks), ("targets", tgts)] {
+                    if part.reads(name) {
+                        out.insert(name.into(), HostTensor::from_i32(&[n, seq], ids)?);
+                    }
+                }
             }
             Store::Table { arrays } => {
-                for (a, i) in arrays.iter().zip(&self.inputs) {
+                for (a, i) in arrays.iter().zip(&self.inputs).filter(|(_, i)| part.reads(&i.name)) {
                     out.insert(i.name.clone(), a.gather(&idx, &i.ty)?);
                 }
             }

@@ -2,18 +2,17 @@
 //! coming steps into a bounded queue, so reading overlaps the step.
 //!
 //! The queue holds at most `depth` ready batches (the thread blocks when it
-//! is full: memory stays bounded). Each batch is the rows of the global
-//! batch the caller's devices need (all of them in one process; see
-//! [`super::Split::rows`]). Batches are produced strictly in step
+//! is full: memory stays bounded). Each batch is the part of the global
+//! batch the caller's devices need (all of it in one process; see
+//! [`super::Split::part`]). Batches are produced strictly in step
 //! order and each is a pure function of its step,
 //! so what the training loop receives does not depend on the depth or on
 //! timing; only how long it waits does. Depth 0 reads each batch in the
 //! loop itself (no thread). A read error is passed through the queue and
 //! returned for the step that needed the batch.
 
-use super::{batch_digest, Split};
+use super::{batch_digest, BatchPart, Split};
 use crate::error::Result;
-use std::ops::Range;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,7 +25,7 @@ type Read = (Tree, u64);
 /// The batches of steps `first..end` of a split, in order.
 pub struct Prefetcher {
     split: Arc<Split>,
-    rows: Range<usize>,
+    part: BatchPart,
     next: u64,
     end: u64,
     rx: Option<Receiver<(u64, Result<Read>)>>,
@@ -34,20 +33,20 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// Starts reading rows `rows` of the batches of steps `first..end`
+    /// Starts reading part `part` of the batches of steps `first..end`
     /// with `depth` batches read ahead.
-    pub fn new(split: Arc<Split>, rows: Range<usize>, first: u64, end: u64, depth: usize) -> Result<Prefetcher> {
+    pub fn new(split: Arc<Split>, part: BatchPart, first: u64, end: u64, depth: usize) -> Result<Prefetcher> {
         let (rx, thread) = if depth == 0 || first >= end {
             (None, None)
         } else {
             let (tx, rx) = sync_channel(depth);
             let s = split.clone();
-            let r = rows.clone();
+            let p = part.clone();
             let thread = std::thread::Builder::new()
                 .name("weft-data-prefetch".into())
                 .spawn(move || {
                     for step in first..end {
-                        let b = read(&s, r.clone(), step);
+                        let b = read(&s, &p, step);
                         let failed = b.is_err();
                         // The receiver is gone: the run stopped.
                         if tx.send((step, b)).is_err() || failed {
@@ -58,12 +57,12 @@ impl Prefetcher {
                 .map_err(|source| crate::error::Error::Io { path: "weft-data-prefetch thread".into(), source })?;
             (Some(rx), Some(thread))
         };
-        Ok(Prefetcher { split, rows, next: first, end, rx, thread })
+        Ok(Prefetcher { split, part, next: first, end, rx, thread })
     }
 
-    /// The rows of the global batch this prefetcher reads.
-    pub fn rows(&self) -> Range<usize> {
-        self.rows.clone()
+    /// The part of each global batch this prefetcher reads.
+    pub fn part(&self) -> &BatchPart {
+        &self.part
     }
 
     /// The split it reads.
@@ -78,7 +77,7 @@ impl Prefetcher {
         let step = self.next;
         assert!(step < self.end, "the prefetcher was asked for step {step}, past its end {}", self.end);
         let (batch, digest) = match &self.rx {
-            None => read(&self.split, self.rows.clone(), step)?,
+            None => read(&self.split, &self.part, step)?,
             Some(rx) => match rx.recv() {
                 Ok((s, b)) => {
                     debug_assert_eq!(s, step, "batches arrive in step order");
@@ -96,10 +95,10 @@ impl Prefetcher {
     }
 }
 
-/// Rows `rows` of step `step`'s batch and their digest (hashed by the
+/// Part `part` of step `step`'s batch and its digest (hashed by the
 /// reader, not the loop).
-fn read(split: &Split, rows: Range<usize>, step: u64) -> Result<Read> {
-    let b = split.rows(step, rows)?;
+fn read(split: &Split, part: &BatchPart, step: u64) -> Result<Read> {
+    let b = split.part(step, part)?;
     let digest = batch_digest(&b);
     Ok((b, digest))
 }

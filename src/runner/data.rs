@@ -16,11 +16,10 @@ use super::mesh::{MeshBackend, MeshExecutor};
 use super::Backend;
 use super::{Overrides, Prepared};
 use crate::checkpoint::{CheckpointState, Manifest};
-use crate::data::{input_specs, Dataset, Identity, Prefetcher, Split};
+use crate::data::{input_specs, BatchPart, Dataset, Identity, Prefetcher, Split};
 use crate::error::{Error, Result};
 use crate::models::Model;
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 use weft_compiler::sharding::Mesh;
@@ -220,26 +219,26 @@ pub struct Feed {
 }
 
 /// The environment variable that makes every process print, after its
-/// last batch, which rows of the global batch it read and how many rows
+/// last batch, which part of the global batch it read and how many rows
 /// it read in all (to stderr: the tests' proof that each process of a
-/// multi-process run reads only its devices' rows).
+/// multi-process run reads only what its devices need).
 pub const TRACE_ENV: &str = "WEFT_DATA_TRACE";
 
 impl Feed {
     /// Starts feeding steps `first..c.steps` of `data`: of each step's
-    /// global batch, the rows `rows` (the executor's
-    /// [`Executor::batch_rows`]); only those are read and converted.
+    /// global batch, the part `part` (the executor's
+    /// [`Executor::batch_part`]); only that is read and converted.
     pub fn start(
         c: &RunConfig,
         model: &Model,
         data: Dataset,
         backend: Backend,
         first: u64,
-        rows: Range<usize>,
+        part: BatchPart,
     ) -> Result<Feed> {
         let d = c.data.as_ref().expect("a dataset comes from [data]");
         let Dataset { train, val, .. } = data;
-        let prefetch = Prefetcher::new(Arc::new(train), rows, first, c.steps, d.prefetch)?;
+        let prefetch = Prefetcher::new(Arc::new(train), part, first, c.steps, d.prefetch)?;
         let eval = match val {
             Some(v) if d.eval_every > 0 => Some(Evaluator::new(model, backend, v, d.eval_batches)?),
             _ => None,
@@ -247,10 +246,10 @@ impl Feed {
         Ok(Feed { prefetch, eval, eval_every: d.eval_every, fed: 0, end: c.steps.saturating_sub(first) })
     }
 
-    /// The rows of each global batch this feed reads (for
-    /// [`Executor::step_rows`]).
-    pub fn rows(&self) -> Range<usize> {
-        self.prefetch.rows()
+    /// The part of each global batch this feed reads (for
+    /// [`Executor::step_part`]).
+    pub fn part(&self) -> &BatchPart {
+        self.prefetch.part()
     }
 
     /// The next step's rows of its batch, how long the loop waited for
@@ -259,12 +258,10 @@ impl Feed {
         let (_, b, waited, digest) = self.prefetch.next_batch()?;
         self.fed += 1;
         if self.fed == self.end && std::env::var_os(TRACE_ENV).is_some_and(|v| !v.is_empty() && v != "0") {
-            let r = self.prefetch.rows();
             let split = self.prefetch.split();
             let line = format!(
-                "weft data: read rows {}..{} of every batch of {}: {} rows in {} steps\n",
-                r.start,
-                r.end,
+                "weft data: read {} of every batch of {}: {} rows in {} steps\n",
+                self.prefetch.part(),
                 split.batch_size(),
                 split.rows_read(),
                 self.fed

@@ -4,6 +4,7 @@
 //! only when checkpointed.
 
 use crate::checkpoint::CheckpointState;
+use crate::data::BatchPart;
 use crate::error::Result;
 use weft_compiler::train::{Metrics, TrainStep, Tree};
 use weft_ir::interp::Interpreter;
@@ -22,20 +23,19 @@ pub trait Executor {
     }
     /// Runs one step on the loaded state; returns the metrics.
     fn step(&mut self, step: &TrainStep, batch: &Tree) -> Result<Metrics>;
-    /// The rows of the global batch its devices need (a data loader reads
-    /// only these): every row, unless it runs some of a multi-process
+    /// The part of the global batch its devices need (a data loader reads
+    /// only that): the whole batch, unless it runs some of a multi-process
     /// run's devices.
-    fn batch_rows(&self, step: &TrainStep) -> Result<std::ops::Range<usize>> {
-        Ok(0..global_batch_rows(step))
+    fn batch_part(&self, step: &TrainStep) -> Result<BatchPart> {
+        Ok(BatchPart::whole(global_batch_rows(step)))
     }
-    /// [`Executor::step`] on rows `rows` of the global batch: `batch`
-    /// holds just those rows ([`Executor::batch_rows`]). By default only
-    /// the whole batch.
-    fn step_rows(&mut self, step: &TrainStep, batch: &Tree, rows: std::ops::Range<usize>) -> Result<Metrics> {
-        if rows != (0..global_batch_rows(step)) {
+    /// [`Executor::step`] on part `part` of the global batch: `batch`
+    /// holds just that ([`Executor::batch_part`]). By default only the
+    /// whole batch.
+    fn step_part(&mut self, step: &TrainStep, batch: &Tree, part: &BatchPart) -> Result<Metrics> {
+        if !part.is_whole(global_batch_rows(step)) {
             return Err(crate::error::Error::Usage(format!(
-                "this executor runs a step on the whole batch, not rows {}..{} of it",
-                rows.start, rows.end
+                "this executor runs a step on the whole batch, not {part} of it"
             )));
         }
         self.step(step, batch)

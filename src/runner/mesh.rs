@@ -18,6 +18,7 @@ use super::exec::{global_batch_rows, Executor, PARAMS};
 use super::processes::Processes;
 use super::{human, mesh_spec};
 use crate::checkpoint::{CheckpointState, LeafData, ShardedLeaf};
+use crate::data::BatchPart;
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -318,16 +319,16 @@ impl Executor for MeshExecutor {
         self.run_blocks(step, inputs)
     }
 
-    fn batch_rows(&self, step: &TrainStep) -> Result<Range<usize>> {
+    fn batch_part(&self, step: &TrainStep) -> Result<BatchPart> {
         let all = 0..global_batch_rows(step);
         if !self.is_partial() {
-            return Ok(all);
+            return Ok(BatchPart::rows(all));
         }
         let ns = step.state.len();
         let mut span: Option<Range<usize>> = None;
         for ((_, ty), g) in step.batch.iter().zip(&self.pf.inputs[ns..]) {
             if !g.sharding.unreduced.is_empty() {
-                return Ok(all);
+                return Ok(BatchPart::rows(all));
             }
             for &d in &self.local {
                 let (start, local) = self.block_region(ty, &g.sharding, d)?;
@@ -338,14 +339,17 @@ impl Executor for MeshExecutor {
                 });
             }
         }
-        Ok(span.unwrap_or(all))
+        Ok(BatchPart::rows(span.unwrap_or(all)))
     }
 
-    fn step_rows(&mut self, step: &TrainStep, batch: &Tree, rows: Range<usize>) -> Result<Metrics> {
+    fn step_part(&mut self, step: &TrainStep, batch: &Tree, part: &BatchPart) -> Result<Metrics> {
+        let usage = crate::error::Error::Usage;
+        let Some(rows) = part.single() else {
+            return Err(usage(format!("a step on a mesh takes one range of rows of every batch input, not {part}")));
+        };
         if rows == (0..global_batch_rows(step)) {
             return self.step(step, batch);
         }
-        let usage = crate::error::Error::Usage;
         let ns = step.state.len();
         let mut inputs: Vec<Vec<HostTensor>> = vec![Vec::with_capacity(step.batch.len()); self.local.len()];
         for ((name, ty), g) in step.batch.iter().zip(&self.pf.inputs[ns..]) {

@@ -387,7 +387,7 @@ pub(crate) fn median(v: &[f64]) -> Option<f64> {
 /// processes by `waited` (a running total of the time spent in exchanges,
 /// read just before and after the step; none: no waiting). With a `feed`
 /// (`[data]`), each step trains on the feed's next batch, of which the
-/// feed read only the executor's [`Executor::batch_rows`] (its wait is the
+/// feed read only the executor's [`Executor::batch_part`] (its wait is the
 /// metric `data_wait_ms`) and the validation metrics evaluated before a
 /// step join that step's line; the evaluation
 /// after the last step is a line of its own at step `c.steps`. Without one,
@@ -445,9 +445,9 @@ pub fn run_steps(
         exec.set_trace(traced);
         let waited_before = waited.map(|w| w());
         let clock = std::time::Instant::now();
-        // A feed reads only the rows of the batch the executor's devices need.
+        // A feed reads only the part of the batch the executor's devices need.
         let mut m = match (&fed, feed.as_deref()) {
-            (Some((b, _, _)), Some(f)) => exec.step_rows(&prepared.step, b, f.rows())?,
+            (Some((b, _, _)), Some(f)) => exec.step_part(&prepared.step, b, f.part())?,
             _ => exec.step(&prepared.step, &prepared.batch)?,
         };
         let ran = std::time::Instant::now();

@@ -455,7 +455,7 @@ pub(crate) fn train_built(
         write_manifest(c, model, mesh, exec, backend, prepared, data_json.as_ref(), &prediction(None), None)?;
     }
     let mut feed = match dataset {
-        Some(d) => Some(super::data::Feed::start(c, model, d, backend, first, exec.batch_rows(&prepared.step)?)?),
+        Some(d) => Some(super::data::Feed::start(c, model, d, backend, first, exec.batch_part(&prepared.step)?)?),
         None => None,
     };
     let every = c.checkpoint.as_ref().map(|k| k.every).unwrap_or(u64::MAX);

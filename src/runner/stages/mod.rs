@@ -44,6 +44,7 @@
 //! inputs and outputs are moved rather than cut into and assembled from
 //! blocks.
 
+use crate::data::BatchPart;
 use crate::error::{Error, Result};
 use crate::runner::Backend;
 use std::collections::BTreeMap;
@@ -162,6 +163,17 @@ impl Compiled {
             Compiled::Interp(..) | Compiled::Remote(_) => None,
             Compiled::Sim(pf) | Compiled::Devices(pf, ..) => pf.inputs.get(i).map(|g| &g.sharding),
             Compiled::Spanning(f) => f.function().inputs.get(i).map(|g| &g.sharding),
+        }
+    }
+
+    /// The rows of input `i` (of `rows` rows) this process's devices read:
+    /// every row, but on a sub-mesh spanning processes only its devices'
+    /// blocks' rows, and none for another process's function.
+    fn input_rows(&self, i: usize, rows: usize) -> Result<Vec<std::ops::Range<usize>>> {
+        match self {
+            Compiled::Remote(_) => Ok(Vec::new()),
+            Compiled::Spanning(f) => f.local_rows(i),
+            _ => Ok(vec![0..rows]),
         }
     }
 
@@ -1292,6 +1304,50 @@ impl super::Executor for PipelineExecutor {
 
     fn step(&mut self, _step: &TrainStep, batch: &Tree) -> Result<Metrics> {
         self.run_step(batch)
+    }
+
+    /// Every batch input's every row in one process. With stages on
+    /// processes, only the inputs of this process's chunks, and of each
+    /// microbatch only the rows of its devices' blocks.
+    fn batch_part(&self, step: &TrainStep) -> Result<BatchPart> {
+        let n = super::exec::global_batch_rows(step);
+        if self.processes.is_none() {
+            return Ok(BatchPart::whole(n));
+        }
+        let k = self.staged.config.microbatches;
+        if k == 0 || n % k != 0 {
+            return Err(weft_compiler::CompilerError::PipelineMicrobatches { microbatches: k, batch: n }.into());
+        }
+        let per = n / k;
+        let (mut inputs, mut rows) = (std::collections::BTreeSet::new(), Vec::new());
+        for st in self.stages.iter().filter(|st| !st.forward.is_remote()) {
+            let np = st.fns.params.len();
+            for (j, name) in st.fns.batch.iter().enumerate() {
+                inputs.insert(name.clone());
+                for f in [&st.forward, &st.backward] {
+                    for r in f.input_rows(np + j, per)? {
+                        rows.extend((0..k).map(|m| m * per + r.start..m * per + r.end));
+                    }
+                }
+            }
+        }
+        let every = step.batch.iter().all(|(name, _)| inputs.contains(name));
+        Ok(BatchPart::new(rows, if every { None } else { Some(inputs) }))
+    }
+
+    /// The inputs of `part` spread back to whole tensors (zeros in the
+    /// rows this process's devices do not read), then the step.
+    fn step_part(&mut self, step: &TrainStep, batch: &Tree, part: &BatchPart) -> Result<Metrics> {
+        let n = super::exec::global_batch_rows(step);
+        if part.is_whole(n) {
+            return self.run_step(batch);
+        }
+        let mut whole = Tree::new();
+        for (name, _) in step.batch.iter().filter(|(name, _)| part.reads(name)) {
+            let t = batch.get(name).ok_or_else(|| Error::Usage(format!("the batch part has no input `{name}`")))?;
+            whole.insert(name.clone(), part.spread(t, n)?);
+        }
+        self.run_step(&whole)
     }
 
     fn checkpoint_state(&mut self, _step: &TrainStep) -> Result<crate::checkpoint::CheckpointState> {

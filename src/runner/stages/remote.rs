@@ -294,6 +294,23 @@ impl SpanningFunction {
         &self.pf
     }
 
+    /// The rows (dimension 0) of input `i` this process's devices read:
+    /// their blocks' rows, every row where a block is not a row range.
+    pub fn local_rows(&self, i: usize) -> Result<Vec<std::ops::Range<usize>>> {
+        let g = &self.pf.inputs[i];
+        let n = g.ty.shape.first().copied().unwrap_or(1);
+        if g.ty.rank() == 0 || !g.sharding.unreduced.is_empty() {
+            return Ok(vec![0..n]);
+        }
+        let mut rows = Vec::with_capacity(self.local.len());
+        for &d in &self.local {
+            let start = weft_compiler::sharding::shard_offset(&g.ty.shape, &g.sharding, &self.pf.mesh, d)?;
+            let local = weft_compiler::sharding::local_shape(&g.ty.shape, &g.sharding, &self.pf.mesh)?;
+            rows.push(start[0]..start[0] + local[0]);
+        }
+        Ok(rows)
+    }
+
     /// Runs on whole host tensors and returns whole results (the same on
     /// every process of the stage).
     pub fn run(&mut self, inputs: Vec<HostTensor>) -> Result<Vec<HostTensor>> {
