@@ -255,7 +255,13 @@ fn data_and_loss_scaling_under_stages_on_processes_equal_one_process() {
             })
             .collect()
     };
-    for (name, text, mesh) in [("data", format!("{model}{data}"), "data=2,stage=2"), ("f16", f16, "stage=2,data=2")] {
+    let four = format!("{model}{data}").replace("stages = 2", "stages = 4");
+    let cases = [
+        ("data", format!("{model}{data}"), "data=2,stage=2"),
+        ("data-4", four, "stage=4"),
+        ("f16", f16, "stage=2,data=2"),
+    ];
+    for (name, text, mesh) in cases {
         let config = tmp.path().join(format!("{name}.toml"));
         std::fs::write(&config, text).unwrap();
         let config = config.to_str().unwrap();
@@ -291,6 +297,13 @@ fn data_and_loss_scaling_under_stages_on_processes_equal_one_process() {
                     every("rows 1..2, 3..4, 5..6, 7..8 (tokens)"),
                 ]
             );
+        } else if name == "data-4" {
+            // Four stages on four processes: the first reads `tokens`, the
+            // last `targets`, the middle ones nothing.
+            let every = |what: &str, n: usize| format!("{what} of every batch of 8: {n} rows in 6 steps");
+            let (nothing, targets, tokens) =
+                (every("nothing", 0), every("rows 0..8 (targets)", 48), every("rows 0..8 (tokens)", 48));
+            assert_eq!(read_four, [nothing.clone(), nothing, targets, tokens]);
         } else {
             let skipped: Vec<f64> = want.iter().map(|v| v["skipped"].as_f64().unwrap()).collect();
             assert!(skipped.contains(&1.0) && skipped.contains(&0.0), "{name}: skipped {skipped:?}");
