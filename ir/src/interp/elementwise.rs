@@ -21,11 +21,18 @@ pub(crate) trait Real: Copy + PartialOrd {
     fn max_nan(self, o: Self) -> Self;
     /// Minimum, NaN if either is NaN; `min(-0, +0) = -0`.
     fn min_nan(self, o: Self) -> Self;
+    /// `tanh`: weft's own for `f32` ([`super::tanh`]), `std`'s for `f64`.
+    fn tanh_pinned(self) -> Self;
 }
 
 macro_rules! real_impl {
-    ($T:ty) => {
+    ($T:ty, $tanh:path) => {
         impl Real for $T {
+            #[inline(always)]
+            fn tanh_pinned(self) -> Self {
+                $tanh(self)
+            }
+            #[inline(always)]
             fn logistic(self) -> Self {
                 if self >= 0.0 {
                     1.0 / (1.0 + (-self).exp())
@@ -34,6 +41,7 @@ macro_rules! real_impl {
                     e / (1.0 + e)
                 }
             }
+            #[inline(always)]
             fn sign(self) -> Self {
                 if self > 0.0 {
                     1.0
@@ -43,6 +51,7 @@ macro_rules! real_impl {
                     self
                 }
             }
+            #[inline(always)]
             fn max_nan(self, o: Self) -> Self {
                 if self.is_nan() || o.is_nan() {
                     <$T>::NAN
@@ -52,6 +61,7 @@ macro_rules! real_impl {
                     o
                 }
             }
+            #[inline(always)]
             fn min_nan(self, o: Self) -> Self {
                 if self.is_nan() || o.is_nan() {
                     <$T>::NAN
@@ -64,8 +74,8 @@ macro_rules! real_impl {
         }
     };
 }
-real_impl!(f32);
-real_impl!(f64);
+real_impl!(f32, super::tanh::tanh_f32);
+real_impl!(f64, f64::tanh);
 
 /// Applies `|$x| $e` to every element of a float tensor (computing in f32
 /// for the half types), or returns an error for other dtypes.
@@ -164,7 +174,7 @@ pub(crate) fn unary(op: UnaryOp, x: &HostTensor) -> Result<HostTensor, String> {
         UnaryOp::Exp => float_map!(x, name, |v| v.exp()),
         UnaryOp::Log => float_map!(x, name, |v| v.ln()),
         UnaryOp::Log1p => float_map!(x, name, |v| v.ln_1p()),
-        UnaryOp::Tanh => float_map!(x, name, |v| v.tanh()),
+        UnaryOp::Tanh => float_map!(x, name, |v| v.tanh_pinned()),
         UnaryOp::Cos => float_map!(x, name, |v| v.cos()),
         UnaryOp::Sin => float_map!(x, name, |v| v.sin()),
         UnaryOp::Logistic => float_map!(x, name, |v| v.logistic()),

@@ -18,8 +18,10 @@
 //! - **Floats**: `f32` ops compute in `f32`, `f64` ops in `f64`. `bf16` and
 //!   `f16` are storage types: operands are widened exactly to `f32`, the op
 //!   computes in `f32`, and each result element is rounded to nearest-even
-//!   (so a `bf16` add is `round_bf16(f32(a) + f32(b))`). Transcendentals use
-//!   Rust's `std` implementations. `logistic` is evaluated as `1/(1+e^-x)`
+//!   (so a `bf16` add is `round_bf16(f32(a) + f32(b))`). `f32` `tanh` is
+//!   weft's own ([`tanh`]: evaluated in `f64` and rounded once, the same
+//!   on every machine); the other transcendentals use Rust's `std`
+//!   implementations. `logistic` is evaluated as `1/(1+e^-x)`
 //!   for `x >= 0` and `e^x/(1+e^x)` otherwise (no overflow). `rsqrt(x)` is
 //!   `1/sqrt(x)`. `rem` is C's `fmod` (sign of the dividend).
 //! - **max/min** propagate NaN; `max(-0, +0) = +0`, `min(-0, +0) = -0`.
@@ -67,6 +69,7 @@ mod index;
 mod reduce;
 pub mod scalar;
 mod shape;
+pub mod tanh;
 
 pub use exec::Interpreter;
 

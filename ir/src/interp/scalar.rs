@@ -18,7 +18,7 @@ pub fn unary_f32(op: UnaryOp, x: f32) -> Option<f32> {
         UnaryOp::Exp => x.exp(),
         UnaryOp::Log => x.ln(),
         UnaryOp::Log1p => x.ln_1p(),
-        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Tanh => x.tanh_pinned(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Logistic => x.logistic(),

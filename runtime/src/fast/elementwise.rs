@@ -17,6 +17,7 @@
 use super::halves::{narrow, widen, Carry};
 use super::pool::Pool;
 use super::reduce::RowFold;
+use super::simd::{widest, Isa};
 use crate::fusion::{Arg, FusedChain, FusedNode};
 use ndarray::{ArrayD, IxDyn};
 use weft_ir::interp::scalar::{binary_f32, compare_f32, unary_f32};
@@ -99,8 +100,13 @@ macro_rules! compare_loop {
     }};
 }
 
-/// Evaluates one node on a block: `args` are the operand blocks.
-fn node_block(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()> {
+widest!(
+    /// Evaluates one node on a block: `args` are the operand blocks.
+    fn node_block = node_block_any(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()>
+);
+
+#[inline(always)]
+fn node_block_any(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()> {
     match op {
         Op::Unary(u) => unary_loop!(*u, args[0], out),
         Op::Binary(b) => binary_loop!(*b, args[0], args[1], out),
@@ -187,7 +193,13 @@ impl<'a> InputData<'a> {
 /// caller then runs it node by node). Nodes of a half type are rounded to
 /// it after each op, as the interpreter does. A trailing `reduce` (see
 /// [`FusedReduce`]) folds each block as it is computed.
-pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool, threads: usize) -> Option<HostTensor> {
+pub(crate) fn fused(
+    chain: &FusedChain,
+    inputs: &[&HostTensor],
+    pool: &mut Pool,
+    threads: usize,
+    isa: Isa,
+) -> Option<HostTensor> {
     let (nodes, reduce) = match chain.nodes.split_last()? {
         (last, body) if matches!(last.op, Op::Reduce { .. }) => (body, Some(FusedReduce::of(last, body.last()?)?)),
         _ => (chain.nodes.as_slice(), None),
@@ -209,7 +221,7 @@ pub(crate) fn fused(chain: &FusedChain, inputs: &[&HostTensor], pool: &mut Pool,
         Some(r) => pool.take(r.kept_shape.iter().product()),
         None => pool.take(len),
     };
-    run_blocks(nodes, reduce.as_ref(), &data, None, &mut out, len, block, threads)?;
+    run_blocks(nodes, reduce.as_ref(), &data, None, &mut out, len, block, threads, isa)?;
     give_back(data, pool);
     if let Some(r) = reduce {
         return Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")));
@@ -235,6 +247,7 @@ pub(crate) fn fused_into(
     donor: HostTensor,
     pool: &mut Pool,
     threads: usize,
+    isa: Isa,
 ) -> Result<HostTensor, HostTensor> {
     let Some(last) = chain.nodes.last() else { return Err(donor) };
     let fits = matches!(&donor, HostTensor::F32(a) if a.is_standard_layout() && a.shape() == last.ty.shape.as_slice())
@@ -255,7 +268,7 @@ pub(crate) fn fused_into(
         out = pool.take(len);
     }
     let donor_at = matches!(data[into], InputData::Donor).then_some(into);
-    let done = run_blocks(&chain.nodes, None, &data, donor_at, &mut out, len, BLOCK, threads);
+    let done = run_blocks(&chain.nodes, None, &data, donor_at, &mut out, len, BLOCK, threads, isa);
     give_back(data, pool);
     done.expect("a supported chain computes");
     Ok(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&last.ty.shape), out).expect("sized from the type")))
@@ -280,10 +293,11 @@ fn run_blocks(
     len: usize,
     block: usize,
     threads: usize,
+    isa: Isa,
 ) -> Option<()> {
     let t = threads.min(len / MIN_PER_THREAD).max(1);
     if t <= 1 || reduce.is_some() {
-        return run_range(nodes, reduce, data, donor, out, len, 0..len, block);
+        return run_range(nodes, reduce, data, donor, out, len, 0..len, block, isa);
     }
     let blocks = len.div_ceil(block);
     std::thread::scope(|s| {
@@ -295,7 +309,7 @@ fn run_blocks(
             let (mine, more) = std::mem::take(&mut rest).split_at_mut(end - base);
             rest = more;
             let b = base;
-            handles.push(s.spawn(move || run_range(nodes, None, data, donor, mine, len, b..end, block)));
+            handles.push(s.spawn(move || run_range(nodes, None, data, donor, mine, len, b..end, block, isa)));
             base = end;
         }
         handles.into_iter().try_for_each(|h| h.join().expect("a chain's thread does not panic"))
@@ -315,6 +329,7 @@ fn run_range(
     len: usize,
     range: std::ops::Range<usize>,
     block: usize,
+    isa: Isa,
 ) -> Option<()> {
     let (base, end) = (range.start, range.end);
     let carry: Vec<Carry> = nodes.iter().map(|n| Carry::of(n.ty.dtype).expect("checked")).collect();
@@ -348,7 +363,7 @@ fn run_range(
             }
             match consts[j] {
                 Some(v) => dst.fill(v),
-                None => node_block(&node.op, &args[..node.args.len()], dst)?,
+                None => node_block(isa, &node.op, &args[..node.args.len()], dst)?,
             }
             carry[j].round(dst);
         }
@@ -440,7 +455,7 @@ fn splat_value(op: &Op) -> Option<f32> {
 /// One elementwise op on standard-layout `f32` operands of one shape, or on
 /// half-precision operands of one dtype (widened, computed in `f32`,
 /// rounded once), or `None` (the caller falls back to the interpreter).
-pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option<HostTensor> {
+pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool, isa: Isa) -> Option<HostTensor> {
     let arity = match op {
         Op::Unary(_) => 1,
         Op::Binary(_) | Op::Compare(_) => 2,
@@ -476,7 +491,7 @@ pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool) -> Option
         widened.iter().map(|a| a.as_slice().expect("fresh storage")).collect()
     };
     let mut out = pool.take(slices[0].len());
-    let done = node_block(op, &slices, &mut out);
+    let done = node_block(isa, op, &slices, &mut out);
     for a in widened {
         pool.give(HostTensor::F32(a));
     }
@@ -509,10 +524,10 @@ mod tests {
             members: vec![0],
         };
         let mut pool = Pool::default();
-        assert_eq!(fused(&chain, &[&x], &mut pool, 1).map(|t| t.dtype()), Some(DType::BF16));
-        assert!(single(&Op::Unary(UnaryOp::Exp), &[&x], &mut pool).is_some());
+        assert_eq!(fused(&chain, &[&x], &mut pool, 1, Isa::detect()).map(|t| t.dtype()), Some(DType::BF16));
+        assert!(single(&Op::Unary(UnaryOp::Exp), &[&x], &mut pool, Isa::detect()).is_some());
         let i = HostTensor::zeros(&TensorType::new(DType::I32, vec![3, 5]));
-        assert!(single(&Op::Binary(BinaryOp::Add), &[&i, &i], &mut pool).is_none());
+        assert!(single(&Op::Binary(BinaryOp::Add), &[&i, &i], &mut pool, Isa::detect()).is_none());
     }
 
     /// `sum((broadcast(s) * x) * 0.5, trailing dims)`: splats and a
@@ -556,7 +571,7 @@ mod tests {
         ] {
             let n: usize = shape.iter().product();
             let x = HostTensor::from_f32(&shape, (0..n).map(|i| i as f32 * 0.25).collect()).unwrap();
-            let got = fused(&chain(&shape, dims.clone()), &[&s, &x], &mut pool, 1);
+            let got = fused(&chain(&shape, dims.clone()), &[&s, &x], &mut pool, 1, Isa::detect());
             assert_eq!(got.is_some(), fast, "{shape:?} over {dims:?}");
         }
     }
@@ -586,14 +601,14 @@ mod tests {
         let g = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32).sin()).collect()).unwrap();
         let w = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32 * 0.37).cos()).collect()).unwrap();
         let mut pool = Pool::default();
-        let expected = fused(&chain, &[&lr, &g, &w], &mut pool, 1).unwrap();
+        let expected = fused(&chain, &[&lr, &g, &w], &mut pool, 1, Isa::detect()).unwrap();
         let HostTensor::F32(a) = &w else { unreachable!() };
         let storage = a.as_ptr();
-        let got = fused_into(&chain, &[Some(&lr), Some(&g), None], 2, w, &mut pool, 1).ok().unwrap();
+        let got = fused_into(&chain, &[Some(&lr), Some(&g), None], 2, w, &mut pool, 1, Isa::detect()).ok().unwrap();
         let HostTensor::F32(b) = &got else { panic!("f32 result") };
         assert_eq!(b.as_ptr(), storage, "the result lives in the donor's storage");
         assert!(got.bitwise_eq(&expected));
         let half = expected.convert(DType::BF16);
-        assert!(fused_into(&chain, &[Some(&lr), Some(&g), None], 2, half, &mut pool, 1).is_err());
+        assert!(fused_into(&chain, &[Some(&lr), Some(&g), None], 2, half, &mut pool, 1, Isa::detect()).is_err());
     }
 }

@@ -28,6 +28,7 @@ mod elementwise;
 mod halves;
 mod pool;
 mod reduce;
+pub mod simd;
 
 use crate::backend::compute_unfused;
 use crate::backend::Backend;
@@ -50,11 +51,13 @@ pub struct FastCpuBackend {
     /// Threads a product or a fused chain may split its output over (1:
     /// the caller's alone).
     threads: usize,
+    /// The vectors elementwise loops run in (the widest the CPU has).
+    isa: simd::Isa,
 }
 
 impl Default for FastCpuBackend {
     fn default() -> Self {
-        FastCpuBackend { pool: Default::default(), threads: 1 }
+        FastCpuBackend { pool: Default::default(), threads: 1, isa: simd::Isa::detect() }
     }
 }
 
@@ -69,6 +72,14 @@ impl FastCpuBackend {
     /// thread (`dot.rs`, `elementwise.rs`).
     pub fn with_threads(mut self, threads: usize) -> FastCpuBackend {
         self.threads = threads.max(1);
+        self
+    }
+
+    /// The same backend with elementwise loops in vectors of `isa` (or the
+    /// widest the CPU has, if narrower): the results are bitwise the same
+    /// for every `isa` ([`simd`]).
+    pub fn with_isa(mut self, isa: simd::Isa) -> FastCpuBackend {
+        self.isa = isa;
         self
     }
 }
@@ -95,7 +106,7 @@ impl Backend for FastCpuBackend {
                 reduce::reduce(*op, inputs[0], dims, &mut self.pool.borrow_mut())
             }
             Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => {
-                elementwise::single(op, inputs, &mut self.pool.borrow_mut())
+                elementwise::single(op, inputs, &mut self.pool.borrow_mut(), self.isa)
             }
             Op::BroadcastInDim { dims, shape } if inputs.len() == 1 && dims.is_empty() => match inputs[0] {
                 HostTensor::F32(a) if a.ndim() == 0 => a.first().map(|&v| splat(v, shape, &mut self.pool.borrow_mut())),
@@ -154,7 +165,8 @@ impl Backend for FastCpuBackend {
         if !chain.kept.is_empty() {
             return crate::backend::compute_fused_then_free(self, chain, inputs, donor);
         }
-        let tried = elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut(), self.threads);
+        let tried =
+            elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut(), self.threads, self.isa);
         match tried {
             Ok(t) => Ok(vec![t]),
             Err(donor) => crate::backend::compute_fused_then_free(self, chain, inputs, donor),
@@ -163,7 +175,7 @@ impl Backend for FastCpuBackend {
 
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
         let fast = if chain.kept.is_empty() {
-            elementwise::fused(chain, inputs, &mut self.pool.borrow_mut(), self.threads)
+            elementwise::fused(chain, inputs, &mut self.pool.borrow_mut(), self.threads, self.isa)
         } else {
             None
         };

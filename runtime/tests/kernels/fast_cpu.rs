@@ -1,12 +1,14 @@
 //! The fast CPU backend against the interpreter, op by op on random data
 //! with special values: elementwise ops bit for bit (they use the
-//! interpreter's scalar functions), matrix products and reductions to
+//! interpreter's scalar functions, in the vectors of every instruction set
+//! the CPU has), matrix products and reductions to
 //! 1e-5 relative (only the summation order differs), fused chains bit for
 //! bit against the same chain run node by node.
 
 use crate::common::*;
 use weft_ir::tensor::HostTensor;
 use weft_ir::{BinaryOp, CompareOp, DType, DotDims, Op, ReduceOp, UnaryOp};
+use weft_runtime::fast::simd::Isa;
 use weft_runtime::fusion::{Arg, FusedChain, FusedNode};
 use weft_runtime::{Backend, FastCpuBackend};
 
@@ -27,20 +29,29 @@ fn with_specials(rng: &mut Rng, shape: &[usize]) -> HostTensor {
     HostTensor::from_f32(shape, v).unwrap()
 }
 
+/// Every elementwise op, in the vectors of every instruction set the CPU
+/// has (the same loops compiled for each; `weft_runtime::fast::simd`).
 #[test]
 fn elementwise_ops_are_bit_exact() {
-    let be = FastCpuBackend::new();
-    let mut rng = Rng::new(11);
-    for shape in [&[][..], &[7], &[33, 65], &[3, 1024 + 5]] {
-        let (x, y) = (with_specials(&mut rng, shape), with_specials(&mut rng, shape));
-        for u in UnaryOp::ALL.into_iter().filter(|u| u.accepts(DType::F32)) {
-            check_op(&be, &Op::Unary(u), &[x.clone()], true, 0.0, 0.0);
-        }
-        for b in BinaryOp::ALL.into_iter().filter(|b| b.accepts(DType::F32)) {
-            check_op(&be, &Op::Binary(b), &[x.clone(), y.clone()], true, 0.0, 0.0);
-        }
-        for c in [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge] {
-            check_op(&be, &Op::Compare(c), &[x.clone(), y.clone()], true, 0.0, 0.0);
+    for isa in Isa::available() {
+        let be = FastCpuBackend::new().with_isa(isa);
+        let mut rng = Rng::new(11);
+        for shape in [&[][..], &[7], &[33, 65], &[3, 1024 + 5]] {
+            let (x, y) = (with_specials(&mut rng, shape), with_specials(&mut rng, shape));
+            // Wide and tiny magnitudes too (tanh saturates, exp overflows).
+            let wide = f32s(&mut rng, shape, -40.0, 40.0);
+            let tiny = f32s(&mut rng, shape, -1e-3, 1e-3);
+            for u in UnaryOp::ALL.into_iter().filter(|u| u.accepts(DType::F32)) {
+                for v in [&x, &wide, &tiny] {
+                    check_op(&be, &Op::Unary(u), &[v.clone()], true, 0.0, 0.0);
+                }
+            }
+            for b in BinaryOp::ALL.into_iter().filter(|b| b.accepts(DType::F32)) {
+                check_op(&be, &Op::Binary(b), &[x.clone(), y.clone()], true, 0.0, 0.0);
+            }
+            for c in [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge] {
+                check_op(&be, &Op::Compare(c), &[x.clone(), y.clone()], true, 0.0, 0.0);
+            }
         }
     }
 }
@@ -196,6 +207,10 @@ fn fused_chains_split_over_threads_are_bitwise_one_threads() {
     for threads in [2, 3, 5] {
         assert!(fresh(threads).bitwise_eq(&one), "{threads} threads");
         assert!(donated(threads).bitwise_eq(&one), "{threads} threads, into the donor");
+    }
+    for isa in Isa::available() {
+        let be = FastCpuBackend::new().with_isa(isa);
+        assert!(be.compute_fused(&chain, &[&x, &y]).unwrap()[0].bitwise_eq(&one), "{isa:?}");
     }
 }
 
