@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
-use weft::data::{input_specs, DataConfig, DataPath, Order, Prefetcher, Split};
+use weft::data::{input_specs, BatchPart, DataConfig, DataPath, Order, Prefetcher, Split};
 use weft::ir::tensor::{write_safetensors, HostTensor};
 use weft::ir::{DType, TensorType};
 
@@ -34,9 +34,8 @@ fn median(mut t: Vec<f64>) -> f64 {
 fn time_batches(split: &Arc<Split>, steps: u64, runs: usize, depth: usize) -> f64 {
     let mut t = Vec::new();
     for r in 0..runs {
-        let mut p =
-            Prefetcher::new(split.clone(), 0..split.batch_size(), r as u64 * steps, (r as u64 + 1) * steps, depth)
-                .unwrap();
+        let whole = BatchPart::whole(split.batch_size());
+        let mut p = Prefetcher::new(split.clone(), whole, r as u64 * steps, (r as u64 + 1) * steps, depth).unwrap();
         let clock = Instant::now();
         for _ in 0..steps {
             std::hint::black_box(p.next_batch().unwrap());

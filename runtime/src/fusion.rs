@@ -22,8 +22,8 @@
 //! every parameter each step (`w - broadcast(lr) * g`); fused, the spread
 //! value is a register or a cache-sized block instead of a whole tensor
 //! written and read back once per parameter. A chain's inputs may then
-//! include rank-0 buffers, read only by its broadcast nodes. A GPU backend
-//! also asks for *broadcasts* ([`FusionOptions::broadcasts`]): any
+//! include rank-0 buffers, read only by its broadcast nodes. The GPU and
+//! fast CPU backends also ask for *broadcasts* ([`FusionOptions::broadcasts`]): any
 //! `broadcast_in_dim` that keeps its operand's dimension order (a bias
 //! spread over rows, a layer norm's statistics spread over features), whose
 //! operand, of another shape, is then a chain input read through the
@@ -146,8 +146,8 @@ impl FusionOptions {
     /// Elementwise chains only (what every fusing backend understands).
     pub const ELEMENTWISE: FusionOptions = FusionOptions { elementwise: true, ..FusionOptions::NONE };
     /// Elementwise chains with their splats, ended by their reductions,
-    /// computed in place where they can (what the fast CPU backend takes;
-    /// not broadcasts).
+    /// computed in place where they can (the fast CPU backend takes these
+    /// and broadcasts).
     pub const ALL: FusionOptions =
         FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true, ..FusionOptions::NONE };
 }

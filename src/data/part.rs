@@ -158,7 +158,7 @@ mod tests {
         let whole = BatchPart::whole(8);
         assert!(whole.is_whole(8) && !whole.is_whole(4) && whole.reads("anything"));
         assert_eq!(whole.to_string(), "rows 0..8");
-        let none = BatchPart::new([0..8], Some(BTreeSet::new()));
+        let none = BatchPart::new(std::iter::once(0..8), Some(BTreeSet::new()));
         assert!(none.is_empty() && !none.is_whole(8));
         assert_eq!(none.to_string(), "nothing");
         assert_eq!(BatchPart::new([0..2, 1..5], None).single(), Some(0..5));

@@ -18,7 +18,7 @@ use super::halves::{narrow, widen, Carry};
 use super::pool::Pool;
 use super::reduce::RowFold;
 use super::simd::{widest, Isa};
-use crate::fusion::{Arg, FusedChain, FusedNode};
+use crate::fusion::{self, Arg, FusedChain, FusedNode};
 use ndarray::{ArrayD, IxDyn};
 use weft_ir::interp::scalar::{binary_f32, compare_f32, unary_f32};
 use weft_ir::tensor::HostTensor;
@@ -137,15 +137,23 @@ fn node_block_any(op: &Op, args: &[&[f32]], out: &mut [f32]) -> Option<()> {
 fn supported(nodes: &[FusedNode], inputs: &[&HostTensor]) -> bool {
     let carried = |d: DType| Carry::of(d).is_some();
     let Some(full) = nodes.last().map(|n| n.ty.shape.as_slice()) else { return false };
-    inputs.iter().all(|t| carried(t.dtype()) && (t.shape() == full || t.shape().is_empty()))
+    inputs.iter().all(|t| carried(t.dtype()))
         && nodes.iter().all(|n| {
             carried(n.ty.dtype)
                 && n.args.iter().all(|a| match *a {
-                    Arg::Input(k) => inputs[k].shape() == full || matches!(n.op, Op::BroadcastInDim { .. }),
-                    Arg::Node(_) => true,
+                    // Inputs of another shape are read by broadcasts only,
+                    // but for rank-0 ones (spread over the block).
+                    Arg::Input(k) => {
+                        inputs[k].shape() == full
+                            || inputs[k].shape().is_empty()
+                            || matches!(n.op, Op::BroadcastInDim { .. })
+                    }
+                    Arg::Node(_) => !matches!(&n.op, Op::BroadcastInDim { dims, .. } if !dims.is_empty()),
                 })
                 && match &n.op {
-                    Op::BroadcastInDim { dims, .. } => dims.is_empty(),
+                    Op::BroadcastInDim { dims, .. } => {
+                        fusion::is_ordered_broadcast(&n.op) && (dims.is_empty() || n.ty.shape.as_slice() == full)
+                    }
                     Op::Constant(l) => matches!(l.data, weft_ir::LiteralData::Splat(_)),
                     Op::Unary(u) => !matches!(u, UnaryOp::Not),
                     Op::Binary(b) => binary_f32(*b, 0.0, 0.0).is_some(),
@@ -175,7 +183,14 @@ impl<'a> InputData<'a> {
             HostTensor::F32(a) => a.as_slice().map(InputData::F32).unwrap_or_else(|| {
                 InputData::Owned(weft_ir::tensor::to_standard_layout(a.view()).into_raw_vec_and_offset().0)
             }),
-            HostTensor::Bool(a) => InputData::Owned(a.iter().map(|&b| if b { 1.0 } else { 0.0 }).collect()),
+            HostTensor::Bool(a) => {
+                let mut v = pool.take(a.len());
+                match a.as_slice() {
+                    Some(bits) => v.iter_mut().zip(bits).for_each(|(o, &b)| *o = f32::from(u8::from(b))),
+                    None => v.iter_mut().zip(a.iter()).for_each(|(o, &b)| *o = f32::from(u8::from(b))),
+                }
+                InputData::Owned(v)
+            }
             half => InputData::Owned(widen(half, pool).expect("checked by `supported`").into_raw_vec_and_offset().0),
         }
     }
@@ -221,7 +236,8 @@ pub(crate) fn fused(
         Some(r) => pool.take(r.kept_shape.iter().product()),
         None => pool.take(len),
     };
-    run_blocks(nodes, reduce.as_ref(), &data, None, &mut out, len, block, threads, isa)?;
+    let spreads = spreads(nodes, inputs);
+    run_blocks(nodes, &spreads, reduce.as_ref(), &data, None, &mut out, len, block, threads, isa)?;
     give_back(data, pool);
     if let Some(r) = reduce {
         return Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")));
@@ -256,6 +272,7 @@ pub(crate) fn fused_into(
     if !fits || !supported(&chain.nodes, &inputs.iter().map(|t| t.unwrap_or(&donor)).collect::<Vec<_>>()) {
         return Err(donor);
     }
+    let spreads = spreads(&chain.nodes, &inputs.iter().map(|t| t.unwrap_or(&donor)).collect::<Vec<_>>());
     let HostTensor::F32(a) = donor else { unreachable!("checked above") };
     let len = a.len();
     let (mut out, offset) = a.into_raw_vec_and_offset();
@@ -268,7 +285,7 @@ pub(crate) fn fused_into(
         out = pool.take(len);
     }
     let donor_at = matches!(data[into], InputData::Donor).then_some(into);
-    let done = run_blocks(&chain.nodes, None, &data, donor_at, &mut out, len, BLOCK, threads, isa);
+    let done = run_blocks(&chain.nodes, &spreads, None, &data, donor_at, &mut out, len, BLOCK, threads, isa);
     give_back(data, pool);
     done.expect("a supported chain computes");
     Ok(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&last.ty.shape), out).expect("sized from the type")))
@@ -286,6 +303,7 @@ const MIN_PER_THREAD: usize = 1 << 16;
 #[allow(clippy::too_many_arguments)]
 fn run_blocks(
     nodes: &[FusedNode],
+    spreads: &[Option<(usize, Vec<Spread>)>],
     reduce: Option<&FusedReduce>,
     data: &[InputData<'_>],
     donor: Option<usize>,
@@ -297,7 +315,7 @@ fn run_blocks(
 ) -> Option<()> {
     let t = threads.min(len / MIN_PER_THREAD).max(1);
     if t <= 1 || reduce.is_some() {
-        return run_range(nodes, reduce, data, donor, out, len, 0..len, block, isa);
+        return run_range(nodes, spreads, reduce, data, donor, out, len, 0..len, block, isa);
     }
     let blocks = len.div_ceil(block);
     std::thread::scope(|s| {
@@ -309,7 +327,7 @@ fn run_blocks(
             let (mine, more) = std::mem::take(&mut rest).split_at_mut(end - base);
             rest = more;
             let b = base;
-            handles.push(s.spawn(move || run_range(nodes, None, data, donor, mine, len, b..end, block, isa)));
+            handles.push(s.spawn(move || run_range(nodes, spreads, None, data, donor, mine, len, b..end, block, isa)));
             base = end;
         }
         handles.into_iter().try_for_each(|h| h.join().expect("a chain's thread does not panic"))
@@ -322,6 +340,7 @@ fn run_blocks(
 #[allow(clippy::too_many_arguments)]
 fn run_range(
     nodes: &[FusedNode],
+    spreads: &[Option<(usize, Vec<Spread>)>],
     reduce: Option<&FusedReduce>,
     data: &[InputData<'_>],
     donor: Option<usize>,
@@ -336,6 +355,12 @@ fn run_range(
     // Each splat constant's element, as the interpreter materialises it.
     let consts: Vec<Option<f32>> = nodes.iter().map(|n| splat_value(&n.op)).collect();
     let mut scratch = vec![0f32; nodes.len() * block];
+    let spread_scalars: Vec<Option<Vec<f32>>> = (data.iter())
+        .map(|d| match d.slice() {
+            [v] if len != 1 => Some(vec![*v; block]),
+            _ => None,
+        })
+        .collect();
     let mut donor_block = vec![0f32; if donor.is_some() { block } else { 0 }];
     let mut fold = reduce.map(|r| RowFold::new(r.op));
     let mut start = base;
@@ -353,17 +378,21 @@ fn run_range(
             for (slot, a) in args.iter_mut().zip(&node.args) {
                 *slot = match *a {
                     Arg::Input(k) if Some(k) == donor => &donor_block[..n],
-                    // A rank-0 input (read by a broadcast) is its one element.
-                    Arg::Input(k) => match data[k].slice() {
-                        s if s.len() == len => &s[start..start + n],
-                        s => &s[..1],
+                    // A rank-0 input is its one element for a broadcast,
+                    // spread over the block for any other node (a select's
+                    // scalar predicate).
+                    Arg::Input(k) => match (data[k].slice(), &spread_scalars[k]) {
+                        (s, _) if s.len() == len => &s[start..start + n],
+                        (_, Some(b)) if !matches!(node.op, Op::BroadcastInDim { .. }) => &b[..n],
+                        (s, _) => &s[..1],
                     },
                     Arg::Node(i) => &done[i * block..i * block + n],
                 };
             }
-            match consts[j] {
-                Some(v) => dst.fill(v),
-                None => node_block(isa, &node.op, &args[..node.args.len()], dst)?,
+            match (consts[j], &spreads[j]) {
+                (Some(v), _) => dst.fill(v),
+                (None, Some((k, map))) => spread_block(data[*k].slice(), map, start, dst),
+                (None, None) => node_block(isa, &node.op, &args[..node.args.len()], dst)?,
             }
             carry[j].round(dst);
         }
@@ -383,6 +412,80 @@ fn give_back(data: Vec<InputData<'_>>, pool: &mut Pool) {
             let n = v.len();
             pool.give(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&[n]), v).expect("1-d")));
         }
+    }
+}
+
+/// One dimension a broadcast's result varies its operand along: result
+/// element `i` reads operand element `Σ ((i / pitch) % extent) * stride`
+/// over the dimensions of its [`spread_map`].
+#[derive(Clone, Copy, Debug)]
+struct Spread {
+    pitch: usize,
+    extent: usize,
+    stride: usize,
+}
+
+/// The index map of a `broadcast_in_dim` of an operand of shape `from`
+/// (operand dimension `j` at result dimension `dims[j]`) to `to`: one
+/// [`Spread`] per operand dimension longer than 1, in operand order (so
+/// pitches decrease: an ordered broadcast).
+fn spread_map(from: &[usize], dims: &[usize], to: &[usize]) -> Vec<Spread> {
+    (0..from.len())
+        .filter(|&j| from[j] != 1)
+        .map(|j| Spread {
+            pitch: to[dims[j] + 1..].iter().product(),
+            extent: to[dims[j]],
+            stride: from[j + 1..].iter().product(),
+        })
+        .collect()
+}
+
+/// Per node of a chain: for a broadcast of an input of another shape than
+/// the result's, that input and its index map.
+fn spreads(nodes: &[FusedNode], inputs: &[&HostTensor]) -> Vec<Option<(usize, Vec<Spread>)>> {
+    nodes
+        .iter()
+        .map(|n| match (&n.op, n.args.first()) {
+            (Op::BroadcastInDim { dims, .. }, Some(&Arg::Input(k))) if !dims.is_empty() => {
+                Some((k, spread_map(inputs[k].shape(), dims, &n.ty.shape)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Result elements `start..start + out.len()` of a broadcast of `from`
+/// under `map`: runs of one operand element (where every varying
+/// dimension's pitch exceeds 1) or of consecutive operand elements along
+/// the innermost dimension, each found with a few divisions.
+fn spread_block(from: &[f32], map: &[Spread], start: usize, out: &mut [f32]) {
+    let at = |i: usize| map.iter().map(|m| (i / m.pitch) % m.extent * m.stride).sum::<usize>();
+    let end = start + out.len();
+    let step = map.iter().map(|m| m.pitch).min().unwrap_or(usize::MAX);
+    let mut i = start;
+    if step > 1 {
+        // Each aligned run of `step` result elements reads one operand element.
+        while i < end {
+            let run = (i / step + 1).saturating_mul(step).min(end);
+            out[i - start..run - start].fill(from[at(i)]);
+            i = run;
+        }
+        return;
+    }
+    // The innermost dimension has pitch 1: along it, the operand steps by its stride.
+    let inner = *map.iter().find(|m| m.pitch == 1).expect("a dimension of pitch 1");
+    while i < end {
+        let run = (i / inner.extent + 1).saturating_mul(inner.extent).min(end);
+        let base = at(i);
+        let dst = &mut out[i - start..run - start];
+        if inner.stride == 1 {
+            dst.copy_from_slice(&from[base..base + dst.len()]);
+        } else {
+            for (e, o) in dst.iter_mut().enumerate() {
+                *o = from[base + e * inner.stride];
+            }
+        }
+        i = run;
     }
 }
 
@@ -504,6 +607,35 @@ pub(crate) fn single(op: &Op, inputs: &[&HostTensor], pool: &mut Pool, isa: Isa)
 mod tests {
     use super::*;
     use weft_ir::TensorType;
+
+    /// Ordered broadcasts of operands of other shapes are read through
+    /// their index maps on the fast path (the equality tests in
+    /// `tests/kernels/fast_cpu.rs` would pass on the fallback too).
+    #[test]
+    fn broadcast_chains_run_on_the_fast_path() {
+        let f = TensorType::new(DType::F32, vec![4, 3]);
+        let node = |op, args| FusedNode { op, args, ty: f.clone() };
+        let chain = FusedChain {
+            inputs: vec![],
+            nodes: vec![
+                node(Op::BroadcastInDim { dims: vec![1], shape: vec![4, 3] }, vec![Arg::Input(1)]),
+                node(Op::Binary(BinaryOp::Add), vec![Arg::Input(0), Arg::Node(0)]),
+                node(Op::BroadcastInDim { dims: vec![0], shape: vec![4, 3] }, vec![Arg::Input(2)]),
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)]),
+            ],
+            output: weft_ir::device::BufferId(0),
+            intermediates: vec![],
+            kept: vec![],
+            members: vec![0],
+        };
+        let x = HostTensor::from_f32(&[4, 3], (0..12).map(|i| i as f32).collect()).unwrap();
+        let bias = HostTensor::from_f32(&[3], vec![100.0, 200.0, 300.0]).unwrap();
+        let scale = HostTensor::from_f32(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let mut pool = Pool::default();
+        let got = fused(&chain, &[&x, &bias, &scale], &mut pool, 1, Isa::detect()).expect("the fast path");
+        let want: Vec<f64> = (0..12).map(|i| ((i as f64) + 100.0 * (1 + i % 3) as f64) * (1 + i / 3) as f64).collect();
+        assert_eq!(got.to_f64_vec(), want);
+    }
 
     /// The half-precision paths are taken, not left to the interpreter
     /// (the equality tests in `tests/kernels/fast_cpu.rs` would pass either way).

@@ -130,7 +130,7 @@ impl Backend for FastCpuBackend {
     }
 
     fn fusion(&self) -> FusionOptions {
-        FusionOptions::ALL
+        FusionOptions { broadcasts: true, ..FusionOptions::ALL }
     }
 
     fn free(&self, b: HostTensor) {

@@ -303,6 +303,71 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
 /// interpreter's values to 1e-5 (its sums fold in another order), for rows
 /// within one block, rows of several blocks, rows that fit neither (run
 /// node by node) and half-precision splats.
+/// Chains that read operands of other shapes through ordered broadcasts (a
+/// layer norm's `(x - mean) * rstd * g + b`: statistics spread over
+/// features, a scale and bias over rows, one operand with a dimension of
+/// 1, one in bf16) equal their nodes run one by one, bitwise, on any
+/// number of threads, in any vectors, and into a donated input.
+#[test]
+fn fused_broadcasts_equal_their_nodes_run_one_by_one() {
+    let mut rng = Rng::new(17);
+    for shape in [vec![3, 37, 50], vec![4, 128, 300], vec![2, 1, 5]] {
+        let (b, t, c) = (shape[0], shape[1], shape[2]);
+        let f = ty(DType::F32, &shape);
+        let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: f.clone() };
+        let spread =
+            |dims: Vec<usize>, k: usize| node(Op::BroadcastInDim { dims, shape: shape.clone() }, vec![Arg::Input(k)]);
+        let chain = FusedChain {
+            inputs: vec![],
+            nodes: vec![
+                spread(vec![0, 1], 1),
+                node(Op::Binary(BinaryOp::Sub), vec![Arg::Input(0), Arg::Node(0)]),
+                spread(vec![0, 1, 2], 2),
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)]),
+                spread(vec![2], 3),
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(3), Arg::Node(4)]),
+                FusedNode {
+                    op: Op::BroadcastInDim { dims: vec![2], shape: shape.clone() },
+                    args: vec![Arg::Input(4)],
+                    ty: ty(DType::BF16, &shape),
+                },
+                node(Op::Convert { to: DType::F32 }, vec![Arg::Node(6)]),
+                node(Op::Binary(BinaryOp::Add), vec![Arg::Node(5), Arg::Node(7)]),
+                spread(vec![1, 2], 5),
+                node(Op::Binary(BinaryOp::Add), vec![Arg::Node(8), Arg::Node(9)]),
+            ],
+            output: weft_ir::device::BufferId(0),
+            intermediates: vec![],
+            kept: vec![],
+            members: vec![0],
+        };
+        let ins = [
+            with_specials(&mut rng, &shape),
+            f32s(&mut rng, &[b, t], -1.0, 1.0),
+            f32s(&mut rng, &[b, t, 1], 0.5, 2.0),
+            f32s(&mut rng, &[c], -2.0, 2.0),
+            f32s(&mut rng, &[c], -1.0, 1.0).convert(DType::BF16),
+            f32s(&mut rng, &[t, c], -1.0, 1.0),
+        ];
+        let refs: Vec<&HostTensor> = ins.iter().collect();
+        let slow = FastCpuBackend::new();
+        let want = weft_runtime::compute_unfused(&slow, &chain, &refs).unwrap().remove(0);
+        let interp = weft_runtime::compute_unfused(&weft_runtime::CpuBackend::new(), &chain, &refs).unwrap().remove(0);
+        assert!(want.bitwise_eq(&interp), "{shape:?}: node by node differs from the interpreter");
+        for isa in Isa::available() {
+            for threads in [1, 2, 3] {
+                let be = FastCpuBackend::new().with_threads(threads).with_isa(isa);
+                let got = be.compute_fused(&chain, &refs).unwrap().remove(0);
+                assert!(got.bitwise_eq(&want), "{shape:?} on {threads} threads in {isa:?}");
+                let mut into: Vec<Option<&HostTensor>> = refs.iter().map(|&t| Some(t)).collect();
+                into[0] = None;
+                let got = be.compute_fused_into(&chain, &into, 0, ins[0].clone()).unwrap().remove(0);
+                assert!(got.bitwise_eq(&want), "{shape:?} into the donor on {threads} threads in {isa:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
     let be = FastCpuBackend::new();

@@ -173,7 +173,7 @@ impl Compiled {
         match self {
             Compiled::Remote(_) => Ok(Vec::new()),
             Compiled::Spanning(f) => f.local_rows(i),
-            _ => Ok(vec![0..rows]),
+            _ => Ok(std::iter::once(0..rows).collect()),
         }
     }
 

@@ -300,7 +300,7 @@ impl SpanningFunction {
         let g = &self.pf.inputs[i];
         let n = g.ty.shape.first().copied().unwrap_or(1);
         if g.ty.rank() == 0 || !g.sharding.unreduced.is_empty() {
-            return Ok(vec![0..n]);
+            return Ok(std::iter::once(0..n).collect());
         }
         let mut rows = Vec::with_capacity(self.local.len());
         for &d in &self.local {
