@@ -255,7 +255,11 @@ fn data_and_loss_scaling_under_stages_on_processes_equal_one_process() {
             })
             .collect()
     };
-    let four = format!("{model}{data}").replace("stages = 2", "stages = 4");
+    // With dropout: the stages' PRNG key is an input of each stage's
+    // functions, but not data.
+    let four = format!("{model}{data}")
+        .replace("stages = 2", "stages = 4")
+        .replace("batch = 8\n", "batch = 8\ndropout = 0.1\n");
     let cases = [
         ("data", format!("{model}{data}"), "data=2,stage=2"),
         ("data-4", four, "stage=4"),

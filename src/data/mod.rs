@@ -90,7 +90,7 @@ pub struct Split {
     inputs: Vec<InputSpec>,
     sampler: Sampler,
     files: Vec<FileId>,
-    /// Rows (examples or windows) read by [`Split::rows`] so far.
+    /// Rows (examples or windows) read by [`Split::part`] so far.
     rows_read: AtomicU64,
 }
 

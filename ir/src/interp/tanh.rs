@@ -6,7 +6,8 @@
 //! and as a library call it is one scalar call per element (about 7 ns on
 //! this project's 2-core VM), which made the GELU of a GPT step 13% of
 //! it. This one is a fixed sequence of IEEE `f64` operations with no call
-//! and no branch, so it is the same on every machine and compiles to
+//! (its two selects compile to blends, not branches), so it is the same on
+//! every machine and compiles to
 //! vector code in the backends' loops ([`crate::interp::scalar`]; the fast
 //! CPU backend's run it in the widest vectors the CPU has).
 //!
@@ -66,7 +67,7 @@ pub fn tanh_f32(x: f32) -> f32 {
     let shifted = y * std::f64::consts::LOG2_E + ROUND;
     let k = shifted - ROUND;
     let r = (y - k * LN2_HI) - k * LN2_LO;
-    // 2^k from the integer in the sum's low bits (0 ≤ k ≤ 28).
+    // 2^k from the integer in the sum's low bits (0 ≤ k ≤ 27).
     let two_k = f64::from_bits((shifted.to_bits().wrapping_add(1023)) << 52);
     let e = two_k * expm1_reduced(r) + (two_k - 1.0);
     let t = (e / (e + 2.0)) as f32;

@@ -273,6 +273,11 @@ pub(crate) fn fused_into(
         return Err(donor);
     }
     let spreads = spreads(&chain.nodes, &inputs.iter().map(|t| t.unwrap_or(&donor)).collect::<Vec<_>>());
+    if spreads.iter().flatten().any(|(k, _)| *k == into) {
+        // A broadcast reads the donor through its index map (a broadcast
+        // to its own shape, as partitioning may leave): not in place.
+        return Err(donor);
+    }
     let HostTensor::F32(a) = donor else { unreachable!("checked above") };
     let len = a.len();
     let (mut out, offset) = a.into_raw_vec_and_offset();

@@ -366,6 +366,28 @@ fn fused_broadcasts_equal_their_nodes_run_one_by_one() {
             }
         }
     }
+    // A broadcast to its own shape (as partitioning leaves `[1, C] -> [B, C]`
+    // on a device with one row) reading the donated input: not in place,
+    // and the same bits.
+    let shape = [1, 7];
+    let f = ty(DType::F32, &shape);
+    let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: f.clone() };
+    let chain = FusedChain {
+        inputs: vec![],
+        nodes: vec![
+            node(Op::BroadcastInDim { dims: vec![0, 1], shape: shape.to_vec() }, vec![Arg::Input(0)]),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+        ],
+        output: weft_ir::device::BufferId(0),
+        intermediates: vec![],
+        kept: vec![],
+        members: vec![0],
+    };
+    let (x, y) = (f32s(&mut rng, &shape, -1.0, 1.0), f32s(&mut rng, &shape, -1.0, 1.0));
+    let be = FastCpuBackend::new();
+    let want = weft_runtime::compute_unfused(&be, &chain, &[&x, &y]).unwrap().remove(0);
+    let got = be.compute_fused_into(&chain, &[None, Some(&y)], 0, x.clone()).unwrap().remove(0);
+    assert!(got.bitwise_eq(&want), "a broadcast of the donor");
 }
 
 #[test]

@@ -1322,7 +1322,10 @@ impl super::Executor for PipelineExecutor {
         let (mut inputs, mut rows) = (std::collections::BTreeSet::new(), Vec::new());
         for st in self.stages.iter().filter(|st| !st.forward.is_remote()) {
             let np = st.fns.params.len();
-            for (j, name) in st.fns.batch.iter().enumerate() {
+            // The step's batch inputs only: a stage's `batch` also holds
+            // its PRNG key (`rng`, with dropout), which is not read from data.
+            let read = st.fns.batch.iter().enumerate().filter(|(_, name)| step.batch.iter().any(|(b, _)| b == *name));
+            for (j, name) in read {
                 inputs.insert(name.clone());
                 for f in [&st.forward, &st.backward] {
                     for r in f.input_rows(np + j, per)? {
