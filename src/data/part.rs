@@ -63,11 +63,6 @@ impl BatchPart {
         self.inputs.as_ref().is_none_or(|s| s.contains(name))
     }
 
-    /// The inputs read (`None`: every input).
-    pub fn inputs(&self) -> Option<&BTreeSet<String>> {
-        self.inputs.as_ref()
-    }
-
     /// Rows in the part.
     pub fn len(&self) -> usize {
         self.rows.iter().map(|r| r.len()).sum()
@@ -90,18 +85,6 @@ impl BatchPart {
     /// Whether it is every row (of `rows`) of every input.
     pub fn is_whole(&self, rows: usize) -> bool {
         self.single() == Some(0..rows)
-    }
-
-    /// Where global row `row` lies in the part's tensors (`None`: not read).
-    pub fn position(&self, row: usize) -> Option<usize> {
-        let mut at = 0;
-        for r in &self.rows {
-            if r.contains(&row) {
-                return Some(at + row - r.start);
-            }
-            at += r.len();
-        }
-        None
     }
 
     /// `t` (this part's rows of one input) as that input's whole tensor
@@ -147,11 +130,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_are_sorted_and_merged_and_positions_count_through_them() {
+    fn ranges_are_sorted_and_merged() {
         let p = BatchPart::new([6..7, 0..1, 2..3, 3..4, 4..4], Some(["tokens".to_string()].into()));
         assert_eq!(p.ranges(), &[0..1, 2..4, 6..7]);
         assert_eq!(p.len(), 4);
-        assert_eq!((p.position(0), p.position(1), p.position(3), p.position(6)), (Some(0), None, Some(2), Some(3)));
         assert!(p.reads("tokens") && !p.reads("targets"));
         assert_eq!(p.to_string(), "rows 0..1, 2..4, 6..7 (tokens)");
         assert_eq!(p.single(), None);

@@ -269,10 +269,12 @@ pub(crate) fn fused_into(
     let fits = matches!(&donor, HostTensor::F32(a) if a.is_standard_layout() && a.shape() == last.ty.shape.as_slice())
         && last.ty.dtype == DType::F32
         && !matches!(last.op, Op::Reduce { .. });
-    if !fits || !supported(&chain.nodes, &inputs.iter().map(|t| t.unwrap_or(&donor)).collect::<Vec<_>>()) {
+    let all: Vec<&HostTensor> = inputs.iter().map(|t| t.unwrap_or(&donor)).collect();
+    if !fits || !supported(&chain.nodes, &all) {
         return Err(donor);
     }
-    let spreads = spreads(&chain.nodes, &inputs.iter().map(|t| t.unwrap_or(&donor)).collect::<Vec<_>>());
+    let spreads = spreads(&chain.nodes, &all);
+    drop(all);
     if spreads.iter().flatten().any(|(k, _)| *k == into) {
         // A broadcast reads the donor through its index map (a broadcast
         // to its own shape, as partitioning may leave): not in place.
@@ -360,10 +362,15 @@ fn run_range(
     // Each splat constant's element, as the interpreter materialises it.
     let consts: Vec<Option<f32>> = nodes.iter().map(|n| splat_value(&n.op)).collect();
     let mut scratch = vec![0f32; nodes.len() * block];
-    let spread_scalars: Vec<Option<Vec<f32>>> = (data.iter())
-        .map(|d| match d.slice() {
-            [v] if len != 1 => Some(vec![*v; block]),
-            _ => None,
+    // A rank-0 input that a node other than a broadcast reads (a select's
+    // scalar predicate), spread over a block once.
+    let spread_scalars: Vec<Option<Vec<f32>>> = (data.iter().enumerate())
+        .map(|(k, d)| {
+            let read = |n: &FusedNode| !matches!(n.op, Op::BroadcastInDim { .. }) && n.args.contains(&Arg::Input(k));
+            match d.slice() {
+                [v] if len != 1 && nodes.iter().any(read) => Some(vec![*v; block]),
+                _ => None,
+            }
         })
         .collect();
     let mut donor_block = vec![0f32; if donor.is_some() { block } else { 0 }];
@@ -383,12 +390,12 @@ fn run_range(
             for (slot, a) in args.iter_mut().zip(&node.args) {
                 *slot = match *a {
                     Arg::Input(k) if Some(k) == donor => &donor_block[..n],
-                    // A rank-0 input is its one element for a broadcast,
-                    // spread over the block for any other node (a select's
-                    // scalar predicate).
+                    // A rank-0 input is its one element for a broadcast
+                    // (which reads element 0), spread over the block where
+                    // another node reads it.
                     Arg::Input(k) => match (data[k].slice(), &spread_scalars[k]) {
                         (s, _) if s.len() == len => &s[start..start + n],
-                        (_, Some(b)) if !matches!(node.op, Op::BroadcastInDim { .. }) => &b[..n],
+                        (_, Some(b)) => &b[..n],
                         (s, _) => &s[..1],
                     },
                     Arg::Node(i) => &done[i * block..i * block + n],
@@ -640,6 +647,22 @@ mod tests {
         let got = fused(&chain, &[&x, &bias, &scale], &mut pool, 1, Isa::detect()).expect("the fast path");
         let want: Vec<f64> = (0..12).map(|i| ((i as f64) + 100.0 * (1 + i % 3) as f64) * (1 + i / 3) as f64).collect();
         assert_eq!(got.to_f64_vec(), want);
+        // A select on a scalar predicate (spread over the block): both ways.
+        let node = |op, args| FusedNode { op, args, ty: f.clone() };
+        let chain = FusedChain {
+            nodes: vec![
+                node(Op::Binary(BinaryOp::Mul), vec![Arg::Input(0), Arg::Input(1)]),
+                node(Op::Select, vec![Arg::Input(2), Arg::Node(0), Arg::Input(0)]),
+            ],
+            ..chain
+        };
+        let y = HostTensor::from_f32(&[4, 3], vec![2.0; 12]).unwrap();
+        for p in [true, false] {
+            let pred = HostTensor::Bool(ndarray::ArrayD::from_elem(IxDyn(&[]), p));
+            let got = fused(&chain, &[&x, &y, &pred], &mut pool, 1, Isa::detect()).expect("the fast path");
+            let want: Vec<f64> = (0..12).map(|i| if p { 2.0 * i as f64 } else { i as f64 }).collect();
+            assert_eq!(got.to_f64_vec(), want, "predicate {p}");
+        }
     }
 
     /// The half-precision paths are taken, not left to the interpreter

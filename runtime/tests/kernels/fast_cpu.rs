@@ -16,6 +16,18 @@ fn f32s(rng: &mut Rng, shape: &[usize], lo: f64, hi: f64) -> HostTensor {
     random(rng, &ty(DType::F32, shape), lo, hi)
 }
 
+/// A chain of `nodes` (its buffers do not matter to a backend's compute).
+fn chain_of(nodes: Vec<FusedNode>) -> FusedChain {
+    FusedChain {
+        inputs: vec![],
+        nodes,
+        output: weft_ir::device::BufferId(0),
+        intermediates: vec![],
+        kept: vec![],
+        members: vec![0],
+    }
+}
+
 /// Random values with zeros of both signs, infinities and NaN mixed in.
 fn with_specials(rng: &mut Rng, shape: &[usize]) -> HostTensor {
     let t = f32s(rng, shape, -3.0, 3.0);
@@ -178,21 +190,14 @@ fn fused_chains_split_over_threads_are_bitwise_one_threads() {
     let f = ty(DType::F32, &shape);
     let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: f.clone() };
     // tanh(x) * y - x / (1 + e^y): the shape of GELU's pieces.
-    let chain = FusedChain {
-        inputs: vec![],
-        nodes: vec![
-            node(Op::Unary(UnaryOp::Tanh), vec![Arg::Input(0)]),
-            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
-            node(Op::Unary(UnaryOp::Exp), vec![Arg::Input(1)]),
-            node(Op::Unary(UnaryOp::Log1p), vec![Arg::Node(2)]),
-            node(Op::Binary(BinaryOp::Div), vec![Arg::Input(0), Arg::Node(3)]),
-            node(Op::Binary(BinaryOp::Sub), vec![Arg::Node(1), Arg::Node(4)]),
-        ],
-        output: weft_ir::device::BufferId(0),
-        intermediates: vec![],
-        kept: vec![],
-        members: vec![0],
-    };
+    let chain = chain_of(vec![
+        node(Op::Unary(UnaryOp::Tanh), vec![Arg::Input(0)]),
+        node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+        node(Op::Unary(UnaryOp::Exp), vec![Arg::Input(1)]),
+        node(Op::Unary(UnaryOp::Log1p), vec![Arg::Node(2)]),
+        node(Op::Binary(BinaryOp::Div), vec![Arg::Input(0), Arg::Node(3)]),
+        node(Op::Binary(BinaryOp::Sub), vec![Arg::Node(1), Arg::Node(4)]),
+    ]);
     let (x, y) = (with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -3.0, 3.0));
     let fresh = |threads: usize| {
         FastCpuBackend::new().with_threads(threads).compute_fused(&chain, &[&x, &y]).unwrap().remove(0)
@@ -239,23 +244,16 @@ fn fused_chains_equal_their_nodes_run_one_by_one() {
     let b = ty(DType::Bool, &shape);
     // relu'(x) * dy - x / (1 + e^x), with a bool intermediate and a convert.
     let node = |op, args: Vec<Arg>, t: &weft_ir::TensorType| FusedNode { op, args, ty: t.clone() };
-    let chain = FusedChain {
-        inputs: vec![],
-        nodes: vec![
-            node(Op::Compare(CompareOp::Gt), vec![Arg::Input(0), Arg::Input(2)], &b),
-            node(Op::Select, vec![Arg::Node(0), Arg::Input(1), Arg::Input(2)], &f),
-            node(Op::Convert { to: DType::F32 }, vec![Arg::Node(0)], &f),
-            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)], &f),
-            node(Op::Unary(UnaryOp::Exp), vec![Arg::Input(0)], &f),
-            node(Op::Unary(UnaryOp::Log1p), vec![Arg::Node(4)], &f),
-            node(Op::Binary(BinaryOp::Div), vec![Arg::Input(0), Arg::Node(5)], &f),
-            node(Op::Binary(BinaryOp::Sub), vec![Arg::Node(3), Arg::Node(6)], &f),
-        ],
-        output: weft_ir::device::BufferId(0),
-        intermediates: vec![],
-        kept: vec![],
-        members: vec![0],
-    };
+    let chain = chain_of(vec![
+        node(Op::Compare(CompareOp::Gt), vec![Arg::Input(0), Arg::Input(2)], &b),
+        node(Op::Select, vec![Arg::Node(0), Arg::Input(1), Arg::Input(2)], &f),
+        node(Op::Convert { to: DType::F32 }, vec![Arg::Node(0)], &f),
+        node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)], &f),
+        node(Op::Unary(UnaryOp::Exp), vec![Arg::Input(0)], &f),
+        node(Op::Unary(UnaryOp::Log1p), vec![Arg::Node(4)], &f),
+        node(Op::Binary(BinaryOp::Div), vec![Arg::Input(0), Arg::Node(5)], &f),
+        node(Op::Binary(BinaryOp::Sub), vec![Arg::Node(3), Arg::Node(6)], &f),
+    ]);
     let ins = [with_specials(&mut rng, &shape), f32s(&mut rng, &shape, -1.0, 1.0), HostTensor::zeros(&f)];
     let refs: Vec<&HostTensor> = ins.iter().collect();
     let fused = be.compute_fused(&chain, &refs).unwrap().remove(0);
@@ -317,30 +315,23 @@ fn fused_broadcasts_equal_their_nodes_run_one_by_one() {
         let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: f.clone() };
         let spread =
             |dims: Vec<usize>, k: usize| node(Op::BroadcastInDim { dims, shape: shape.clone() }, vec![Arg::Input(k)]);
-        let chain = FusedChain {
-            inputs: vec![],
-            nodes: vec![
-                spread(vec![0, 1], 1),
-                node(Op::Binary(BinaryOp::Sub), vec![Arg::Input(0), Arg::Node(0)]),
-                spread(vec![0, 1, 2], 2),
-                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)]),
-                spread(vec![2], 3),
-                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(3), Arg::Node(4)]),
-                FusedNode {
-                    op: Op::BroadcastInDim { dims: vec![2], shape: shape.clone() },
-                    args: vec![Arg::Input(4)],
-                    ty: ty(DType::BF16, &shape),
-                },
-                node(Op::Convert { to: DType::F32 }, vec![Arg::Node(6)]),
-                node(Op::Binary(BinaryOp::Add), vec![Arg::Node(5), Arg::Node(7)]),
-                spread(vec![1, 2], 5),
-                node(Op::Binary(BinaryOp::Add), vec![Arg::Node(8), Arg::Node(9)]),
-            ],
-            output: weft_ir::device::BufferId(0),
-            intermediates: vec![],
-            kept: vec![],
-            members: vec![0],
-        };
+        let chain = chain_of(vec![
+            spread(vec![0, 1], 1),
+            node(Op::Binary(BinaryOp::Sub), vec![Arg::Input(0), Arg::Node(0)]),
+            spread(vec![0, 1, 2], 2),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)]),
+            spread(vec![2], 3),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(3), Arg::Node(4)]),
+            FusedNode {
+                op: Op::BroadcastInDim { dims: vec![2], shape: shape.clone() },
+                args: vec![Arg::Input(4)],
+                ty: ty(DType::BF16, &shape),
+            },
+            node(Op::Convert { to: DType::F32 }, vec![Arg::Node(6)]),
+            node(Op::Binary(BinaryOp::Add), vec![Arg::Node(5), Arg::Node(7)]),
+            spread(vec![1, 2], 5),
+            node(Op::Binary(BinaryOp::Add), vec![Arg::Node(8), Arg::Node(9)]),
+        ]);
         let ins = [
             with_specials(&mut rng, &shape),
             f32s(&mut rng, &[b, t], -1.0, 1.0),
@@ -372,17 +363,10 @@ fn fused_broadcasts_equal_their_nodes_run_one_by_one() {
     let shape = [1, 7];
     let f = ty(DType::F32, &shape);
     let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: f.clone() };
-    let chain = FusedChain {
-        inputs: vec![],
-        nodes: vec![
-            node(Op::BroadcastInDim { dims: vec![0, 1], shape: shape.to_vec() }, vec![Arg::Input(0)]),
-            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
-        ],
-        output: weft_ir::device::BufferId(0),
-        intermediates: vec![],
-        kept: vec![],
-        members: vec![0],
-    };
+    let chain = chain_of(vec![
+        node(Op::BroadcastInDim { dims: vec![0, 1], shape: shape.to_vec() }, vec![Arg::Input(0)]),
+        node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+    ]);
     let (x, y) = (f32s(&mut rng, &shape, -1.0, 1.0), f32s(&mut rng, &shape, -1.0, 1.0));
     let be = FastCpuBackend::new();
     let want = weft_runtime::compute_unfused(&be, &chain, &[&x, &y]).unwrap().remove(0);
@@ -406,21 +390,14 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
         let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).map(|d| shape[d]).collect();
         let node = |op, args: Vec<Arg>, t: &weft_ir::TensorType| FusedNode { op, args, ty: t.clone() };
         // sum((x - broadcast(lr) * g) * 0.5)
-        let chain = FusedChain {
-            inputs: vec![],
-            nodes: vec![
-                node(Op::BroadcastInDim { dims: vec![], shape: shape.clone() }, vec![Arg::Input(0)], &f),
-                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)], &f),
-                node(Op::Binary(BinaryOp::Sub), vec![Arg::Input(2), Arg::Node(1)], &f),
-                node(Op::Constant(weft_ir::Literal::splat(f.clone(), 0.5)), vec![], &f),
-                node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(2), Arg::Node(3)], &f),
-                node(Op::Reduce { op, dims: dims.clone() }, vec![Arg::Node(4)], &ty(DType::F32, &kept)),
-            ],
-            output: weft_ir::device::BufferId(0),
-            intermediates: vec![],
-            kept: vec![],
-            members: vec![0],
-        };
+        let chain = chain_of(vec![
+            node(Op::BroadcastInDim { dims: vec![], shape: shape.clone() }, vec![Arg::Input(0)], &f),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)], &f),
+            node(Op::Binary(BinaryOp::Sub), vec![Arg::Input(2), Arg::Node(1)], &f),
+            node(Op::Constant(weft_ir::Literal::splat(f.clone(), 0.5)), vec![], &f),
+            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(2), Arg::Node(3)], &f),
+            node(Op::Reduce { op, dims: dims.clone() }, vec![Arg::Node(4)], &ty(DType::F32, &kept)),
+        ]);
         let ins = [
             HostTensor::from_f32(&[], vec![0.01]).unwrap(),
             with_specials(&mut rng, &shape),
@@ -437,19 +414,12 @@ fn fused_splats_and_reductions_equal_their_nodes_run_one_by_one() {
     let shape = [17, 30];
     let h = ty(DType::BF16, &shape);
     let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: h.clone() };
-    let chain = FusedChain {
-        inputs: vec![],
-        nodes: vec![
-            node(Op::BroadcastInDim { dims: vec![], shape: shape.to_vec() }, vec![Arg::Input(0)]),
-            node(Op::Constant(weft_ir::Literal::splat(h.clone(), 0.1)), vec![]),
-            node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
-            node(Op::Binary(BinaryOp::Add), vec![Arg::Node(2), Arg::Node(1)]),
-        ],
-        output: weft_ir::device::BufferId(0),
-        intermediates: vec![],
-        kept: vec![],
-        members: vec![0],
-    };
+    let chain = chain_of(vec![
+        node(Op::BroadcastInDim { dims: vec![], shape: shape.to_vec() }, vec![Arg::Input(0)]),
+        node(Op::Constant(weft_ir::Literal::splat(h.clone(), 0.1)), vec![]),
+        node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(1)]),
+        node(Op::Binary(BinaryOp::Add), vec![Arg::Node(2), Arg::Node(1)]),
+    ]);
     let ins = [
         HostTensor::from_f32(&[], vec![0.3]).unwrap().convert(DType::BF16),
         f32s(&mut rng, &shape, -2.0, 2.0).convert(DType::BF16),
