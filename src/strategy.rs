@@ -258,10 +258,13 @@ pub fn annotated_module(
         (0..f.params.len()).map(|i| (i, f.param_name(i))).filter(|(_, n)| InputRole::of(n) != InputRole::Key).collect();
     let name_refs: Vec<&str> = inputs.iter().map(|(_, n)| n.as_str()).collect();
     let err = |message: String| Error::Model { what: "[shardings]".into(), message };
-    let unmatched = rules.unmatched(&name_refs);
+    let value_names = named_values(&module);
+    let mut all_names = name_refs.clone();
+    all_names.extend(value_names.iter().map(|(_, _, n)| n.as_str()));
+    let unmatched = rules.unmatched(&all_names);
     if !unmatched.is_empty() {
         return Err(err(format!(
-            "{} match{} no parameter or batch input of @{} (its inputs: {})",
+            "{} match{} no parameter, batch input or named value of @{} (its inputs: {})",
             unmatched.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", "),
             if unmatched.len() == 1 { "es" } else { "" },
             model.loss,
@@ -347,7 +350,71 @@ pub fn annotated_module(
     let sh = shardings(strategy, &params, &batch, tc.optimizer.slots(), axes);
     let inputs = sh.configure(tc);
     crate::models::model::annotate(&mut module, &model.loss, &inputs)?;
+    // Named activations: a `[shardings]` rule, an annotation in the
+    // program, or under tp the model's rules (Megatron's sequence
+    // parallelism: the residual stream split over `model` by position).
+    for (fi, v, name) in value_names {
+        let f = &mut module.functions[fi];
+        let ty = f.ty(v).clone();
+        let (rule, what) = match (rules.first(&name), &f.value(v).sharding) {
+            (Some(r), _) => (r, None),
+            (None, Some(_)) => continue,
+            (None, None) => match model.tp_rules.first(&name).filter(|_| tp) {
+                Some(r) => (r, Some(model.label.clone())),
+                None => continue,
+            },
+        };
+        let mut s = rule.value.clone();
+        if s.rank() != ty.rank() {
+            let message =
+                format!("`{}` = \"{}\" has rank {}, but %{name} of @{} is {ty}", rule.pattern, s, s.rank(), f.name);
+            return Err(match what {
+                Some(label) => Error::Model { what: label, message },
+                None => err(message),
+            });
+        }
+        match what {
+            // The model's rules use the axes the mesh has, and constrain
+            // nothing where it has none of theirs.
+            Some(_) => {
+                for d in &mut s.dims {
+                    d.axes.retain(|a| axes.contains(&a.as_str()));
+                }
+                s.unreduced.retain(|a| axes.contains(&a.as_str()));
+                if s.axes().next().is_none() {
+                    continue;
+                }
+            }
+            None => {
+                if let Some(a) = s.axes().find(|a| !axes.contains(a)) {
+                    return Err(err(format!(
+                        "`{}` = \"{}\" names the axis `{a}`, which the mesh does not have (its axes: {})",
+                        rule.pattern,
+                        rule.value,
+                        axes.join(", ")
+                    )));
+                }
+            }
+        }
+        f.values[v.index()].sharding = Some(s);
+    }
     Ok(module)
+}
+
+/// Every named instruction result of every function of `module`: its
+/// function's index, the value, its name.
+pub fn named_values(module: &Module) -> Vec<(usize, weft_ir::ValueId, String)> {
+    let mut out = Vec::new();
+    for (fi, f) in module.functions.iter().enumerate() {
+        for (_, inst) in f.iter_insts() {
+            for &r in &inst.results {
+                if let Some(n) = &f.value(r).name {
+                    out.push((fi, r, n.clone()));
+                }
+            }
+        }
+    }
+    out
 }
 
 fn sharding(dims: &[Vec<&str>]) -> TensorSharding {

@@ -209,8 +209,17 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
             // A broadcast parameter (a layer-norm gain) sharded like its
             // FSDP shard meets batch-sharded activations: propagation must
             // reshard the small parameter, not all-to-all the activations.
-            Strategy::Fsdp | Strategy::Zero3 | Strategy::FsdpTp if r.count("all_to_all") > 0 => {
+            // (Under fsdp_tp the GPT's residual stream is split by position
+            // over `model`, sequence parallelism, and meets split features
+            // by all-to-all in the backward pass.)
+            Strategy::Fsdp | Strategy::Zero3 if r.count("all_to_all") > 0 => {
                 failures.push(format!("{tag}: no activation all-to-alls under FSDP: {:?}", r.collectives));
+            }
+            // Sequence parallelism: the partial sums of the GPT's two
+            // row-parallel layers in each of its two blocks are
+            // reduce-scattered by position (the MLP all-reduces them).
+            Strategy::TensorParallel | Strategy::FsdpTp if label == "GPT" && r.count("reduce_scatter") < 4 => {
+                failures.push(format!("{tag}: the residual stream is reduce-scattered: {:?}", r.collectives));
             }
             Strategy::Zero2 if r.count("reduce_scatter") < n_params || big_all_reduces > 0 => {
                 failures.push(format!("{tag}: ZeRO-2 reduce-scatters gradients: {inputs:?}"));

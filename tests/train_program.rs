@@ -463,6 +463,64 @@ fn sharding_rules_compose_with_strategies() {
     assert!(e.contains("a range is for integer inputs"), "{e}");
 }
 
+/// Rules name activations too: the GPT's `residual.*` rule shards its
+/// residual stream by position under tp (sequence parallelism) and nowhere
+/// else, and a `[shardings]` rule annotates a program's named value, with
+/// the same errors as for inputs.
+#[test]
+fn sharding_rules_name_values() {
+    use weft::compiler::train::TrainConfig;
+    use weft::models::{gpt::GptConfig, rules::Rules, Init};
+    use weft::strategy::{annotated_module, Strategy};
+    let rules = |pairs: &[(&str, &str)]| {
+        Rules::new(pairs.iter().map(|(p, s)| (p.to_string(), weft::ir::text::parse_sharding(s).unwrap())))
+    };
+    let sharding_of = |m: &weft::ir::Module, func: &str, name: &str| {
+        let f = m.function(func).unwrap();
+        let v = f.value_by_name(name).unwrap_or_else(|| panic!("@{func} has no %{name}"));
+        f.value(v).sharding.as_ref().map(|s| s.to_string()).unwrap_or_default()
+    };
+    let gpt = weft::Model::gpt(&GptConfig {
+        vocab: 32,
+        seq: 8,
+        d_model: 16,
+        heads: 2,
+        layers: 2,
+        batch: 4,
+        ..Default::default()
+    });
+    let build = |model: &weft::Model, st: Strategy, r: &Rules<weft::ir::TensorSharding>, axes: &[&str]| {
+        annotated_module(st, model, 1, r, &mut TrainConfig::default(), axes)
+    };
+    let none = Rules::default();
+    for st in [Strategy::TensorParallel, Strategy::FsdpTp] {
+        let m = build(&gpt, st, &none, &["data", "model"]).unwrap();
+        for (func, name) in [("block", "residual.attn"), ("block", "residual.mlp"), ("loss", "residual.embed")] {
+            assert_eq!(sharding_of(&m, func, name), "[{?}, {model}, {}]", "{st}: %{name}");
+        }
+    }
+    // Not under dp, and not where the mesh has no `model` axis.
+    let dp = build(&gpt, Strategy::DataParallel, &none, &["data", "model"]).unwrap();
+    assert_eq!(sharding_of(&dp, "block", "residual.attn"), "");
+    let tp_data_only = build(&gpt, Strategy::TensorParallel, &none, &["data"]).unwrap();
+    assert_eq!(sharding_of(&tp_data_only, "block", "residual.mlp"), "");
+    // A program's named value, by a [shardings] rule, under any strategy.
+    let model = || {
+        let module = weft::ir::text::parse_and_verify(LINEAR).unwrap();
+        weft::Model::program("linear", module, "loss", Init::Rules(Rules::default())).unwrap()
+    };
+    let m = build(&model(), Strategy::DataParallel, &rules(&[("e", "[{data}, {?}]")]), &["data"]).unwrap();
+    assert_eq!(sharding_of(&m, "loss", "e"), "[{data}, {?}]");
+    let err =
+        |r: &[(&str, &str)]| build(&model(), Strategy::DataParallel, &rules(r), &["data"]).unwrap_err().to_string();
+    let e = err(&[("e", "[{data}]")]);
+    assert!(e.contains("has rank 1") && e.contains("%e"), "{e}");
+    let e = err(&[("e", "[{model}, {}]")]);
+    assert!(e.contains("names the axis `model`"), "{e}");
+    let e = err(&[("nothing.*", "[{data}]")]);
+    assert!(e.contains("`nothing.*` matches no parameter, batch input or named value"), "{e}");
+}
+
 #[test]
 fn weft_model_refuses_a_toml_output_name() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))

@@ -3,8 +3,11 @@
 //! Sharding propagation (like Shardy after JAX's inlining) works on a single
 //! straight-line function, so calls are inlined first. Values of an inlined
 //! body are renamed `<callee>.<n>.<name>` (`n` counts calls, so every copy
-//! is distinct) and keep their source positions and any sharding
-//! annotations on instruction results. A named call result gives its name
+//! is distinct) and keep their source positions. A sharding annotation on
+//! an instruction result of a callee becomes a `sharding_constraint` on
+//! it (so autodiff constrains its cotangent too: a model's activation
+//! rules shard the backward pass as well); the entry function's own
+//! annotations stay where they are. A named call result gives its name
 //! to the value it becomes, when that value is new. Annotations on a
 //! callee's parameters and results are dropped (they describe the callee's
 //! own interface, which no longer exists); a sharding annotation on a call's
@@ -310,8 +313,17 @@ impl State<'_> {
                 .collect();
             let id = out.add_inst(inst.op.clone(), ops, results, inst.loc);
             for (&r, &nr) in inst.results.iter().zip(&out.insts[id.index()].results.clone()) {
-                out.values[nr.index()].sharding = g.value(r).sharding.clone();
                 map[r.index()] = Some(nr);
+                let Some(s) = g.value(r).sharding.clone() else { continue };
+                if prefix.is_empty() {
+                    out.values[nr.index()].sharding = Some(s);
+                    continue;
+                }
+                // Inside a callee the annotation becomes a constraint, so
+                // that autodiff constrains the value's cotangent too.
+                let ty = out.ty(nr).clone();
+                let c = out.add_inst(Op::ShardingConstraint { sharding: s }, vec![nr], vec![(ty, None)], inst.loc);
+                map[r.index()] = Some(out.insts[c.index()].results[0]);
             }
         }
         Ok(g.results.iter().map(|&r| get(&map, r)).collect())

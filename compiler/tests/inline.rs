@@ -82,3 +82,42 @@ fn a_callee_returning_its_argument() {
     assert_eq!(f.insts[0].operands, vec![f.params[0]]);
     weft_ir::verify_function(&Module::new(), &f).unwrap();
 }
+
+/// An annotation on a value inside a callee becomes a constraint after it
+/// at every call site (so autodiff constrains its cotangent too), while the
+/// entry function's own annotated values stay annotated in place.
+#[test]
+fn a_callee_values_annotation_becomes_a_constraint() {
+    let mut l = layer();
+    let t = l.value_by_name("t").unwrap();
+    l.values[t.index()].sharding = Some(s("[{}, {y}]"));
+    let mut b = B::new("main");
+    let x = b.param("x", &[8, 8], None);
+    let w = b.param("w", &[8, 8], None);
+    let top = b.named(Some("top"), Op::Binary(BinaryOp::Add), &[x, w]);
+    b.f.values[top.index()].sharding = Some(s("[{y}, {}]"));
+    let a = call(&mut b, "layer", &[top, w], None);
+    let c = call(&mut b, "layer", &[a, w], None);
+    b.ret(&[c], &[None]);
+    let m = Module { functions: vec![b.f, l] };
+    weft_ir::verify_module(&m).unwrap();
+    let f = inline_calls(&m, "main").unwrap();
+    weft_ir::verify_function(&Module::new(), &f).unwrap();
+    let ops: Vec<&str> = f.insts.iter().map(|i| i.op.name()).collect();
+    assert_eq!(
+        ops,
+        ["add", "dot_general", "sharding_constraint", "max", "dot_general", "sharding_constraint", "max"],
+        "one constraint per call, right after the annotated value"
+    );
+    for (k, name) in ["layer.1.t", "layer.2.t"].into_iter().enumerate() {
+        let t = f.value_by_name(name).unwrap();
+        assert_eq!(f.value(t).sharding, None, "the annotation moved to the constraint");
+        let constraint = &f.insts[2 + 3 * k];
+        assert_eq!(constraint.operands, vec![t]);
+        assert_eq!(constraint.op, Op::ShardingConstraint { sharding: s("[{}, {y}]") });
+        // The max reads the constrained value.
+        assert_eq!(f.insts[3 + 3 * k].operands[0], constraint.results[0]);
+    }
+    let top = f.value_by_name("top").unwrap();
+    assert_eq!(f.value(top).sharding, Some(s("[{y}, {}]")), "the entry's own annotation stays");
+}

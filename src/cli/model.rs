@@ -78,10 +78,11 @@ pub fn model(config: &Path, out: &Path) -> Result<i32> {
     }
     let strategy: Strategy = c.strategy.as_deref().unwrap_or("none").parse().map_err(Error::Usage)?;
     let tp = matches!(strategy, Strategy::TensorParallel | Strategy::FsdpTp);
-    // The model's rules that name parameters this module has (a dense
-    // GPT has no expert weights).
+    // The model's rules that name parameters or values this module has (a
+    // dense GPT has no expert weights).
     let f = model.loss_fn(&module)?;
-    let names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
+    let mut names: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
+    names.extend(crate::strategy::named_values(&module).into_iter().map(|(_, _, n)| n));
     let has = |r: &&crate::models::rules::Rule<weft_ir::TensorSharding>| names.iter().any(|n| r.matches(n));
     let expert_mesh = c
         .mesh

@@ -165,19 +165,19 @@ fn build_block(cfg: &GptConfig, mb: &ModuleBuilder, i: usize) -> FunctionBuilder
     let masked = f.masked_fill(scores, f.not(f.causal_mask(t)), f64::NEG_INFINITY);
     let probs = drop(f.softmax(masked, -1), 0);
     let y = f.reshape(f.transpose(f.matmul(probs, v), &[0, 2, 1, 3]), &[b, t, c]);
-    let x = f.add(x, drop(f.linear(y, w(3), None), 1));
+    let x = f.name(f.add(x, drop(f.linear(y, w(3), None), 1)), "residual.attn");
     // MLP.
     let h = f.layer_norm(x, Some(w(4)), Some(w(5)), -1, 1e-5);
     match &cfg.moe {
         Some(m) if cfg.is_moe(i) => {
             let out = f.moe(h, w(6), w(7), w(8), m.top_k, m.capacity_factor);
-            let x = f.add(x, drop(out.y, 2));
+            let x = f.name(f.add(x, drop(out.y, 2)), "residual.mlp");
             let f32 = |v: Value| f.convert(v, DType::F32);
             f.set_results(&[x, f32(out.aux_loss), f32(out.dropped), f32(out.load)]);
         }
         _ => {
             let a = f.gelu(f.linear(h, w(6), Some(w(7))));
-            let x = f.add(x, drop(f.linear(a, w(8), Some(w(9))), 2));
+            let x = f.name(f.add(x, drop(f.linear(a, w(8), Some(w(9))), 2)), "residual.mlp");
             f.set_results(&[x]);
         }
     }
@@ -214,8 +214,9 @@ pub fn build(cfg: &GptConfig, shardings: &Shardings) -> Result<Module, IrError> 
     let tokens = p("tokens", DType::I32, &[cfg.batch, cfg.seq]);
     let targets = p("targets", DType::I32, &[cfg.batch, cfg.seq]);
     let w = |n: &str| f.convert(params[n], cfg.compute);
-    let mut x = f
+    let embedded = f
         .add(f.embedding(tokens, w("params.wte")), f.broadcast_to(w("params.wpe"), &[cfg.batch, cfg.seq, cfg.d_model]));
+    let mut x = f.name(embedded, "residual.embed");
     let mut moe_stats: Vec<[Value; 3]> = Vec::new();
     for i in 0..cfg.layers {
         let mut args = vec![x];
@@ -350,6 +351,13 @@ impl super::model::Architecture for GptConfig {
 /// adds them: Megatron's vocabulary-parallel embedding) and the head
 /// likewise (the cross-entropy reads the target's logit where it lives and
 /// never gathers the logits); position embeddings and norms replicated.
+/// The residual stream (`residual.*`, `[batch, seq, C]`) is split by
+/// position: Megatron's sequence parallelism (Korthikanti et al. 2022), so
+/// the layer norms, residual adds and dropouts between the parallel
+/// layers run on a quarter of the positions each on `model=4` instead of
+/// every device repeating them, and each row-parallel layer's all-reduce
+/// becomes a reduce-scatter, each column-parallel layer's input an
+/// all-gather.
 pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
     use weft_ir::TensorSharding as S;
     let col = || S::new(&[&[], &["model"]]);
@@ -365,7 +373,18 @@ pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
         // A MoE block's experts: their hidden units, as the dense MLP's.
         ("params.h.*.moe.w1".to_string(), S::new(&[&[], &[], &["model"]])),
         ("params.h.*.moe.w2".to_string(), S::new(&[&[], &["model"], &[]])),
+        ("residual.*".to_string(), sequence_parallel()),
     ])
+}
+
+/// `[{?}, {model}, {}]`: a `[batch, seq, C]` activation split over `model`
+/// by position, its batch dimension left to propagation.
+pub(crate) fn sequence_parallel() -> weft_ir::TensorSharding {
+    use weft_ir::DimSharding;
+    weft_ir::TensorSharding {
+        dims: vec![DimSharding::open(&[]), DimSharding::closed(&["model"]), DimSharding::closed(&[])],
+        unreduced: Vec::new(),
+    }
 }
 
 /// Expert parallelism: a MoE block's expert weights split over the

@@ -119,9 +119,9 @@ fn build_block(cfg: &LlamaConfig, mb: &ModuleBuilder) -> FunctionBuilder {
     let k = f.rotary_embedding(heads(f.matmul(a, p[2]), kv), cfg.rope_base);
     let v = heads(f.matmul(a, p[3]), kv);
     let y = f.reshape(f.transpose(f.grouped_query_attention(q, k, v, true), &[0, 2, 1, 3]), &[b, t, c]);
-    let x = f.add(x, f.matmul(y, p[4]));
+    let x = f.name(f.add(x, f.matmul(y, p[4])), "residual.attn");
     let m = f.rms_norm(x, Some(p[5]), -1, 1e-5);
-    let x = f.add(x, f.swiglu(m, p[6], p[7], p[8]));
+    let x = f.name(f.add(x, f.swiglu(m, p[6], p[7], p[8])), "residual.mlp");
     f.set_results(&[x]);
     f
 }
@@ -138,7 +138,7 @@ pub fn build(cfg: &LlamaConfig) -> Result<Module, IrError> {
         param_shapes(cfg).into_iter().map(|(n, s)| (n.clone(), f.param(&n, DType::F32, &s))).collect();
     let tokens = f.param("tokens", DType::I32, &[cfg.batch, cfg.seq]);
     let targets = f.param("targets", DType::I32, &[cfg.batch, cfg.seq]);
-    let mut x = f.embedding(tokens, params["params.wte"]);
+    let mut x = f.name(f.embedding(tokens, params["params.wte"]), "residual.embed");
     for i in 0..cfg.layers {
         let mut args = vec![x];
         args.extend(block_params(cfg).iter().map(|(s, _)| params[&format!("params.h.{i}.{s}")]));
@@ -158,7 +158,8 @@ pub fn init_rules() -> Rules<InitFn> {
     Rules::new([("params.*.g".to_string(), InitFn::Ones), ("params.*".to_string(), InitFn::Normal(0.02))])
 }
 
-/// The tensor-parallel rules (Megatron's split).
+/// The tensor-parallel rules (Megatron's split, and the residual stream
+/// split by position: sequence parallelism, as the GPT's).
 pub fn tp_rules() -> Rules<TensorSharding> {
     let col = || TensorSharding::new(&[&[], &["model"]]);
     let row = || TensorSharding::new(&[&["model"], &[]]);
@@ -172,6 +173,7 @@ pub fn tp_rules() -> Rules<TensorSharding> {
         ("params.h.*.mlp.w_down".to_string(), row()),
         ("params.wte".to_string(), row()),
         ("params.lm_head".to_string(), col()),
+        ("residual.*".to_string(), super::gpt::sequence_parallel()),
     ])
 }
 
