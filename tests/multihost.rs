@@ -80,14 +80,27 @@ impl NetHosts {
         c.args(["--mca", "plm_rsh_agent", &agent]);
         c.args(["--mca", "oob_tcp_if_include", &self.subnet, "--mca", "btl_tcp_if_include", &self.subnet]);
         c.args(["--mca", "btl", "self,vader,tcp"]);
+        // Open MPI's session directory is named by host name and user
+        // (`/tmp/ompi.h1.0`), and the tests that run at once all have a
+        // host `h1` sharing this machine's /tmp: each set of hosts gets a
+        // directory of its own.
+        let session = self.session_dir();
+        std::fs::create_dir_all(&session).expect("a session directory");
+        c.args(["--mca", "orte_tmpdir_base", session.to_str().expect("a UTF-8 path")]);
         c.env("WEFT_NETNS_PREFIX", &self.prefix);
         c
+    }
+
+    /// Where this set of hosts keeps Open MPI's session directories.
+    fn session_dir(&self) -> PathBuf {
+        std::env::temp_dir().join(format!("weft-ompi-{}", self.prefix))
     }
 }
 
 impl Drop for NetHosts {
     fn drop(&mut self) {
         Command::new(netns_script()).args(["down", &self.prefix, &self.count.to_string()]).status().ok();
+        let _ = std::fs::remove_dir_all(self.session_dir());
     }
 }
 

@@ -194,7 +194,7 @@ fn every_contract_breach_is_named() {
             INIT,
             "[shardings]\n\"params.q\" = \"[{}, {model}]\"",
             "dp",
-            "`params.q` matches no parameter or batch input",
+            "`params.q` matches no parameter, batch input or named value",
         ),
         (
             LINEAR.into(),
