@@ -3,6 +3,7 @@
 //! any model.
 //!
 //! A strategy is nothing but annotations — on parameters and batch inputs,
+//! named activations (a model's sequence-parallel rule under tp),
 //! optimizer-state leaves (`state_shardings`) and gradients
 //! (`grad_shardings`) — so the compiler needs no special code path per
 //! strategy: the collectives fall out of propagation and partitioning.
@@ -240,7 +241,11 @@ pub fn shardings(
 /// (`[shardings]`), its annotation in the program, and under `tp` and
 /// `fsdp_tp` the model's tensor-parallel rules (keeping the axes the mesh
 /// has). Batch inputs take a `rules` split or their program annotation,
-/// else the strategy's. Errors: a pattern that matches nothing, a
+/// else the strategy's. A named instruction result, in any function, takes
+/// the first `rules` pattern that matches it and no input, else its
+/// program annotation, else under tp such a model rule
+/// ([`fit_model_value_rules`] then drops the model's where the mesh does
+/// not divide them). Errors: a pattern that matches nothing, a
 /// sharding that names an axis the mesh lacks or does not fit the rank,
 /// and `tp` on a model with no tensor-parallel rules of its own or given.
 pub fn annotated_module(
@@ -356,13 +361,10 @@ pub fn annotated_module(
     for (fi, v, name) in value_names {
         let f = &mut module.functions[fi];
         let ty = f.ty(v).clone();
-        let (rule, what) = match (rules.first(&name), &f.value(v).sharding) {
-            (Some(r), _) => (r, None),
-            (None, Some(_)) => continue,
-            (None, None) => match model.tp_rules.first(&name).filter(|_| tp) {
-                Some(r) => (r, Some(model.label.clone())),
-                None => continue,
-            },
+        let (rule, what) = match (value_rule(&name, rules, model, tp, &name_refs), &f.value(v).sharding) {
+            (Some((r, from_model)), None) => (r, from_model.then(|| model.label.clone())),
+            (Some((r, false)), Some(_)) => (r, None),
+            _ => continue,
         };
         let mut s = rule.value.clone();
         if s.rank() != ty.rank() {
@@ -399,6 +401,60 @@ pub fn annotated_module(
         f.values[v.index()].sharding = Some(s);
     }
     Ok(module)
+}
+
+/// The rule that annotates the named value `name`, and whether it is the
+/// model's: the first `[shardings]` rule, else under tp the first of the
+/// model's tensor-parallel rules, that matches it and no input (a rule
+/// that names an input, `"x"` or `"params.*"`, is an input's rule: it does
+/// not reach a value that happens to share its pattern).
+fn value_rule<'r>(
+    name: &str,
+    rules: &'r Rules<TensorSharding>,
+    model: &'r Model,
+    tp: bool,
+    inputs: &[&str],
+) -> Option<(&'r crate::models::rules::Rule<TensorSharding>, bool)> {
+    let for_values =
+        |r: &&crate::models::rules::Rule<TensorSharding>| r.matches(name) && !inputs.iter().any(|i| r.matches(i));
+    rules
+        .iter()
+        .find(for_values)
+        .map(|r| (r, false))
+        .or_else(|| model.tp_rules.iter().filter(|_| tp).find(for_values).map(|r| (r, true)))
+}
+
+/// Removes the annotations that the model's rules gave named values of
+/// `module` (annotated by [`annotated_module`] for `strategy`, `rules`)
+/// where they do not divide the value on `mesh`: a GPT whose `seq` the
+/// `model` axis does not divide keeps its residual stream whole instead
+/// of failing (a `[shardings]` rule that does not divide is an error).
+pub fn fit_model_value_rules(
+    module: &mut Module,
+    strategy: Strategy,
+    model: &Model,
+    rules: &Rules<TensorSharding>,
+    mesh: &weft_compiler::sharding::Mesh,
+) -> Result<()> {
+    let tp = matches!(strategy, Strategy::TensorParallel | Strategy::FsdpTp);
+    let f = model.loss_fn(module)?;
+    let inputs: Vec<String> = (0..f.params.len()).map(|i| f.param_name(i)).collect();
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    for (fi, v, name) in named_values(module) {
+        if !matches!(value_rule(&name, rules, model, tp, &inputs), Some((_, true))) {
+            continue;
+        }
+        let f = &mut module.functions[fi];
+        let Some(s) = &f.values[v.index()].sharding else { continue };
+        let divides = s.dims.iter().zip(&f.values[v.index()].ty.shape).all(|(d, &extent)| {
+            let sizes: Option<Vec<usize>> = d.axes.iter().map(|a| mesh.axis_index(a).map(|i| mesh.size(i))).collect();
+            sizes.is_some_and(|v| extent % v.iter().product::<usize>() == 0)
+        });
+        if !divides {
+            f.values[v.index()].sharding = None;
+        }
+    }
+    Ok(())
 }
 
 /// Every named instruction result of every function of `module`: its

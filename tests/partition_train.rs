@@ -215,10 +215,15 @@ fn check_model(model: &dyn Model, label: &str) -> Vec<String> {
             Strategy::Fsdp | Strategy::Zero3 if r.count("all_to_all") > 0 => {
                 failures.push(format!("{tag}: no activation all-to-alls under FSDP: {:?}", r.collectives));
             }
+            Strategy::FsdpTp if label != "GPT" && r.count("all_to_all") > 0 => {
+                failures.push(format!("{tag}: no activation all-to-alls under FSDP: {:?}", r.collectives));
+            }
             // Sequence parallelism: the partial sums of the GPT's two
             // row-parallel layers in each of its two blocks are
             // reduce-scattered by position (the MLP all-reduces them).
-            Strategy::TensorParallel | Strategy::FsdpTp if label == "GPT" && r.count("reduce_scatter") < 4 => {
+            // (Under fsdp_tp every gradient is reduce-scattered over `data`
+            // anyway, so only tp tells.)
+            Strategy::TensorParallel if label == "GPT" && r.count("reduce_scatter") < 4 => {
                 failures.push(format!("{tag}: the residual stream is reduce-scattered: {:?}", r.collectives));
             }
             Strategy::Zero2 if r.count("reduce_scatter") < n_params || big_all_reduces > 0 => {

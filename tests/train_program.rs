@@ -365,6 +365,27 @@ fn weft_model_writes_a_program_that_trains_like_the_built_in_model() {
     assert_eq!(run(&own).metrics.len(), 3);
 }
 
+/// A config that overrides one of the model's rules (sequence parallelism
+/// off) exports it once: the written `model.toml` loads, with the
+/// config's rule.
+#[test]
+fn weft_model_writes_an_overridden_rule_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("examples/configs/gpt.toml")).unwrap();
+    let config = tmp.path().join("sp_off.toml");
+    std::fs::write(&config, format!("{text}\n[shardings]\n\"residual.*\" = \"[{{?}}, {{?}}, {{?}}]\"\n")).unwrap();
+    let out = tmp.path().join("model.weft");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["model", config.to_str().unwrap(), "-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let written = std::fs::read_to_string(tmp.path().join("model.toml")).unwrap();
+    assert_eq!(written.matches("\"residual.*\"").count(), 1, "{written}");
+    let c = RunConfig::load(&tmp.path().join("model.toml")).unwrap();
+    assert!(c.shardings.iter().any(|(p, s)| p == "residual.*" && s == "[{?}, {?}, {?}]"), "{:?}", c.shardings);
+}
+
 #[test]
 fn a_program_whose_layers_are_calls_trains_pipelined_like_unpipelined() {
     // The built-in GPT's module as a program: its blocks are calls to @block.
@@ -499,6 +520,14 @@ fn sharding_rules_name_values() {
             assert_eq!(sharding_of(&m, func, name), "[{?}, {model}, {}]", "{st}: %{name}");
         }
     }
+    // A model rule that does not divide on the mesh is dropped (seq 8 over
+    // model=3), one that does is kept.
+    for (mesh, want) in [("data=2,model=3", ""), ("data=2,model=4", "[{?}, {model}, {}]")] {
+        let mut m = build(&gpt, Strategy::TensorParallel, &none, &["data", "model"]).unwrap();
+        let mesh = weft::compiler::sharding::Mesh::parse(mesh).unwrap();
+        weft::strategy::fit_model_value_rules(&mut m, Strategy::TensorParallel, &gpt, &none, &mesh).unwrap();
+        assert_eq!(sharding_of(&m, "block", "residual.attn"), want, "{mesh}");
+    }
     // Not under dp, and not where the mesh has no `model` axis.
     let dp = build(&gpt, Strategy::DataParallel, &none, &["data", "model"]).unwrap();
     assert_eq!(sharding_of(&dp, "block", "residual.attn"), "");
@@ -511,6 +540,10 @@ fn sharding_rules_name_values() {
     };
     let m = build(&model(), Strategy::DataParallel, &rules(&[("e", "[{data}, {?}]")]), &["data"]).unwrap();
     assert_eq!(sharding_of(&m, "loss", "e"), "[{data}, {?}]");
+    // A rule that names an input stays the input's: `p*` matches
+    // `params.w`, so it does not reach the value `%p`.
+    let m = build(&model(), Strategy::DataParallel, &rules(&[("p*", "[{}, {}]")]), &["data"]).unwrap();
+    assert_eq!(sharding_of(&m, "loss", "p"), "");
     let err =
         |r: &[(&str, &str)]| build(&model(), Strategy::DataParallel, &rules(r), &["data"]).unwrap_err().to_string();
     let e = err(&[("e", "[{data}]")]);

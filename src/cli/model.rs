@@ -89,8 +89,12 @@ pub fn model(config: &Path, out: &Path) -> Result<i32> {
         .as_deref()
         .and_then(|m| weft_compiler::sharding::Mesh::parse(m).ok())
         .is_some_and(|m| m.axes().iter().any(|a| a.name == "expert"));
-    let expert: Vec<_> = model.expert_rules.iter().filter(has).collect();
-    let tp_rules: Vec<_> = model.tp_rules.iter().filter(has).collect();
+    // A pattern the config's own [shardings] gives is written once, as the
+    // config's (TOML keys are unique).
+    let own =
+        |r: &&crate::models::rules::Rule<weft_ir::TensorSharding>| !c.shardings.iter().any(|(p, _)| p == &r.pattern);
+    let expert: Vec<_> = model.expert_rules.iter().filter(has).filter(own).collect();
+    let tp_rules: Vec<_> = model.tp_rules.iter().filter(has).filter(own).collect();
     if !tp_rules.is_empty() || !expert.is_empty() || !c.shardings.is_empty() {
         tables += "\n# The model's expert-parallel and tensor-parallel rules (they apply under every strategy as\n\
                    # [shardings]; the first match wins, where the built-in model combines them).\n";

@@ -94,7 +94,8 @@ pub struct Model {
     /// How the parameters start.
     pub init: Init,
     /// The shardings of `strategy = "tp"` (and `fsdp_tp`), by parameter
-    /// name pattern; axes the mesh lacks are dropped.
+    /// or named-value pattern (the GPT's `residual.*`); axes the mesh
+    /// lacks are dropped.
     pub tp_rules: Rules<TensorSharding>,
     /// The shardings over an `expert` mesh axis (expert parallelism), by
     /// parameter name pattern: applied under every strategy but `none` and

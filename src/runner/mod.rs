@@ -253,7 +253,10 @@ pub fn prepare_model(c: &RunConfig, model: &Model, axes: &[&str], ov: &Overrides
     let mut tc = c.train_config().map_err(usage)?;
     let k = c.optimizer.micro_batches.max(1);
     let rules = c.sharding_rules()?;
-    let module = strategy::annotated_module(strategy, model, k, &rules, &mut tc, axes)?;
+    let mut module = strategy::annotated_module(strategy, model, k, &rules, &mut tc, axes)?;
+    if let Some(mesh) = c.mesh.as_deref().and_then(|m| weft_compiler::sharding::Mesh::parse(m).ok()) {
+        strategy::fit_model_value_rules(&mut module, strategy, model, &rules, &mesh)?;
+    }
     let mut step = build_train_step(&module, model.loss_fn(&module)?, &tc)?;
     if let Some(k) = c.mesh_invariant_chunks() {
         // Here rather than as a pass of the mesh pipeline: the unsharded

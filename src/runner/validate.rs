@@ -117,7 +117,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { key: "model.init", flag: None, range: Range::Text("a table of name patterns = `normal(STD)`, `uniform(LO, HI)`, `zeros`, `ones`, `constant(V)`, `fan_in`"), default: "none", note: "program; the first matching pattern wins; every parameter must be covered" },
     KeySpec { key: "model.init_from", flag: None, range: Range::Text("a safetensors file, relative to the config file"), default: "none", note: "program; a tensor per parameter; instead of `model.init`" },
     KeySpec { key: "model.inputs", flag: None, range: Range::Text("a table of integer input names = `{ max = N }`, N in [1, 2^31]"), default: "none", note: "program; the synthetic batch draws them in `0..N`; `[data]` checks them" },
-    KeySpec { key: "shardings", flag: None, range: Range::Text("a table of name patterns = shardings (`\"[{}, {model}]\"`)"), default: "none", note: "parameters and batch inputs; the first matching pattern wins; every pattern must match" },
+    KeySpec { key: "shardings", flag: None, range: Range::Text("a table of name patterns = shardings (`\"[{}, {model}]\"`)"), default: "none", note: "parameters, batch inputs and named values (a pattern that matches an input is the input's); the first matching pattern wins; every pattern must match" },
     KeySpec { key: "model.layers", flag: None, range: int(1, MAX_LAYERS), default: "2", note: "" },
     KeySpec { key: "model.d", flag: None, range: int(1, MAX_DIM), default: "16", note: "mlp" },
     KeySpec { key: "model.h", flag: None, range: int(1, MAX_DIM), default: "32", note: "mlp" },
