@@ -295,14 +295,8 @@ pub fn annotated_module(
                 if r.value.rank() != ty.rank() {
                     return Err(err(rank_err("", r)));
                 }
-                let mut used = r.value.dims.iter().flat_map(|d| &d.axes).chain(&r.value.unreduced);
-                if let Some(a) = used.find(|a| !axes.contains(&a.as_str())) {
-                    return Err(err(format!(
-                        "`{}` = \"{}\" names the axis `{a}`, which the mesh does not have (its axes: {})",
-                        r.pattern,
-                        r.value,
-                        axes.join(", ")
-                    )));
+                if let Some(message) = missing_axis(r, axes) {
+                    return Err(err(message));
                 }
                 Some(r.value.clone())
             }
@@ -323,11 +317,7 @@ pub fn annotated_module(
                         return Err(Error::Model { what: model.label.clone(), message });
                     }
                     // The model's rules use the axes the mesh has.
-                    let mut s = r.value.clone();
-                    for d in &mut s.dims {
-                        d.axes.retain(|a| axes.contains(&a.as_str()));
-                    }
-                    s.unreduced.retain(|a| axes.contains(&a.as_str()));
+                    let s = on_mesh(&r.value, axes);
                     found = Some(match found {
                         None => s,
                         Some(mut have) => {
@@ -366,7 +356,7 @@ pub fn annotated_module(
             (Some((r, false)), Some(_)) => (r, None),
             _ => continue,
         };
-        let mut s = rule.value.clone();
+        let s = rule.value.clone();
         if s.rank() != ty.rank() {
             let message =
                 format!("`{}` = \"{}\" has rank {}, but %{name} of @{} is {ty}", rule.pattern, s, s.rank(), f.name);
@@ -375,32 +365,42 @@ pub fn annotated_module(
                 None => err(message),
             });
         }
-        match what {
+        let s = match what {
             // The model's rules use the axes the mesh has, and constrain
             // nothing where it has none of theirs.
-            Some(_) => {
-                for d in &mut s.dims {
-                    d.axes.retain(|a| axes.contains(&a.as_str()));
-                }
-                s.unreduced.retain(|a| axes.contains(&a.as_str()));
-                if s.axes().next().is_none() {
-                    continue;
-                }
-            }
-            None => {
-                if let Some(a) = s.axes().find(|a| !axes.contains(a)) {
-                    return Err(err(format!(
-                        "`{}` = \"{}\" names the axis `{a}`, which the mesh does not have (its axes: {})",
-                        rule.pattern,
-                        rule.value,
-                        axes.join(", ")
-                    )));
-                }
-            }
-        }
+            Some(_) => match on_mesh(&s, axes) {
+                s if s.axes().next().is_none() => continue,
+                s => s,
+            },
+            None => match missing_axis(rule, axes) {
+                Some(message) => return Err(err(message)),
+                None => s,
+            },
+        };
         f.values[v.index()].sharding = Some(s);
     }
     Ok(module)
+}
+
+/// `s` with only the axes of `axes` (a model's rules on a smaller mesh).
+fn on_mesh(s: &TensorSharding, axes: &[&str]) -> TensorSharding {
+    let mut s = s.clone();
+    for d in &mut s.dims {
+        d.axes.retain(|a| axes.contains(&a.as_str()));
+    }
+    s.unreduced.retain(|a| axes.contains(&a.as_str()));
+    s
+}
+
+/// The error of a `[shardings]` rule naming an axis the mesh lacks.
+fn missing_axis(r: &crate::models::rules::Rule<TensorSharding>, axes: &[&str]) -> Option<String> {
+    let a = r.value.axes().find(|a| !axes.contains(a))?;
+    Some(format!(
+        "`{}` = \"{}\" names the axis `{a}`, which the mesh does not have (its axes: {})",
+        r.pattern,
+        r.value,
+        axes.join(", ")
+    ))
 }
 
 /// The rule that annotates the named value `name`, and whether it is the
@@ -445,12 +445,11 @@ pub fn fit_model_value_rules(
             continue;
         }
         let f = &mut module.functions[fi];
-        let Some(s) = &f.values[v.index()].sharding else { continue };
-        let divides = s.dims.iter().zip(&f.values[v.index()].ty.shape).all(|(d, &extent)| {
-            let sizes: Option<Vec<usize>> = d.axes.iter().map(|a| mesh.axis_index(a).map(|i| mesh.size(i))).collect();
-            sizes.is_some_and(|v| extent % v.iter().product::<usize>() == 0)
-        });
-        if !divides {
+        let value = &f.values[v.index()];
+        let Some(s) = &value.sharding else { continue };
+        // The compiler's own check (divisibility, known axes).
+        let site = weft_compiler::Site::new(&f.name, name.as_str(), None);
+        if weft_compiler::sharding::MeshSharding::resolve(s, &value.ty, mesh, &site).is_err() {
             f.values[v.index()].sharding = None;
         }
     }
