@@ -158,6 +158,30 @@ fn async_saves_commit_in_the_background_from_a_copy() {
     assert_trees_bitwise_eq(&state.to_tree().unwrap(), &two.state.to_tree().unwrap());
 }
 
+#[test]
+fn an_owned_async_save_writes_what_a_copying_one_does() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let state = tree_state(&small_tree(3));
+    let (mut copying, mut owning) = (open(a.path()), open(b.path()));
+    copying.save_async(3, &state).unwrap();
+    owning.save_async_owned(3, state.clone()).unwrap();
+    assert_eq!(owning.in_flight(), Some(3));
+    // Invalid input is an error at once (after collecting the save in
+    // flight), and no thread starts.
+    let mut bad = tree_state(&small_tree(4));
+    bad.insert_global("params@w", random_tensor(&f32_ty(&[2]), 1));
+    let e = owning.save_async_owned(4, bad).unwrap_err();
+    assert!(matches!(e, CheckpointError::InvalidState { step: 4, .. }), "{e}");
+    assert_eq!(owning.in_flight(), None);
+    copying.finish().unwrap();
+    owning.finish().unwrap();
+    let manifest = |root: &std::path::Path| std::fs::read(root.join(step_dir_name(3)).join(MANIFEST)).unwrap();
+    assert_eq!(manifest(a.path()), manifest(b.path()), "the same files, the same checksums");
+    let back = open(b.path()).restore(Some(3), &RestoreTarget::like_tree(&small_tree(3))).unwrap();
+    assert_trees_bitwise_eq(&small_tree(3), &back.state.to_tree().unwrap());
+    assert_eq!(list_steps(b.path()).unwrap(), vec![3], "the invalid save wrote nothing");
+}
+
 /// A manager whose root has been replaced by a plain file, so every write
 /// in the background fails.
 fn broken_manager() -> (tempfile::TempDir, CheckpointManager) {

@@ -21,6 +21,13 @@ pub fn combine_pieces(op: &Collective, pieces: Vec<HostTensor>) -> Result<HostTe
     semantics::combine_pieces(op, pieces).map_err(|message| RuntimeError::Op { op: op.name().to_string(), message })
 }
 
+/// What member `rank` of one group receives, given the members'
+/// contributions in rank order ([`semantics::member_result`]).
+pub fn member_result(op: &Collective, blocks: &[HostTensor], rank: usize) -> Result<HostTensor, RuntimeError> {
+    semantics::member_result(op, blocks, rank)
+        .map_err(|message| RuntimeError::Op { op: op.name().to_string(), message })
+}
+
 /// What each member of one group receives, given the members'
 /// contributions in rank order ([`semantics::combine`]).
 pub fn combine(op: &Collective, blocks: Vec<HostTensor>) -> Result<Vec<HostTensor>, RuntimeError> {

@@ -8,12 +8,17 @@
 //! collective) and a multi-process one (MPI; NCCL on CUDA) are
 //! interchangeable behind the trait.
 //!
-//! Determinism: [`InProcessComm`] computes each collective once, when the
-//! last member of the group arrives, with [`crate::collective::combine`]:
-//! reductions fold the contributions left to right in rank order with the
-//! interpreter's arithmetic. The result therefore depends only on the
-//! contributions, never on which thread arrived first, and is bit for bit
-//! what the single-threaded executor and the reference simulator compute.
+//! Determinism: [`InProcessComm`] computes an all-reduce once, when the
+//! last member of the group arrives, with [`crate::collective::combine`];
+//! for a gather, an all-to-all or a reduce-scatter each member builds its
+//! own result from the shared contributions when it receives
+//! ([`crate::collective::member_result`]: only its part of the work, on
+//! its own thread, so a group's copies run on every worker instead of all
+//! on the last to arrive). Either way reductions fold the contributions
+//! left to right in rank order with the interpreter's arithmetic: a result
+//! depends only on the contributions, never on which thread arrived first
+//! or did the work, and is bit for bit what the single-threaded executor
+//! and the reference simulator compute.
 //!
 //! Failure: a worker whose step fails calls [`Communicator::abort`]; every
 //! worker waiting in (or later entering) a collective returns
@@ -22,10 +27,10 @@
 //! [`RuntimeError::CollectiveTimeout`], naming the collective and the
 //! members that never arrived: never an indefinite hang.
 
-use crate::collective::{combine, permute};
+use crate::collective::{combine, member_result, permute};
 use crate::error::RuntimeError;
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use weft_ir::device::Collective;
 use weft_ir::tensor::HostTensor;
@@ -104,12 +109,31 @@ pub trait Communicator: Send + Sync {
     fn reset(&self);
 }
 
-/// A collective in flight: contributions so far, then the results.
+/// A collective in flight: contributions so far, then what the members
+/// receive.
 struct Rendezvous {
     contributions: Vec<Option<HostTensor>>,
     arrived: usize,
-    results: Option<Vec<Option<HostTensor>>>,
+    results: Option<Results>,
     taken: usize,
+}
+
+/// What a complete collective's members receive.
+enum Results {
+    /// Computed once for the group (an all-reduce, a permute): each
+    /// member takes its own.
+    Computed(Vec<Option<HostTensor>>),
+    /// Every contribution, in rank order: each member builds its own
+    /// result from them ([`member_result`]).
+    Shared(Arc<Vec<HostTensor>>),
+}
+
+/// Whether each member builds its own result of `op` from the shared
+/// contributions (a part of the group's work each) rather than the last
+/// member computing the group's (an all-reduce's fold, which every member
+/// would otherwise repeat in full).
+fn per_member(op: &Collective) -> bool {
+    matches!(op, Collective::AllGather { .. } | Collective::AllToAll { .. } | Collective::ReduceScatter { .. })
 }
 
 #[derive(Default)]
@@ -180,17 +204,22 @@ impl Communicator for InProcessComm {
         if r.arrived < n {
             return Ok(());
         }
+        let blocks: Vec<HostTensor> = r.contributions.iter_mut().map(|c| c.take().expect("every member")).collect();
+        if per_member(call.op) {
+            r.results = Some(Results::Shared(Arc::new(blocks)));
+            self.changed.notify_all();
+            return Ok(());
+        }
         // The last member computes the group's results once, outside the
         // lock: other groups' members keep contributing and receiving
         // meanwhile, and this group's members wait for `results`.
-        let blocks: Vec<HostTensor> = r.contributions.iter_mut().map(|c| c.take().expect("every member")).collect();
         drop(s);
         let res = results_of(&call, blocks);
         let mut s = self.lock();
         match res {
             Ok(res) => {
                 let r = s.open.get_mut(&key).expect("a rendezvous stays open until its results are taken");
-                r.results = Some(res.into_iter().map(Some).collect());
+                r.results = Some(Results::Computed(res.into_iter().map(Some).collect()));
                 self.changed.notify_all();
                 Ok(())
             }
@@ -215,12 +244,26 @@ impl Communicator for InProcessComm {
             }
             let r = s.open.get_mut(&key).expect("a member receives only after it contributed");
             if let Some(results) = r.results.as_mut() {
-                let out = results[call.rank].take().expect("each member takes its result once");
+                let out = match results {
+                    Results::Computed(results) => {
+                        Ok(results[call.rank].take().expect("each member takes its result once"))
+                    }
+                    Results::Shared(blocks) => Err(Arc::clone(blocks)),
+                };
                 r.taken += 1;
                 if r.taken == n {
                     s.open.remove(&key);
                 }
-                return Ok(out);
+                return match out {
+                    Ok(out) => Ok(out),
+                    Err(blocks) => {
+                        // This member's result, outside the lock (the
+                        // contributions live while a member holds them).
+                        drop(s);
+                        member_result(call.op, &blocks, call.rank)
+                            .map_err(|e| e.at_step(call.device(), call.step, call.op.name()))
+                    }
+                };
             }
             let now = Instant::now();
             if now >= deadline {

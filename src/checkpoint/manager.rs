@@ -117,6 +117,28 @@ impl CheckpointManager {
         Ok(previous)
     }
 
+    /// [`CheckpointManager::save_async`] of a state the caller gives up:
+    /// the writer thread takes it as it is, so nothing is copied (a run's
+    /// state was just read off its devices for this save). Invalid input
+    /// is reported here, as there.
+    pub fn save_async_owned(&mut self, step: u64, state: CheckpointState) -> Result<Option<CommitInfo>> {
+        let previous = self.wait()?;
+        // Validated and planned here (metadata only), planned again by the
+        // thread over the state it owns.
+        write::prepare(step, &state, self.options.max_file_bytes)?;
+        let (root, options) = (self.root.clone(), self.options.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("checkpoint-step-{step}"))
+            .spawn(move || {
+                fsutil::background_priority();
+                let snap = write::prepare(step, &state, options.max_file_bytes)?;
+                commit_and_retain(&root, &options, &snap)
+            })
+            .map_err(io("spawn writer thread for", &self.root))?;
+        self.in_flight = Some(InFlight::Alone { step, handle });
+        Ok(previous)
+    }
+
     /// Starts saving `state` — this process's devices' blocks — as `step`
     /// together with every other process of `group` (which call this at
     /// the same point) and returns once a thread owns the blocks; the save

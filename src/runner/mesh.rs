@@ -242,6 +242,20 @@ impl MeshExecutor {
             Engine::Devices { exe, .. } => Ok(exe.read_state()?),
         }
     }
+
+    /// [`MeshExecutor::state_blocks`] of the blocks `want[device][leaf]`
+    /// names (over every device of the mesh), `None` for the others.
+    fn state_blocks_where(&mut self, want: Vec<Vec<bool>>) -> Result<Vec<Vec<Option<HostTensor>>>> {
+        match &mut self.engine {
+            Engine::Simulator { state } => Ok(self
+                .local
+                .iter()
+                .zip(state.iter())
+                .map(|(&d, blocks)| blocks.iter().zip(&want[d]).map(|(t, &w)| w.then(|| t.clone())).collect())
+                .collect()),
+            Engine::Devices { exe, .. } => Ok(exe.read_state_where(want)?),
+        }
+    }
 }
 
 /// Keeps the blocks of the devices in `local` (ascending) of a list over
@@ -387,33 +401,38 @@ impl Executor for MeshExecutor {
     }
 
     fn checkpoint_state(&mut self, step: &TrainStep) -> Result<CheckpointState> {
-        // The blocks read back are moved into the checkpoint, not copied
-        // again: a save already copies the state once off the devices and
-        // once for the writer thread.
-        let mut per_leaf: Vec<Vec<HostTensor>> = step.state.iter().map(|_| Vec::new()).collect();
-        for device in self.state_blocks()? {
-            for (leaf, t) in per_leaf.iter_mut().zip(device) {
-                leaf.push(t);
+        // One copy of each distinct block is read back (its lowest device's,
+        // the one a save writes), not every replica, and moved into the
+        // checkpoint: under dp a save reads one device's state, not eight.
+        let spec = mesh_spec(&self.mesh);
+        let layouts = step
+            .state
+            .iter()
+            .zip(&self.pf.inputs)
+            .map(|(leaf, g)| crate::checkpoint::BlockLayout::new(&spec, &g.sharding, &leaf.ty.shape))
+            .collect::<std::result::Result<Vec<_>, String>>()
+            .map_err(|m| crate::error::Error::Usage(format!("checkpoint layout: {m}")))?;
+        let owners: Vec<Vec<usize>> = layouts.iter().map(|l| l.owners()).collect();
+        let want: Vec<Vec<bool>> = (0..self.mesh.num_devices())
+            .map(|d| layouts.iter().zip(&owners).map(|(l, o)| o[l.block_of(d)] == d).collect())
+            .collect();
+        let mut per_leaf: Vec<Vec<(usize, HostTensor)>> = step.state.iter().map(|_| Vec::new()).collect();
+        let read = self.state_blocks_where(want)?;
+        for (&device, blocks) in self.local.iter().zip(read) {
+            for (leaf, t) in per_leaf.iter_mut().zip(blocks) {
+                leaf.extend(t.map(|t| (device, t)));
             }
         }
-        let mut cs = CheckpointState::new(mesh_spec(&self.mesh));
-        if self.is_partial() {
-            // Only this process's devices' blocks, every leaf as shards (a
-            // replicated leaf's block is written by the process owning
-            // device 0).
-            for ((leaf, g), blocks) in step.state.iter().zip(&self.pf.inputs).zip(per_leaf) {
-                let shards: BTreeMap<usize, HostTensor> = self.local.iter().copied().zip(blocks).collect();
-                let sharded = ShardedLeaf { ty: leaf.ty.clone(), sharding: g.sharding.clone(), shards };
-                cs.insert_sharded(leaf.name.clone(), sharded);
-            }
-            return Ok(cs);
-        }
+        let mut cs = CheckpointState::new(spec);
         for ((leaf, g), blocks) in step.state.iter().zip(&self.pf.inputs).zip(per_leaf) {
-            if g.sharding.is_replicated() {
-                let first = blocks.into_iter().next().expect("every device holds every state leaf");
+            // A replicated leaf of a one-process run is device 0's block;
+            // in a multi-process run every leaf is shards (a replicated
+            // leaf's block is written by the process owning device 0).
+            if g.sharding.is_replicated() && !self.is_partial() {
+                let (_, first) = blocks.into_iter().next().expect("device 0 holds every replicated leaf");
                 cs.insert_global(leaf.name.clone(), first);
             } else {
-                let shards: BTreeMap<usize, HostTensor> = blocks.into_iter().enumerate().collect();
+                let shards: BTreeMap<usize, HostTensor> = blocks.into_iter().collect();
                 cs.insert_sharded(
                     leaf.name.clone(),
                     ShardedLeaf { ty: leaf.ty.clone(), sharding: g.sharding.clone(), shards },

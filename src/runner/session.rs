@@ -525,7 +525,7 @@ pub(crate) fn train_built(
                             m.save_across_async(next, state, p.group(), p.timeout())?;
                         }
                         None => {
-                            m.save_async(next, &state)?;
+                            m.save_async_owned(next, state)?;
                         }
                     }
                 }

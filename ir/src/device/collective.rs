@@ -191,6 +191,37 @@ pub fn combine_pieces(op: &Collective, pieces: Vec<HostTensor>) -> Result<HostTe
     }
 }
 
+/// What member `rank` of one group receives, given the members'
+/// contributions in rank order: bitwise `combine(op, blocks)[rank]`,
+/// computing only that member's result. For a gather, an all-to-all or a
+/// reduce-scatter this is `1/n` of [`combine`]'s work (a reduce-scatter
+/// folds only this member's block), so members that share memory can each
+/// build their own result, in parallel, from the same contributions. An
+/// all-reduce's result is every member's whole fold: computed here in
+/// full, so a communicator computes it once for the group instead
+/// ([`combine`]).
+pub fn member_result(op: &Collective, blocks: &[HostTensor], rank: usize) -> Result<HostTensor, String> {
+    let n = blocks.len();
+    if rank >= n {
+        return Err(format!("member {rank} of a group of {n}"));
+    }
+    match op {
+        Collective::AllGather { dim, .. } => {
+            let refs: Vec<&HostTensor> = blocks.iter().collect();
+            eval1(&Op::Concatenate { dim: *dim }, &refs)
+        }
+        Collective::ReduceScatter { dim, .. } | Collective::AllToAll { split_dim: dim, .. } => {
+            let pieces = blocks.iter().map(|b| block(b, *dim, rank, n)).collect::<Result<Vec<_>, _>>()?;
+            combine_pieces(op, pieces)
+        }
+        Collective::AllReduce { op, .. } => match fold_f32_in_place(blocks.to_vec(), *op) {
+            Ok((sum, _)) => Ok(HostTensor::F32(sum)),
+            Err(blocks) => fold_in_rank_order(&blocks, *op, &mut |op, xs| eval1(op, xs)),
+        },
+        Collective::CollectivePermute { .. } => Err("collective_permute has no groups; use `permute`".to_string()),
+    }
+}
+
 /// The dimension a reduce-scatter or all-to-all splits each contribution
 /// along (one piece per member), if `op` is one.
 pub fn split_dim(op: &Collective) -> Option<usize> {
@@ -240,6 +271,41 @@ mod tests {
         let op = Collective::AllGather { dim: 0, axes: vec![] };
         assert!(combine_pieces(&op, vec![contribution(0)]).is_err());
         assert_eq!(split_dim(&op), None);
+    }
+
+    #[test]
+    fn a_member_result_is_that_member_of_the_whole_combine() {
+        let n = 4;
+        let contribution = |k: usize| {
+            let v: Vec<f32> = (0..48).map(|i| ((i * 5 + k * 11) % 13) as f32 * 0.37 - 1.1 + k as f32 * 3e-7).collect();
+            HostTensor::from_f32(&[4, 12], v).unwrap()
+        };
+        let bf16 = |k: usize| {
+            let v: Vec<f32> = (0..48).map(|i| ((i * 3 + k) % 7) as f32 * 0.013).collect();
+            HostTensor::from_f32(&[4, 12], v).unwrap().convert(crate::DType::BF16)
+        };
+        let x = || vec!["x".to_string()];
+        let ops = [
+            Collective::AllGather { dim: 0, axes: x() },
+            Collective::AllGather { dim: 1, axes: x() },
+            Collective::AllReduce { axes: x(), op: ReduceOp::Sum },
+            Collective::AllReduce { axes: x(), op: ReduceOp::Max },
+            Collective::ReduceScatter { dim: 0, axes: x(), op: ReduceOp::Sum },
+            Collective::ReduceScatter { dim: 1, axes: x(), op: ReduceOp::Min },
+            Collective::AllToAll { split_dim: 1, concat_dim: 0, axes: x() },
+            Collective::AllToAll { split_dim: 0, concat_dim: 1, axes: x() },
+        ];
+        for make in [&contribution as &dyn Fn(usize) -> HostTensor, &bf16] {
+            for op in &ops {
+                let blocks: Vec<HostTensor> = (0..n).map(make).collect();
+                let whole = combine(op, blocks.clone()).unwrap();
+                for (r, want) in whole.iter().enumerate() {
+                    let got = member_result(op, &blocks, r).unwrap();
+                    assert!(got.bitwise_eq(want), "{op:?} member {r}");
+                }
+                assert!(member_result(op, &blocks, n).is_err());
+            }
+        }
     }
 
     #[test]

@@ -143,8 +143,9 @@ enum Job {
     /// Per device of the lane: the other inputs, in input order; and
     /// how to trace the run, on which clock.
     Run(Vec<Vec<HostTensor>>, Option<(TraceMode, std::time::Instant)>),
-    /// Download the resident state.
-    Read,
+    /// Download the resident state: every value, or those a mask
+    /// (`[device][donated input]`, over every device of the mesh) wants.
+    Read(Option<Arc<Vec<Vec<bool>>>>),
 }
 
 /// Per device of the lane: its outputs, stats, transfers and spans.
@@ -153,7 +154,7 @@ type LaneRun = Vec<(Vec<HostTensor>, DeviceStats, TransferStats, Vec<Span>, crat
 enum Reply {
     Loaded(Result<Vec<TransferStats>, RuntimeError>),
     Ran(Result<LaneRun, RuntimeError>),
-    Read(Result<Vec<(Vec<HostTensor>, TransferStats)>, RuntimeError>),
+    Read(Result<Vec<(Vec<Option<HostTensor>>, TransferStats)>, RuntimeError>),
 }
 
 /// What drives a lane.
@@ -370,9 +371,37 @@ where
     /// Downloads the resident state: per device, the values of
     /// [`Executable::donated_inputs`] in that order.
     pub fn read_state(&mut self) -> Result<Vec<Vec<HostTensor>>, RuntimeError> {
+        let all = self.read(None)?;
+        Ok(all.into_iter().map(|vals| vals.into_iter().map(|v| v.expect("every value is read")).collect()).collect())
+    }
+
+    /// Downloads the values of the resident state that `want` names: per
+    /// device of this process, the values of
+    /// [`Executable::donated_inputs`] in that order, `None` where
+    /// `want[device][k]` is false. A checkpoint reads one copy of each
+    /// block this way, not every replica. `want` covers every device of
+    /// the mesh, each with one entry per donated input.
+    pub fn read_state_where(&mut self, want: Vec<Vec<bool>>) -> Result<Vec<Vec<Option<HostTensor>>>, RuntimeError> {
+        let (n, devices) = (self.donated_inputs().len(), self.shared.program.num_devices());
+        if want.len() != devices || want.iter().any(|w| w.len() != n) {
+            return Err(RuntimeError::InvalidProgram {
+                program: self.shared.program.name.clone(),
+                step: None,
+                message: format!(
+                    "a state read names {} devices of {} values; the program has {devices} devices and {n} state \
+                     values",
+                    want.len(),
+                    want.first().map_or(0, Vec::len)
+                ),
+            });
+        }
+        self.read(Some(Arc::new(want)))
+    }
+
+    fn read(&mut self, want: Option<Arc<Vec<Vec<bool>>>>) -> Result<Vec<Vec<Option<HostTensor>>>, RuntimeError> {
         self.check_state()?;
         for w in &mut self.workers {
-            w.send(&self.shared, Job::Read);
+            w.send(&self.shared, Job::Read(want.clone()));
         }
         let mut out = Vec::with_capacity(self.local.len());
         let mut first_err = None;
@@ -643,12 +672,12 @@ fn serve<B: Backend>(shared: &Shared, lane: &mut Lane<B>, job: Job) -> Reply {
     let kind = match &job {
         Job::Load(_) => 0,
         Job::Run(..) => 1,
-        Job::Read => 2,
+        Job::Read(_) => 2,
     };
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
         Job::Load(vals) => Reply::Loaded(load(shared, lane, vals)),
         Job::Run(vals, clock) => Reply::Ran(run(shared, lane, vals, clock)),
-        Job::Read => Reply::Read(read(shared, lane)),
+        Job::Read(want) => Reply::Read(read(shared, lane, want.as_deref())),
     }));
     caught.unwrap_or_else(|p| {
         let msg = p
@@ -689,7 +718,8 @@ fn load<B: Backend>(
 fn read<B: Backend>(
     shared: &Shared,
     lane: &mut Lane<B>,
-) -> Result<Vec<(Vec<HostTensor>, TransferStats)>, RuntimeError> {
+    want: Option<&Vec<Vec<bool>>>,
+) -> Result<Vec<(Vec<Option<HostTensor>>, TransferStats)>, RuntimeError> {
     let mut out = Vec::with_capacity(lane.devices.len());
     for (k, res) in lane.resident.iter().enumerate() {
         let mut t = TransferStats::default();
@@ -699,9 +729,13 @@ fn read<B: Backend>(
                 program: shared.program.name.clone(),
                 why: format!("device {} holds no buffer for input {i}", lane.devices[k]),
             })?;
+            if want.is_some_and(|w| !w[lane.devices[k]][vals.len()]) {
+                vals.push(None);
+                continue;
+            }
             let v = lane.backends[k].download(buf)?;
             t.count_download(&v, Transfer::State);
-            vals.push(v);
+            vals.push(Some(v));
         }
         out.push((vals, t));
     }

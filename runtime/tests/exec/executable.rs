@@ -134,6 +134,36 @@ fn wgpu_state_stays_resident_and_matches_cpu() {
 }
 
 #[test]
+fn a_state_read_downloads_only_the_values_it_names() {
+    for threads in [Some(1), Some(3), None] {
+        let mut exe = Executable::new(step_program(), vec![CpuBackend::new(); 8], donating(threads)).unwrap();
+        exe.load_state(state()).unwrap();
+        exe.run(batch(0)).unwrap();
+        let all = exe.read_state().unwrap();
+        let before = exe.stats().transfers.state_downloads;
+        // Devices 0 and 5 only (one copy of each block, as a checkpoint reads).
+        let want: Vec<Vec<bool>> = (0..8).map(|d| vec![d == 0 || d == 5]).collect();
+        let some = exe.read_state_where(want).unwrap();
+        assert_eq!(exe.stats().transfers.state_downloads - before, 2, "{threads:?}: two values downloaded");
+        for (d, (got, full)) in some.iter().zip(&all).enumerate() {
+            match &got[0] {
+                Some(t) => {
+                    assert!(d == 0 || d == 5, "device {d} was not asked for");
+                    assert!(t.bitwise_eq(&full[0]), "device {d}: the value read in full");
+                }
+                None => assert!(d != 0 && d != 5, "device {d} was asked for"),
+            }
+        }
+        // The state stays on the devices: the next step runs.
+        exe.run(batch(1)).unwrap();
+        let bad = exe.read_state_where(vec![vec![true]; 7]).unwrap_err();
+        assert!(bad.to_string().contains("7 devices"), "{bad}");
+        let bad = exe.read_state_where(vec![vec![true, true]; 8]).unwrap_err();
+        assert!(bad.to_string().contains("2 values"), "{bad}");
+    }
+}
+
+#[test]
 fn a_batch_of_the_wrong_type_is_rejected_before_anything_runs() {
     let mut exe = Executable::new(step_program(), vec![CpuBackend::new(); 8], donating(None)).unwrap();
     exe.load_state(state()).unwrap();
