@@ -30,8 +30,10 @@
 use crate::collective::{combine, member_result, permute};
 use crate::error::RuntimeError;
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use weft_ir::device::collective::fold_f32_range;
 use weft_ir::device::Collective;
 use weft_ir::tensor::HostTensor;
 
@@ -126,6 +128,91 @@ enum Results {
     /// Every contribution, in rank order: each member builds its own
     /// result from them ([`member_result`]).
     Shared(Arc<Vec<HostTensor>>),
+    /// A large `f32` all-reduce folded by its members together, a chunk
+    /// each as they come ([`SharedFold`]).
+    Folded(Arc<SharedFold>),
+}
+
+/// Elements per chunk of a [`SharedFold`] (256 KiB of `f32`).
+const FOLD_CHUNK: usize = 1 << 16;
+
+/// An `f32` all-reduce whose fold the members share: each receiving member
+/// claims chunks of the elements not yet claimed and folds them (in rank
+/// order: [`fold_f32_range`], the bits of the whole fold), then waits for
+/// the chunks others claimed and copies the sum out. A claimed chunk is
+/// folded at once by the thread that claimed it, so the wait never
+/// depends on a member that has not arrived (a worker lane receives for
+/// its devices one after another): the last fold is finished by threads
+/// that are running. The work of the last member to arrive is spread over
+/// every worker.
+struct SharedFold {
+    blocks: Vec<HostTensor>,
+    op: weft_ir::ReduceOp,
+    shape: Vec<usize>,
+    len: usize,
+    next: AtomicUsize,
+    sums: Vec<OnceLock<Vec<f32>>>,
+    done: Mutex<usize>,
+    finished: Condvar,
+}
+
+impl SharedFold {
+    /// The fold of `blocks` shared by its members, if they are `f32`
+    /// contributions of one shape in standard layout, large enough to
+    /// split; else they are given back.
+    fn new(blocks: Vec<HostTensor>, op: weft_ir::ReduceOp) -> Result<SharedFold, Vec<HostTensor>> {
+        let fits = |t: &HostTensor| matches!(t, HostTensor::F32(a) if a.is_standard_layout());
+        let len = blocks.first().map_or(0, |b| b.shape().iter().product::<usize>());
+        if len < 2 * FOLD_CHUNK || !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
+            return Err(blocks);
+        }
+        let shape = blocks[0].shape().to_vec();
+        let chunks = len.div_ceil(FOLD_CHUNK);
+        Ok(SharedFold {
+            blocks,
+            op,
+            shape,
+            len,
+            next: AtomicUsize::new(0),
+            sums: (0..chunks).map(|_| OnceLock::new()).collect(),
+            done: Mutex::new(0),
+            finished: Condvar::new(),
+        })
+    }
+
+    /// This member's copy of the sum (folding what is left to fold).
+    fn result(&self, call: &CollectiveCall<'_>, timeout: Duration) -> Result<HostTensor, RuntimeError> {
+        let chunks = self.sums.len();
+        loop {
+            let c = self.next.fetch_add(1, Ordering::Relaxed);
+            if c >= chunks {
+                break;
+            }
+            let range = c * FOLD_CHUNK..((c + 1) * FOLD_CHUNK).min(self.len);
+            let sum = fold_f32_range(&self.blocks, self.op, range).expect("checked f32 blocks of one shape");
+            let _ = self.sums[c].set(sum);
+            let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+            *done += 1;
+            if *done == chunks {
+                self.finished.notify_all();
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while *done < chunks {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(call.timed_out(timeout, Vec::new()));
+            }
+            done = self.finished.wait_timeout(done, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        drop(done);
+        let mut out = Vec::with_capacity(self.len);
+        for s in &self.sums {
+            out.extend_from_slice(s.get().expect("every chunk is folded"));
+        }
+        Ok(HostTensor::from_f32(&self.shape, out).expect("the contributions' shape"))
+    }
 }
 
 /// Whether each member builds its own result of `op` from the shared
@@ -210,6 +297,17 @@ impl Communicator for InProcessComm {
             self.changed.notify_all();
             return Ok(());
         }
+        let blocks = match call.op {
+            Collective::AllReduce { op, .. } => match SharedFold::new(blocks, *op) {
+                Ok(fold) => {
+                    r.results = Some(Results::Folded(Arc::new(fold)));
+                    self.changed.notify_all();
+                    return Ok(());
+                }
+                Err(blocks) => blocks,
+            },
+            _ => blocks,
+        };
         // The last member computes the group's results once, outside the
         // lock: other groups' members keep contributing and receiving
         // meanwhile, and this group's members wait for `results`.
@@ -248,20 +346,25 @@ impl Communicator for InProcessComm {
                     Results::Computed(results) => {
                         Ok(results[call.rank].take().expect("each member takes its result once"))
                     }
-                    Results::Shared(blocks) => Err(Arc::clone(blocks)),
+                    Results::Shared(blocks) => Err(Ok(Arc::clone(blocks))),
+                    Results::Folded(fold) => Err(Err(Arc::clone(fold))),
                 };
                 r.taken += 1;
                 if r.taken == n {
                     s.open.remove(&key);
                 }
+                // A member's own result is made outside the lock (the
+                // contributions live while a member holds them).
                 return match out {
                     Ok(out) => Ok(out),
-                    Err(blocks) => {
-                        // This member's result, outside the lock (the
-                        // contributions live while a member holds them).
+                    Err(Ok(blocks)) => {
                         drop(s);
                         member_result(call.op, &blocks, call.rank)
                             .map_err(|e| e.at_step(call.device(), call.step, call.op.name()))
+                    }
+                    Err(Err(fold)) => {
+                        drop(s);
+                        fold.result(&call, self.timeout)
                     }
                 };
             }
@@ -325,6 +428,45 @@ mod tests {
             assert!(o.bitwise_eq(&expect[0]));
         }
         assert!(comm.lock().open.is_empty(), "the rendezvous is closed once every member took its result");
+    }
+
+    #[test]
+    fn a_large_all_reduce_folded_by_its_members_has_the_bits_of_the_fold() {
+        // Big enough to be folded in chunks by the members (3 chunks and
+        // a part), by two threads that each drive two members, as worker
+        // lanes do: contribute for both, then receive for each.
+        let len = 3 * FOLD_CHUNK + 5;
+        let big = |rank: usize| {
+            let v: Vec<f32> =
+                (0..len).map(|i| ((i * 7 + rank * 13) % 101) as f32 * 0.013 - 0.6 + rank as f32 * 1e-7).collect();
+            HostTensor::from_f32(&[len], v).unwrap()
+        };
+        for op in [ReduceOp::Sum, ReduceOp::Max] {
+            let comm = InProcessComm::default();
+            let coll = Collective::AllReduce { axes: vec!["x".into()], op };
+            let group = [0usize, 1, 2, 3];
+            let outs: Vec<HostTensor> = std::thread::scope(|s| {
+                let hs: Vec<_> = [[0usize, 1], [2, 3]]
+                    .into_iter()
+                    .map(|ranks| {
+                        let (comm, coll, group) = (&comm, &coll, &group);
+                        s.spawn(move || {
+                            let call = |rank| CollectiveCall { step: 1, op: coll, group, rank };
+                            for r in ranks {
+                                comm.contribute(call(r), big(r)).unwrap();
+                            }
+                            ranks.map(|r| comm.receive(call(r)).unwrap())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+            });
+            let expect = combine(&coll, (0..4).map(big).collect()).unwrap();
+            for (r, o) in outs.iter().enumerate() {
+                assert!(o.bitwise_eq(&expect[r]), "{op:?}: member {r}");
+            }
+            assert!(comm.lock().open.is_empty());
+        }
     }
 
     #[test]

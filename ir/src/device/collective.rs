@@ -74,6 +74,31 @@ fn fold_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Folded, Ve
     Ok((first, rest))
 }
 
+/// Elements `range` (of the row-major order) of the rank-order fold of
+/// `f32` contributions, `((b0 op b1) op b2) ...` with the interpreter's
+/// scalar op: the same bits as those elements of [`combine`]'s
+/// all-reduce, so members that share memory can fold disjoint ranges of
+/// one all-reduce in parallel. `None` for other dtypes, non-standard
+/// layouts, contributions of different shapes or a range past the end.
+pub fn fold_f32_range(blocks: &[HostTensor], op: ReduceOp, range: std::ops::Range<usize>) -> Option<Vec<f32>> {
+    let slices: Vec<&[f32]> = blocks
+        .iter()
+        .map(|b| match b {
+            HostTensor::F32(a) if a.is_standard_layout() && a.shape() == blocks[0].shape() => a.as_slice(),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let (first, rest) = slices.split_first()?;
+    let mut acc = first.get(range.clone())?.to_vec();
+    let bin = combiner(op);
+    for b in rest {
+        for (x, &y) in acc.iter_mut().zip(&b[range.clone()]) {
+            *x = binary_f32(bin, *x, y).expect("a float reduction");
+        }
+    }
+    Some(acc)
+}
+
 /// An `f32` all-reduce without allocating: the fold accumulates into
 /// member 0's contribution and every other member receives the result in
 /// its own contribution's storage.
@@ -306,6 +331,30 @@ mod tests {
                 assert!(member_result(op, &blocks, n).is_err());
             }
         }
+    }
+
+    #[test]
+    fn a_folded_range_has_the_bits_of_the_whole_fold() {
+        let blocks: Vec<HostTensor> = (0..5)
+            .map(|k| {
+                let v: Vec<f32> =
+                    (0..30).map(|i| ((i * 7 + k * 3) % 11) as f32 * 0.31 - 1.7 + k as f32 * 1e-7).collect();
+                HostTensor::from_f32(&[5, 6], v).unwrap()
+            })
+            .collect();
+        for op in [ReduceOp::Sum, ReduceOp::Max] {
+            let whole = fold_in_rank_order(&blocks, op, &mut |op, xs| eval1(op, xs)).unwrap();
+            let whole = whole.as_f32().unwrap().iter().copied().collect::<Vec<f32>>();
+            let mut pieces = fold_f32_range(&blocks, op, 0..7).unwrap();
+            pieces.extend(fold_f32_range(&blocks, op, 7..30).unwrap());
+            assert_eq!(
+                pieces.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                whole.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        assert!(fold_f32_range(&blocks, ReduceOp::Sum, 20..31).is_none());
+        let mixed = vec![blocks[0].clone(), blocks[1].convert(crate::DType::BF16)];
+        assert!(fold_f32_range(&mixed, ReduceOp::Sum, 0..3).is_none());
     }
 
     #[test]
