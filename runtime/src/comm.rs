@@ -8,9 +8,11 @@
 //! collective) and a multi-process one (MPI; NCCL on CUDA) are
 //! interchangeable behind the trait.
 //!
-//! Determinism: [`InProcessComm`] computes an all-reduce once, when the
-//! last member of the group arrives, with [`crate::collective::combine`];
-//! for a gather, an all-to-all or a reduce-scatter each member builds its
+//! Determinism: [`InProcessComm`] computes a small all-reduce once, when
+//! the last member of the group arrives, with
+//! [`crate::collective::combine`]; a large `f32` one is folded by its
+//! receiving members together, a chunk each (`SharedFold`); for a
+//! gather, an all-to-all or a reduce-scatter each member builds its
 //! own result from the shared contributions when it receives
 //! ([`crate::collective::member_result`]: only its part of the work, on
 //! its own thread, so a group's copies run on every worker instead of all
@@ -31,7 +33,7 @@ use crate::collective::{combine, member_result, permute};
 use crate::error::RuntimeError;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use weft_ir::device::collective::fold_f32_range;
 use weft_ir::device::Collective;
@@ -139,21 +141,43 @@ const FOLD_CHUNK: usize = 1 << 16;
 /// An `f32` all-reduce whose fold the members share: each receiving member
 /// claims chunks of the elements not yet claimed and folds them (in rank
 /// order: [`fold_f32_range`], the bits of the whole fold), then waits for
-/// the chunks others claimed and copies the sum out. A claimed chunk is
-/// folded at once by the thread that claimed it, so the wait never
-/// depends on a member that has not arrived (a worker lane receives for
-/// its devices one after another): the last fold is finished by threads
-/// that are running. The work of the last member to arrive is spread over
-/// every worker.
+/// the chunks others claimed and copies the sum into its own
+/// contribution's storage, which it takes back (no result is allocated;
+/// nothing reads the contributions once every chunk is folded). A claimed
+/// chunk is folded at once by the thread that claimed it, so the wait
+/// never depends on a member that has not arrived (a worker lane receives
+/// for its devices one after another): the last fold is finished by
+/// threads that are running. The work of the last member to arrive is
+/// spread over every worker.
 struct SharedFold {
-    blocks: Vec<HostTensor>,
+    /// The contributions in rank order; read while folding, each taken
+    /// back by its member once every chunk is folded.
+    blocks: RwLock<Vec<Option<HostTensor>>>,
     op: weft_ir::ReduceOp,
-    shape: Vec<usize>,
     len: usize,
     next: AtomicUsize,
     sums: Vec<OnceLock<Vec<f32>>>,
-    done: Mutex<usize>,
+    /// Chunks folded, and whether a folding thread failed (panicked).
+    progress: Mutex<(usize, bool)>,
     finished: Condvar,
+}
+
+/// Marks a claimed chunk's fold as failed unless it completes, so that
+/// the members waiting for it stop instead of waiting out the timeout.
+struct FoldGuard<'a>(&'a SharedFold, bool);
+
+impl Drop for FoldGuard<'_> {
+    fn drop(&mut self) {
+        let mut p = self.0.progress.lock().unwrap_or_else(|p| p.into_inner());
+        if self.1 {
+            p.0 += 1;
+        } else {
+            p.1 = true;
+        }
+        if p.0 == self.0.sums.len() || p.1 {
+            self.0.finished.notify_all();
+        }
+    }
 }
 
 impl SharedFold {
@@ -166,52 +190,60 @@ impl SharedFold {
         if len < 2 * FOLD_CHUNK || !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
             return Err(blocks);
         }
-        let shape = blocks[0].shape().to_vec();
-        let chunks = len.div_ceil(FOLD_CHUNK);
         Ok(SharedFold {
-            blocks,
+            blocks: RwLock::new(blocks.into_iter().map(Some).collect()),
             op,
-            shape,
             len,
             next: AtomicUsize::new(0),
-            sums: (0..chunks).map(|_| OnceLock::new()).collect(),
-            done: Mutex::new(0),
+            sums: (0..len.div_ceil(FOLD_CHUNK)).map(|_| OnceLock::new()).collect(),
+            progress: Mutex::new((0, false)),
             finished: Condvar::new(),
         })
     }
 
-    /// This member's copy of the sum (folding what is left to fold).
+    /// Member `call.rank`'s result (folding what is left to fold).
     fn result(&self, call: &CollectiveCall<'_>, timeout: Duration) -> Result<HostTensor, RuntimeError> {
+        let deadline = Instant::now() + timeout;
         let chunks = self.sums.len();
         loop {
             let c = self.next.fetch_add(1, Ordering::Relaxed);
             if c >= chunks {
                 break;
             }
+            let mut guard = FoldGuard(self, false);
             let range = c * FOLD_CHUNK..((c + 1) * FOLD_CHUNK).min(self.len);
-            let sum = fold_f32_range(&self.blocks, self.op, range).expect("checked f32 blocks of one shape");
-            let _ = self.sums[c].set(sum);
-            let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-            *done += 1;
-            if *done == chunks {
-                self.finished.notify_all();
-            }
+            let sum = {
+                let blocks = self.blocks.read().unwrap_or_else(|p| p.into_inner());
+                // Nothing is taken back before every chunk is folded.
+                let refs: Vec<&HostTensor> = blocks.iter().map(|b| b.as_ref().expect("folding")).collect();
+                fold_f32_range(&refs, self.op, range)
+            };
+            let _ = self.sums[c].set(sum.expect("checked f32 blocks of one shape"));
+            guard.1 = true;
         }
-        let deadline = Instant::now() + timeout;
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        while *done < chunks {
+        let mut p = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        while p.0 < chunks && !p.1 {
             let now = Instant::now();
             if now >= deadline {
                 return Err(call.timed_out(timeout, Vec::new()));
             }
-            done = self.finished.wait_timeout(done, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            p = self.finished.wait_timeout(p, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
-        drop(done);
-        let mut out = Vec::with_capacity(self.len);
-        for s in &self.sums {
-            out.extend_from_slice(s.get().expect("every chunk is folded"));
+        if p.1 {
+            return Err(call.aborted(&(call.device(), "a member folding the all-reduce failed".into())));
         }
-        Ok(HostTensor::from_f32(&self.shape, out).expect("the contributions' shape"))
+        drop(p);
+        let mine = self.blocks.write().unwrap_or_else(|p| p.into_inner())[call.rank].take();
+        let mut out = match mine {
+            Some(HostTensor::F32(a)) => a,
+            _ => unreachable!("each member takes back its own f32 contribution once"),
+        };
+        let dst = out.as_slice_mut().expect("standard layout");
+        for (c, s) in self.sums.iter().enumerate() {
+            let s = s.get().expect("every chunk is folded");
+            dst[c * FOLD_CHUNK..c * FOLD_CHUNK + s.len()].copy_from_slice(s);
+        }
+        Ok(HostTensor::F32(out))
     }
 }
 

@@ -409,9 +409,17 @@ impl Executor for MeshExecutor {
             .state
             .iter()
             .zip(&self.pf.inputs)
-            .map(|(leaf, g)| crate::checkpoint::BlockLayout::new(&spec, &g.sharding, &leaf.ty.shape))
-            .collect::<std::result::Result<Vec<_>, String>>()
-            .map_err(|m| crate::error::Error::Usage(format!("checkpoint layout: {m}")))?;
+            .map(|(leaf, g)| {
+                crate::checkpoint::BlockLayout::new(&spec, &g.sharding, &leaf.ty.shape).map_err(|message| {
+                    crate::checkpoint::CheckpointError::InvalidSharding {
+                        leaf: leaf.name.clone(),
+                        sharding: g.sharding.to_string(),
+                        mesh: spec.to_string(),
+                        message,
+                    }
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let owners: Vec<Vec<usize>> = layouts.iter().map(|l| l.owners()).collect();
         let want: Vec<Vec<bool>> = (0..self.mesh.num_devices())
             .map(|d| layouts.iter().zip(&owners).map(|(l, o)| o[l.block_of(d)] == d).collect())

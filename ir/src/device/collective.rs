@@ -80,7 +80,7 @@ fn fold_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Folded, Ve
 /// all-reduce, so members that share memory can fold disjoint ranges of
 /// one all-reduce in parallel. `None` for other dtypes, non-standard
 /// layouts, contributions of different shapes or a range past the end.
-pub fn fold_f32_range(blocks: &[HostTensor], op: ReduceOp, range: std::ops::Range<usize>) -> Option<Vec<f32>> {
+pub fn fold_f32_range(blocks: &[&HostTensor], op: ReduceOp, range: std::ops::Range<usize>) -> Option<Vec<f32>> {
     let slices: Vec<&[f32]> = blocks
         .iter()
         .map(|b| match b {
@@ -224,7 +224,8 @@ pub fn combine_pieces(op: &Collective, pieces: Vec<HostTensor>) -> Result<HostTe
 /// build their own result, in parallel, from the same contributions. An
 /// all-reduce's result is every member's whole fold: computed here in
 /// full, so a communicator computes it once for the group instead
-/// ([`combine`]).
+/// ([`combine`]), or has its members fold disjoint ranges of it
+/// ([`fold_f32_range`]).
 pub fn member_result(op: &Collective, blocks: &[HostTensor], rank: usize) -> Result<HostTensor, String> {
     let n = blocks.len();
     if rank >= n {
@@ -236,6 +237,9 @@ pub fn member_result(op: &Collective, blocks: &[HostTensor], rank: usize) -> Res
             eval1(&Op::Concatenate { dim: *dim }, &refs)
         }
         Collective::ReduceScatter { dim, .. } | Collective::AllToAll { split_dim: dim, .. } => {
+            if blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
+                return Err("contributions of different shapes".to_string());
+            }
             let pieces = blocks.iter().map(|b| block(b, *dim, rank, n)).collect::<Result<Vec<_>, _>>()?;
             combine_pieces(op, pieces)
         }
@@ -345,16 +349,17 @@ mod tests {
         for op in [ReduceOp::Sum, ReduceOp::Max] {
             let whole = fold_in_rank_order(&blocks, op, &mut |op, xs| eval1(op, xs)).unwrap();
             let whole = whole.as_f32().unwrap().iter().copied().collect::<Vec<f32>>();
-            let mut pieces = fold_f32_range(&blocks, op, 0..7).unwrap();
-            pieces.extend(fold_f32_range(&blocks, op, 7..30).unwrap());
+            let refs: Vec<&HostTensor> = blocks.iter().collect();
+            let mut pieces = fold_f32_range(&refs, op, 0..7).unwrap();
+            pieces.extend(fold_f32_range(&refs, op, 7..30).unwrap());
             assert_eq!(
                 pieces.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 whole.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
             );
         }
-        assert!(fold_f32_range(&blocks, ReduceOp::Sum, 20..31).is_none());
-        let mixed = vec![blocks[0].clone(), blocks[1].convert(crate::DType::BF16)];
-        assert!(fold_f32_range(&mixed, ReduceOp::Sum, 0..3).is_none());
+        assert!(fold_f32_range(&blocks.iter().collect::<Vec<_>>(), ReduceOp::Sum, 20..31).is_none());
+        let half = blocks[1].convert(crate::DType::BF16);
+        assert!(fold_f32_range(&[&blocks[0], &half], ReduceOp::Sum, 0..3).is_none());
     }
 
     #[test]

@@ -148,13 +148,17 @@ enum Job {
     Read(Option<Arc<Vec<Vec<bool>>>>),
 }
 
+/// Per device of the lane: its state values read back (`None` where a
+/// read did not ask for one) and their transfers.
+type LaneRead = Vec<(Vec<Option<HostTensor>>, TransferStats)>;
+
 /// Per device of the lane: its outputs, stats, transfers and spans.
 type LaneRun = Vec<(Vec<HostTensor>, DeviceStats, TransferStats, Vec<Span>, crate::DeviceTime)>;
 
 enum Reply {
     Loaded(Result<Vec<TransferStats>, RuntimeError>),
     Ran(Result<LaneRun, RuntimeError>),
-    Read(Result<Vec<(Vec<Option<HostTensor>>, TransferStats)>, RuntimeError>),
+    Read(Result<LaneRead, RuntimeError>),
 }
 
 /// What drives a lane.
@@ -719,7 +723,7 @@ fn read<B: Backend>(
     shared: &Shared,
     lane: &mut Lane<B>,
     want: Option<&Vec<Vec<bool>>>,
-) -> Result<Vec<(Vec<Option<HostTensor>>, TransferStats)>, RuntimeError> {
+) -> Result<LaneRead, RuntimeError> {
     let mut out = Vec::with_capacity(lane.devices.len());
     for (k, res) in lane.resident.iter().enumerate() {
         let mut t = TransferStats::default();
