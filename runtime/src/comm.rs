@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
-use weft_ir::device::collective::fold_f32_range;
+use weft_ir::device::collective::{f32_foldable, fold_f32_range};
 use weft_ir::device::Collective;
 use weft_ir::tensor::HostTensor;
 
@@ -135,6 +135,14 @@ enum Results {
     Folded(Arc<SharedFold>),
 }
 
+/// What one member takes from a complete collective: its result, or
+/// what it builds its result from.
+enum Mine {
+    Ready(HostTensor),
+    Build(Arc<Vec<HostTensor>>),
+    Fold(Arc<SharedFold>),
+}
+
 /// Elements per chunk of a [`SharedFold`] (256 KiB of `f32`).
 const FOLD_CHUNK: usize = 1 << 16;
 
@@ -185,9 +193,8 @@ impl SharedFold {
     /// contributions of one shape in standard layout, large enough to
     /// split; else they are given back.
     fn new(blocks: Vec<HostTensor>, op: weft_ir::ReduceOp) -> Result<SharedFold, Vec<HostTensor>> {
-        let fits = |t: &HostTensor| matches!(t, HostTensor::F32(a) if a.is_standard_layout());
         let len = blocks.first().map_or(0, |b| b.shape().iter().product::<usize>());
-        if len < 2 * FOLD_CHUNK || !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
+        if len < 2 * FOLD_CHUNK || !f32_foldable(&blocks) {
             return Err(blocks);
         }
         Ok(SharedFold {
@@ -374,12 +381,12 @@ impl Communicator for InProcessComm {
             }
             let r = s.open.get_mut(&key).expect("a member receives only after it contributed");
             if let Some(results) = r.results.as_mut() {
-                let out = match results {
+                let mine = match results {
                     Results::Computed(results) => {
-                        Ok(results[call.rank].take().expect("each member takes its result once"))
+                        Mine::Ready(results[call.rank].take().expect("each member takes its result once"))
                     }
-                    Results::Shared(blocks) => Err(Ok(Arc::clone(blocks))),
-                    Results::Folded(fold) => Err(Err(Arc::clone(fold))),
+                    Results::Shared(blocks) => Mine::Build(Arc::clone(blocks)),
+                    Results::Folded(fold) => Mine::Fold(Arc::clone(fold)),
                 };
                 r.taken += 1;
                 if r.taken == n {
@@ -387,17 +394,12 @@ impl Communicator for InProcessComm {
                 }
                 // A member's own result is made outside the lock (the
                 // contributions live while a member holds them).
-                return match out {
-                    Ok(out) => Ok(out),
-                    Err(Ok(blocks)) => {
-                        drop(s);
-                        member_result(call.op, &blocks, call.rank)
-                            .map_err(|e| e.at_step(call.device(), call.step, call.op.name()))
-                    }
-                    Err(Err(fold)) => {
-                        drop(s);
-                        fold.result(&call, self.timeout)
-                    }
+                drop(s);
+                return match mine {
+                    Mine::Ready(out) => Ok(out),
+                    Mine::Build(blocks) => member_result(call.op, &blocks, call.rank)
+                        .map_err(|e| e.at_step(call.device(), call.step, call.op.name())),
+                    Mine::Fold(fold) => fold.result(&call, self.timeout),
                 };
             }
             let now = Instant::now();

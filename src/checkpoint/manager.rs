@@ -105,16 +105,27 @@ impl CheckpointManager {
     pub fn save_async(&mut self, step: u64, state: &CheckpointState) -> Result<Option<CommitInfo>> {
         let previous = self.wait()?;
         let snap = write::prepare(step, state, self.options.max_file_bytes)?.into_owned();
+        self.start_writer(step, move |root, options| commit_and_retain(root, options, &snap))?;
+        Ok(previous)
+    }
+
+    /// Starts the background thread of a one-process save of `step`,
+    /// which runs `write` at idle priority.
+    fn start_writer(
+        &mut self,
+        step: u64,
+        write: impl FnOnce(&Path, &CheckpointOptions) -> Result<CommitInfo> + Send + 'static,
+    ) -> Result<()> {
         let (root, options) = (self.root.clone(), self.options.clone());
         let handle = std::thread::Builder::new()
             .name(format!("checkpoint-step-{step}"))
             .spawn(move || {
                 fsutil::background_priority();
-                commit_and_retain(&root, &options, &snap)
+                write(&root, &options)
             })
             .map_err(io("spawn writer thread for", &self.root))?;
         self.in_flight = Some(InFlight::Alone { step, handle });
-        Ok(previous)
+        Ok(())
     }
 
     /// [`CheckpointManager::save_async`] of a state the caller gives up:
@@ -126,16 +137,10 @@ impl CheckpointManager {
         // Validated and planned here (metadata only), planned again by the
         // thread over the state it owns.
         write::prepare(step, &state, self.options.max_file_bytes)?;
-        let (root, options) = (self.root.clone(), self.options.clone());
-        let handle = std::thread::Builder::new()
-            .name(format!("checkpoint-step-{step}"))
-            .spawn(move || {
-                fsutil::background_priority();
-                let snap = write::prepare(step, &state, options.max_file_bytes)?;
-                commit_and_retain(&root, &options, &snap)
-            })
-            .map_err(io("spawn writer thread for", &self.root))?;
-        self.in_flight = Some(InFlight::Alone { step, handle });
+        self.start_writer(step, move |root, options| {
+            let snap = write::prepare(step, &state, options.max_file_bytes)?;
+            commit_and_retain(root, options, &snap)
+        })?;
         Ok(previous)
     }
 

@@ -48,14 +48,21 @@ fn fold_in_rank_order<T: Clone, E: From<String>>(
 /// The accumulated array, and the other members' arrays.
 type Folded = (ndarray::ArrayD<f32>, Vec<ndarray::ArrayD<f32>>);
 
+/// Whether `blocks` are `f32` contributions the `f32` fast paths fold
+/// ([`fold_f32_range`] and the in-place fold): at least one, all `f32` in
+/// standard layout, of one shape.
+pub fn f32_foldable(blocks: &[HostTensor]) -> bool {
+    let fits = |t: &HostTensor| matches!(t, HostTensor::F32(a) if a.is_standard_layout());
+    !blocks.is_empty() && blocks.iter().all(fits) && blocks.iter().all(|b| b.shape() == blocks[0].shape())
+}
+
 /// The rank-order fold of `f32` contributions into member 0's storage, with
 /// the interpreter's scalar op (the same arithmetic in the same order as
 /// [`fold_in_rank_order`], so the same bits), without allocating.
 /// Returns the accumulated array and the other members' arrays, or gives
 /// the blocks back for other dtypes, layouts or mismatched shapes.
 fn fold_f32_in_place(blocks: Vec<HostTensor>, op: ReduceOp) -> Result<Folded, Vec<HostTensor>> {
-    let fits = |t: &HostTensor| matches!(t, HostTensor::F32(a) if a.is_standard_layout());
-    if blocks.is_empty() || !blocks.iter().all(fits) || blocks.iter().any(|b| b.shape() != blocks[0].shape()) {
+    if !f32_foldable(&blocks) {
         return Err(blocks);
     }
     let mut arrays = blocks.into_iter().map(|b| match b {
