@@ -44,6 +44,7 @@ fn the_standard_pipeline_is_a_list_of_named_passes() {
             "fold_transposes",
             "remove_dead_steps",
             "fuse_reduce_scatter",
+            "rematerialize",
             "compact",
             "insert_frees"
         ]
@@ -69,11 +70,11 @@ fn every_pass_is_dumped_and_timed_and_compile_is_the_same_program() {
     assert!(dumps[1].1.contains("{sharding = [{x}, {}]}"), "{}", dumps[1].1);
     assert!(dumps[2].1.starts_with("device_program @main") && dumps[2].1.contains("= transpose"));
     assert!(!dumps[3].1.contains("= transpose"), "{}", dumps[3].1);
-    assert!(!dumps[7].1.contains("free") && dumps[8].1.contains("free"));
+    assert!(!dumps[8].1.contains("free") && dumps[9].1.contains("free"));
     let pf = out.into_partitioned().unwrap();
     let direct = compile(&module(), "main", &mesh(), &PropagateOptions::default()).unwrap();
     assert_eq!(print_program(&pf.program), print_program(&direct.program));
-    assert_eq!(dumps[8].1, print_program(&direct.program));
+    assert_eq!(dumps[9].1, print_program(&direct.program));
     // `compile` is itself the pipeline; the steps spelled out by hand
     // (inline, propagate, lower, each clean-up in order) give the same
     // program, so the pipeline neither skips nor reorders a pass.

@@ -480,4 +480,16 @@ impl Op {
     pub fn is_elementwise(&self) -> bool {
         matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Compare(_) | Op::Select | Op::Convert { .. })
     }
+
+    /// True for ops that spread one value over their result: a
+    /// `broadcast_in_dim` of a rank-0 operand (no `dims`) and a splat
+    /// `constant`. Such a value costs nothing to recompute where it is
+    /// read, inside a fused loop, and a whole tensor to store.
+    pub fn is_splat(&self) -> bool {
+        match self {
+            Op::BroadcastInDim { dims, .. } => dims.is_empty(),
+            Op::Constant(l) => matches!(l.data, crate::LiteralData::Splat(_)),
+            _ => false,
+        }
+    }
 }

@@ -152,16 +152,6 @@ impl FusionOptions {
         FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true, ..FusionOptions::NONE };
 }
 
-/// Whether `op` spreads one value over its result: a scalar broadcast
-/// (reading a rank-0 operand) or a splat constant.
-pub fn is_splat(op: &Op) -> bool {
-    match op {
-        Op::BroadcastInDim { dims, .. } => dims.is_empty(),
-        Op::Constant(l) => matches!(l.data, weft_ir::LiteralData::Splat(_)),
-        _ => false,
-    }
-}
-
 /// Whether `op` is a `broadcast_in_dim` that keeps its operand's
 /// dimensions in order (what [`FusionOptions::broadcasts`] takes).
 pub fn is_ordered_broadcast(op: &Op) -> bool {
@@ -173,7 +163,7 @@ fn fusible(s: &Step, opts: FusionOptions) -> Option<(&Op, &[BufferId], BufferId)
         Step::Compute { op, inputs, outputs }
             if outputs.len() == 1
                 && (op.is_elementwise()
-                    || (opts.splats && is_splat(op))
+                    || (opts.splats && op.is_splat())
                     || (opts.broadcasts && is_ordered_broadcast(op))) =>
         {
             Some((op, inputs, outputs[0]))
@@ -246,7 +236,7 @@ fn chain_at(
     let shape = &p.ty(first_out).shape;
     // Operands have the chain's shape, but a splat's: rank 0 or none.
     let fits = |op: &Op, ins: &[BufferId]| {
-        if is_splat(op) {
+        if op.is_splat() {
             ins.iter().all(|&b| p.ty(b).shape.is_empty())
         } else if matches!(op, Op::BroadcastInDim { .. }) {
             // An ordered broadcast (`fusible` checked): any operand shape.

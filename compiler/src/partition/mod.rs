@@ -27,6 +27,7 @@ pub mod host;
 pub(crate) mod liveness;
 mod lower;
 pub mod overlap;
+mod remat;
 pub mod report;
 mod reshard;
 
@@ -48,13 +49,15 @@ pub type Cleanup = fn(&mut DeviceProgram);
 /// The clean-ups [`partition_function`] runs after lowering, by name, in
 /// order: forward identity steps, fold transposes into the dots that read
 /// them, remove dead steps, fuse all-reduce + shard slice into
-/// reduce-scatter, compact (renumber buffers in definition order), insert
+/// reduce-scatter, recompute cheap values and splats where they are read
+/// instead of storing them ([`remat`]), compact (renumber buffers in definition order), insert
 /// frees after last uses.
 pub const CLEANUPS: &[(&str, Cleanup)] = &[
     ("forward_identities", liveness::forward_identities),
     ("fold_transposes", liveness::fold_transposes_into_dots),
     ("remove_dead_steps", liveness::remove_dead_steps),
     ("fuse_reduce_scatter", liveness::fuse_reduce_scatter),
+    ("rematerialize", remat::rematerialize),
     ("compact", liveness::compact),
     ("insert_frees", liveness::insert_frees),
 ];

@@ -10,7 +10,7 @@
 //! Anything else (integer or `f64` chains, integer ops) returns `None` and
 //! the caller falls back to the interpreter.
 //!
-//! Splat nodes ([`crate::fusion::is_splat`]: a scalar broadcast, a splat
+//! Splat nodes ([`weft_ir::Op::is_splat`]: a scalar broadcast, a splat
 //! constant) fill their block with one value, so a learning rate spread over
 //! a parameter costs one cache-sized block, not a tensor.
 
@@ -205,8 +205,9 @@ impl<'a> InputData<'a> {
 }
 
 /// Computes a fused chain, or `None` if it does not compute in `f32` (the
-/// caller then runs it node by node). Nodes of a half type are rounded to
-/// it after each op, as the interpreter does. A trailing `reduce` (see
+/// caller then runs it node by node): its value, then the values of
+/// [`FusedChain::kept`] in order. Nodes of a half type are rounded to it
+/// after each op, as the interpreter does. A trailing `reduce` (see
 /// [`FusedReduce`]) folds each block as it is computed.
 pub(crate) fn fused(
     chain: &FusedChain,
@@ -214,12 +215,19 @@ pub(crate) fn fused(
     pool: &mut Pool,
     threads: usize,
     isa: Isa,
-) -> Option<HostTensor> {
+) -> Option<Vec<HostTensor>> {
     let (nodes, reduce) = match chain.nodes.split_last()? {
-        (last, body) if matches!(last.op, Op::Reduce { .. }) => (body, Some(FusedReduce::of(last, body.last()?)?)),
+        (last, body) if matches!(last.op, Op::Reduce { .. }) => {
+            match FusedReduce::of(last, body.last()?).filter(|r| r.block().is_some()) {
+                Some(r) => (body, Some(r)),
+                // A reduction the blocks cannot fold (over leading dimensions:
+                // a bias gradient): the body as a chain, then the reduction.
+                None => return fused_then_reduced(chain, body, last, inputs, pool, threads, isa),
+            }
+        }
         _ => (chain.nodes.as_slice(), None),
     };
-    if !supported(nodes, inputs) {
+    if !supported(nodes, inputs) || !keeps_supported(chain, nodes) {
         return None;
     }
     let last = nodes.last()?;
@@ -236,18 +244,69 @@ pub(crate) fn fused(
         Some(r) => pool.take(r.kept_shape.iter().product()),
         None => pool.take(len),
     };
+    let mut kept: Vec<Vec<f32>> = chain.kept.iter().map(|_| pool.take(len)).collect();
     let spreads = spreads(nodes, inputs);
-    run_blocks(nodes, &spreads, reduce.as_ref(), &data, None, &mut out, len, block, threads, isa)?;
+    let kept_out = kept_slices(chain, &mut kept);
+    run_blocks(nodes, &spreads, reduce.as_ref(), &data, None, &mut out, kept_out, len, block, threads, isa)?;
     give_back(data, pool);
-    if let Some(r) = reduce {
-        return Some(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")));
+    let value = match reduce {
+        Some(r) => HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&r.kept_shape), out).expect("sized")),
+        None => typed(out, last, pool),
+    };
+    Some(std::iter::once(value).chain(kept_values(chain, nodes, kept, pool)).collect())
+}
+
+/// A chain ending in a reduction that [`FusedReduce`] does not fold: its
+/// body computed as a chain of its own (on every thread), then the
+/// reduction by [`super::reduce`] (which folds leading dimensions in the
+/// interpreter's order). Returns the reduction, then the kept values;
+/// `None` where either part has no fast path.
+fn fused_then_reduced(
+    chain: &FusedChain,
+    body: &[FusedNode],
+    last: &FusedNode,
+    inputs: &[&HostTensor],
+    pool: &mut Pool,
+    threads: usize,
+    isa: Isa,
+) -> Option<Vec<HostTensor>> {
+    let Op::Reduce { op, dims } = &last.op else { return None };
+    if body.len() < 2 && chain.kept.is_empty() {
+        return None;
     }
-    let shape = IxDyn(&last.ty.shape);
-    let out = ArrayD::from_shape_vec(shape, out).expect("sized from the type");
-    Some(match last.ty.dtype {
+    let body_chain = FusedChain { nodes: body.to_vec(), ..chain.clone() };
+    let mut values = fused(&body_chain, inputs, pool, threads, isa)?;
+    let reduced = super::reduce::reduce(*op, &values[0], dims, pool)?;
+    let value = std::mem::replace(&mut values[0], reduced);
+    pool.give(value);
+    Some(values)
+}
+
+/// Whether every kept value of `chain` is a node of `nodes` (not a
+/// trailing reduction) of a type [`typed`] writes.
+fn keeps_supported(chain: &FusedChain, nodes: &[FusedNode]) -> bool {
+    let full = nodes.last().map(|n| n.ty.shape.as_slice());
+    chain.kept.iter().all(|&(n, _)| nodes.get(n).is_some_and(|k| Some(k.ty.shape.as_slice()) == full))
+}
+
+/// Each kept value's node and its whole storage, for [`run_blocks`].
+fn kept_slices<'a>(chain: &FusedChain, kept: &'a mut [Vec<f32>]) -> Vec<(usize, &'a mut [f32])> {
+    chain.kept.iter().zip(kept.iter_mut()).map(|(&(n, _), v)| (n, v.as_mut_slice())).collect()
+}
+
+/// The kept values, each as a tensor of its node's type.
+fn kept_values(chain: &FusedChain, nodes: &[FusedNode], kept: Vec<Vec<f32>>, pool: &mut Pool) -> Vec<HostTensor> {
+    chain.kept.iter().zip(kept).map(|(&(n, _), v)| typed(v, &nodes[n], pool)).collect()
+}
+
+/// `f32` elements of a node's value as a tensor of its type (`bool` from
+/// 0/1, half types narrowed; the elements were rounded to them already).
+fn typed(v: Vec<f32>, node: &FusedNode, pool: &mut Pool) -> HostTensor {
+    let out = ArrayD::from_shape_vec(IxDyn(&node.ty.shape), v).expect("sized from the type");
+    match node.ty.dtype {
         DType::Bool => HostTensor::Bool(out.mapv(|x| x != 0.0)),
         d => narrow(out, d, pool),
-    })
+    }
 }
 
 /// Computes an `f32` chain into the storage of its input `into`, whose last
@@ -255,7 +314,8 @@ pub(crate) fn fused(
 /// is read before the chain's value overwrites it, so no other buffer is
 /// touched and the result's memory is already in cache. Returns the donor
 /// untouched where the chain is not one [`fused`] computes with an `f32`
-/// result of the donor's type.
+/// result of the donor's type. Returns the value, then the kept values,
+/// as [`fused`] does.
 pub(crate) fn fused_into(
     chain: &FusedChain,
     inputs: &[Option<&HostTensor>],
@@ -264,13 +324,13 @@ pub(crate) fn fused_into(
     pool: &mut Pool,
     threads: usize,
     isa: Isa,
-) -> Result<HostTensor, HostTensor> {
+) -> Result<Vec<HostTensor>, HostTensor> {
     let Some(last) = chain.nodes.last() else { return Err(donor) };
     let fits = matches!(&donor, HostTensor::F32(a) if a.is_standard_layout() && a.shape() == last.ty.shape.as_slice())
         && last.ty.dtype == DType::F32
         && !matches!(last.op, Op::Reduce { .. });
     let all: Vec<&HostTensor> = inputs.iter().map(|t| t.unwrap_or(&donor)).collect();
-    if !fits || !supported(&chain.nodes, &all) {
+    if !fits || !supported(&chain.nodes, &all) || !keeps_supported(chain, &chain.nodes) {
         return Err(donor);
     }
     let spreads = spreads(&chain.nodes, &all);
@@ -292,17 +352,21 @@ pub(crate) fn fused_into(
         out = pool.take(len);
     }
     let donor_at = matches!(data[into], InputData::Donor).then_some(into);
-    let done = run_blocks(&chain.nodes, &spreads, None, &data, donor_at, &mut out, len, BLOCK, threads, isa);
+    let mut kept: Vec<Vec<f32>> = chain.kept.iter().map(|_| pool.take(len)).collect();
+    let kept_out = kept_slices(chain, &mut kept);
+    let done = run_blocks(&chain.nodes, &spreads, None, &data, donor_at, &mut out, kept_out, len, BLOCK, threads, isa);
     give_back(data, pool);
     done.expect("a supported chain computes");
-    Ok(HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&last.ty.shape), out).expect("sized from the type")))
+    let value = HostTensor::F32(ArrayD::from_shape_vec(IxDyn(&last.ty.shape), out).expect("sized from the type"));
+    Ok(std::iter::once(value).chain(kept_values(chain, &chain.nodes, kept, pool)).collect())
 }
 
 /// The fewest elements a thread of a split chain gets.
 const MIN_PER_THREAD: usize = 1 << 16;
 
 /// Runs `nodes` block by block over `len` elements into `out` (or, with a
-/// `reduce`, folds the last node's blocks into `out`). Input `donor` is the
+/// `reduce`, folds the last node's blocks into `out`), writing each kept
+/// node's value into its slice of `kept` as well. Input `donor` is the
 /// storage of `out` itself: each of its blocks is copied aside before the
 /// block is overwritten. Without a reduction, up to `threads` threads each
 /// take a contiguous run of whole blocks: every element is computed as one
@@ -315,35 +379,53 @@ fn run_blocks(
     data: &[InputData<'_>],
     donor: Option<usize>,
     out: &mut [f32],
+    kept: Vec<(usize, &mut [f32])>,
     len: usize,
     block: usize,
     threads: usize,
     isa: Isa,
 ) -> Option<()> {
-    let t = threads.min(len / MIN_PER_THREAD).max(1);
-    if t <= 1 || reduce.is_some() {
-        return run_range(nodes, spreads, reduce, data, donor, out, len, 0..len, block, isa);
+    // Threads split the elements at whole blocks, and with a reduction at
+    // whole rows too (each row folded by one thread, as by one alone); a
+    // thread's `out` is its elements, or its rows' folds.
+    let (unit, row) = match reduce {
+        Some(r) => (block.max(r.row), r.row),
+        None => (block, 1),
+    };
+    let units = len.div_ceil(unit);
+    let t = threads.min(len / MIN_PER_THREAD).min(units).max(1);
+    if t <= 1 {
+        return run_range(nodes, spreads, reduce, data, donor, out, kept, len, 0..len, block, isa);
     }
-    let blocks = len.div_ceil(block);
     std::thread::scope(|s| {
-        let mut rest: &mut [f32] = &mut out[..len];
+        let mut rest: &mut [f32] = if reduce.is_some() { out } else { &mut out[..len] };
+        let mut kept_rest = kept;
         let mut handles = Vec::with_capacity(t);
         let mut base = 0;
         for j in 0..t {
-            let end = (blocks * (j + 1) / t * block).min(len);
-            let (mine, more) = std::mem::take(&mut rest).split_at_mut(end - base);
+            let end = (units * (j + 1) / t * unit).min(len);
+            let (mine, more) = std::mem::take(&mut rest).split_at_mut((end - base) / row);
             rest = more;
+            let kept_mine: Vec<(usize, &mut [f32])> = (kept_rest.iter_mut())
+                .map(|(n, k)| {
+                    let (mine, more) = std::mem::take(k).split_at_mut(end - base);
+                    *k = more;
+                    (*n, mine)
+                })
+                .collect();
             let b = base;
-            handles.push(s.spawn(move || run_range(nodes, spreads, None, data, donor, mine, len, b..end, block, isa)));
+            handles.push(s.spawn(move || {
+                run_range(nodes, spreads, reduce, data, donor, mine, kept_mine, len, b..end, block, isa)
+            }));
             base = end;
         }
         handles.into_iter().try_for_each(|h| h.join().expect("a chain's thread does not panic"))
     })
 }
 
-/// [`run_blocks`] over elements `range` of the chain's `len`, `out`
-/// holding exactly those (with a `reduce`: the whole range, and `out`
-/// holds the folds).
+/// [`run_blocks`] over elements `range` of the chain's `len`, `out` and
+/// each slice of `kept` holding exactly those (with a `reduce`, `out` holds
+/// the folds of the range's rows, which it starts at a row's start).
 #[allow(clippy::too_many_arguments)]
 fn run_range(
     nodes: &[FusedNode],
@@ -352,6 +434,7 @@ fn run_range(
     data: &[InputData<'_>],
     donor: Option<usize>,
     out: &mut [f32],
+    mut kept: Vec<(usize, &mut [f32])>,
     len: usize,
     range: std::ops::Range<usize>,
     block: usize,
@@ -379,7 +462,7 @@ fn run_range(
     while start < end {
         let n = block.min(end - start);
         // `out` holds elements `base..end` (or, with a reduce, the folds).
-        let at = if reduce.is_some() { start } else { start - base };
+        let at = start - base;
         if donor.is_some() {
             donor_block[..n].copy_from_slice(&out[at..at + n]);
         }
@@ -407,10 +490,13 @@ fn run_range(
                 (None, None) => node_block(isa, &node.op, &args[..node.args.len()], dst)?,
             }
             carry[j].round(dst);
+            if let Some((_, k)) = kept.iter_mut().find(|(n, _)| *n == j) {
+                k[start - base..start - base + n].copy_from_slice(dst);
+            }
         }
         if let (Some(r), Some(fold)) = (reduce, fold.as_mut()) {
             let j = nodes.len() - 1;
-            r.fold_block(fold, &scratch[j * block..j * block + n], start, out);
+            r.fold_block(fold, &scratch[j * block..j * block + n], start - base, out);
         }
         start += n;
     }
@@ -537,7 +623,8 @@ impl FusedReduce {
         }
     }
 
-    /// Folds the block of values starting at element `start`.
+    /// Folds the block of values starting at element `start` (counted from
+    /// the start of the row that `out[0]` folds).
     fn fold_block(&self, fold: &mut RowFold, values: &[f32], start: usize, out: &mut [f32]) {
         if self.row <= values.len() {
             for (r, row) in values.chunks_exact(self.row).enumerate() {
@@ -644,7 +731,7 @@ mod tests {
         let bias = HostTensor::from_f32(&[3], vec![100.0, 200.0, 300.0]).unwrap();
         let scale = HostTensor::from_f32(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
         let mut pool = Pool::default();
-        let got = fused(&chain, &[&x, &bias, &scale], &mut pool, 1, Isa::detect()).expect("the fast path");
+        let got = fused(&chain, &[&x, &bias, &scale], &mut pool, 1, Isa::detect()).expect("the fast path").remove(0);
         let want: Vec<f64> = (0..12).map(|i| ((i as f64) + 100.0 * (1 + i % 3) as f64) * (1 + i / 3) as f64).collect();
         assert_eq!(got.to_f64_vec(), want);
         // A select on a scalar predicate (spread over the block): both ways.
@@ -659,7 +746,7 @@ mod tests {
         let y = HostTensor::from_f32(&[4, 3], vec![2.0; 12]).unwrap();
         for p in [true, false] {
             let pred = HostTensor::Bool(ndarray::ArrayD::from_elem(IxDyn(&[]), p));
-            let got = fused(&chain, &[&x, &y, &pred], &mut pool, 1, Isa::detect()).expect("the fast path");
+            let got = fused(&chain, &[&x, &y, &pred], &mut pool, 1, Isa::detect()).expect("the fast path").remove(0);
             let want: Vec<f64> = (0..12).map(|i| if p { 2.0 * i as f64 } else { i as f64 }).collect();
             assert_eq!(got.to_f64_vec(), want, "predicate {p}");
         }
@@ -684,18 +771,20 @@ mod tests {
             members: vec![0],
         };
         let mut pool = Pool::default();
-        assert_eq!(fused(&chain, &[&x], &mut pool, 1, Isa::detect()).map(|t| t.dtype()), Some(DType::BF16));
+        assert_eq!(fused(&chain, &[&x], &mut pool, 1, Isa::detect()).map(|t| t[0].dtype()), Some(DType::BF16));
         assert!(single(&Op::Unary(UnaryOp::Exp), &[&x], &mut pool, Isa::detect()).is_some());
         let i = HostTensor::zeros(&TensorType::new(DType::I32, vec![3, 5]));
         assert!(single(&Op::Binary(BinaryOp::Add), &[&i, &i], &mut pool, Isa::detect()).is_none());
     }
 
-    /// `sum((broadcast(s) * x) * 0.5, trailing dims)`: splats and a
-    /// trailing reduction run on the fast path for rows that fit in a block
-    /// and rows of whole blocks, and not for other rows (the caller then
-    /// runs the nodes one by one).
+    /// `sum((broadcast(s) * x) * 0.5, dims)`: splats and a reduction run
+    /// on the fast path, bit for bit this backend's ops node by node (its
+    /// row sums fold in 16 lanes, [`super::reduce`]), on one
+    /// thread and on three: folded block by block over trailing dimensions
+    /// (rows that fit in a block, rows of whole blocks), and as the chain's
+    /// body then the reduction for other rows and leading dimensions.
     #[test]
-    fn splat_and_reduce_chains_run_on_the_fast_path_where_blocks_align() {
+    fn splat_and_reduce_chains_run_on_the_fast_path() {
         let chain = |shape: &[usize], dims: Vec<usize>| {
             let t = TensorType::new(DType::F32, shape.to_vec());
             let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).map(|d| shape[d]).collect();
@@ -720,19 +809,28 @@ mod tests {
             }
         };
         let s = HostTensor::from_f32(&[], vec![3.0]).unwrap();
-        let mut pool = Pool::default();
-        for (shape, dims, fast) in [
-            (vec![3, 40], vec![1], true),
-            (vec![5, 7, 64], vec![1, 2], true),
-            (vec![2, 2048], vec![1], true),
-            (vec![2, 2048], vec![0, 1], true),
-            (vec![2, 1500], vec![1], false),
-            (vec![2, 6], vec![0], false),
+        let one_by_one = super::super::FastCpuBackend::default();
+        for (shape, dims) in [
+            (vec![3, 40], vec![1]),
+            (vec![5, 7, 64], vec![1, 2]),
+            (vec![2, 2048], vec![1]),
+            (vec![2, 2048], vec![0, 1]),
+            (vec![2, 1500], vec![1]),
+            (vec![2, 6], vec![0]),
+            (vec![300, 1000], vec![1]),
+            (vec![2, 128, 1024], vec![2]),
+            (vec![3, 140_000], vec![1]),
+            (vec![600, 1000], vec![0]),
         ] {
             let n: usize = shape.iter().product();
-            let x = HostTensor::from_f32(&shape, (0..n).map(|i| i as f32 * 0.25).collect()).unwrap();
-            let got = fused(&chain(&shape, dims.clone()), &[&s, &x], &mut pool, 1, Isa::detect());
-            assert_eq!(got.is_some(), fast, "{shape:?} over {dims:?}");
+            let x = HostTensor::from_f32(&shape, (0..n).map(|i| ((i as f32) * 0.37).sin()).collect()).unwrap();
+            let c = chain(&shape, dims.clone());
+            let expected = crate::backend::compute_unfused(&one_by_one, &c, &[&s, &x]).unwrap().remove(0);
+            for threads in [1, 3] {
+                let got = fused(&c, &[&s, &x], &mut Pool::default(), threads, Isa::detect());
+                let got = got.unwrap_or_else(|| panic!("{shape:?} over {dims:?}: no fast path")).remove(0);
+                assert!(got.bitwise_eq(&expected), "{shape:?} over {dims:?}, {threads} threads");
+            }
         }
     }
 
@@ -761,14 +859,77 @@ mod tests {
         let g = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32).sin()).collect()).unwrap();
         let w = HostTensor::from_f32(&shape, (0..n).map(|i| (i as f32 * 0.37).cos()).collect()).unwrap();
         let mut pool = Pool::default();
-        let expected = fused(&chain, &[&lr, &g, &w], &mut pool, 1, Isa::detect()).unwrap();
+        let expected = fused(&chain, &[&lr, &g, &w], &mut pool, 1, Isa::detect()).unwrap().remove(0);
         let HostTensor::F32(a) = &w else { unreachable!() };
         let storage = a.as_ptr();
-        let got = fused_into(&chain, &[Some(&lr), Some(&g), None], 2, w, &mut pool, 1, Isa::detect()).ok().unwrap();
+        let got =
+            fused_into(&chain, &[Some(&lr), Some(&g), None], 2, w, &mut pool, 1, Isa::detect()).ok().unwrap().remove(0);
         let HostTensor::F32(b) = &got else { panic!("f32 result") };
         assert_eq!(b.as_ptr(), storage, "the result lives in the donor's storage");
         assert!(got.bitwise_eq(&expected));
         let half = expected.convert(DType::BF16);
         assert!(fused_into(&chain, &[Some(&lr), Some(&g), None], 2, half, &mut pool, 1, Isa::detect()).is_err());
+    }
+
+    /// A chain that keeps values (GELU's forward, whose backward reads
+    /// `x²`, `tanh` and a `bool` mask again) writes each kept value bit for
+    /// bit as the interpreter computes it node by node, on one thread and
+    /// split over three, into fresh storage and in place; a `bf16` chain
+    /// keeps `bf16` values.
+    #[test]
+    fn kept_values_are_the_nodes_values() {
+        let shape = vec![3, 70_000];
+        let n: usize = shape.iter().product();
+        let chain = |d: DType| {
+            let t = TensorType::new(d, shape.clone());
+            let node = |op, args: Vec<Arg>| FusedNode { op, args, ty: t.clone() };
+            let c = |v: f64| node(Op::Constant(weft_ir::Literal::splat(t.clone(), v)), vec![]);
+            FusedChain {
+                inputs: vec![],
+                nodes: vec![
+                    node(Op::Binary(BinaryOp::Mul), vec![Arg::Input(0), Arg::Input(0)]), // 0: x²
+                    node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(0), Arg::Input(0)]),  // 1: x³
+                    c(0.044715),                                                         // 2
+                    node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(1), Arg::Node(2)]),
+                    node(Op::Binary(BinaryOp::Add), vec![Arg::Input(0), Arg::Node(3)]),
+                    node(Op::Unary(UnaryOp::Tanh), vec![Arg::Node(4)]), // 5: tanh
+                    FusedNode {
+                        op: Op::Compare(CompareOp::Gt),
+                        args: vec![Arg::Node(5), Arg::Input(1)],
+                        ty: TensorType::new(DType::Bool, shape.clone()),
+                    }, // 6: a mask
+                    node(Op::Select, vec![Arg::Node(6), Arg::Node(5), Arg::Input(1)]),
+                    node(Op::Binary(BinaryOp::Mul), vec![Arg::Node(7), Arg::Input(0)]),
+                ],
+                output: weft_ir::device::BufferId(0),
+                intermediates: vec![],
+                kept: vec![(0, BufferId(1)), (5, BufferId(2)), (6, BufferId(3))],
+                members: vec![0],
+            }
+        };
+        use weft_ir::device::BufferId;
+        let cpu = crate::CpuBackend::default();
+        for d in [DType::F32, DType::BF16] {
+            let chain = chain(d);
+            let x = HostTensor::from_f32(&shape, (0..n).map(|i| ((i as f32) * 0.013).sin() * 3.0).collect())
+                .unwrap()
+                .convert(d);
+            let y = HostTensor::full(&TensorType::new(d, shape.clone()), 0.25);
+            let expected = crate::backend::compute_unfused(&cpu, &chain, &[&x, &y]).unwrap();
+            assert_eq!(expected.len(), 4);
+            for threads in [1, 3] {
+                let mut pool = Pool::default();
+                let got = fused(&chain, &[&x, &y], &mut pool, threads, Isa::detect()).expect("the fast path");
+                assert_eq!(got.len(), 4);
+                for (k, (g, e)) in got.iter().zip(&expected).enumerate() {
+                    assert!(g.bitwise_eq(e), "{d:?}, {threads} threads: value {k} differs");
+                }
+                if d == DType::F32 {
+                    let into = fused_into(&chain, &[None, Some(&y)], 0, x.clone(), &mut pool, threads, Isa::detect());
+                    let into = into.ok().expect("in place");
+                    assert!(into.iter().zip(&expected).all(|(g, e)| g.bitwise_eq(e)), "in place, {threads} threads");
+                }
+            }
+        }
     }
 }

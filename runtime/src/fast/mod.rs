@@ -130,7 +130,7 @@ impl Backend for FastCpuBackend {
     }
 
     fn fusion(&self) -> FusionOptions {
-        FusionOptions { broadcasts: true, ..FusionOptions::ALL }
+        FusionOptions { broadcasts: true, kept: true, ..FusionOptions::ALL }
     }
 
     fn free(&self, b: HostTensor) {
@@ -160,27 +160,18 @@ impl Backend for FastCpuBackend {
         into: usize,
         donor: HostTensor,
     ) -> Result<Vec<HostTensor>, RuntimeError> {
-        // This backend's options keep no values (`FusionOptions::ALL`);
-        // a chain that does runs node by node.
-        if !chain.kept.is_empty() {
-            return crate::backend::compute_fused_then_free(self, chain, inputs, donor);
-        }
         let tried =
             elementwise::fused_into(chain, inputs, into, donor, &mut self.pool.borrow_mut(), self.threads, self.isa);
         match tried {
-            Ok(t) => Ok(vec![t]),
+            Ok(values) => Ok(values),
             Err(donor) => crate::backend::compute_fused_then_free(self, chain, inputs, donor),
         }
     }
 
     fn compute_fused(&self, chain: &FusedChain, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, RuntimeError> {
-        let fast = if chain.kept.is_empty() {
-            elementwise::fused(chain, inputs, &mut self.pool.borrow_mut(), self.threads, self.isa)
-        } else {
-            None
-        };
+        let fast = elementwise::fused(chain, inputs, &mut self.pool.borrow_mut(), self.threads, self.isa);
         match fast {
-            Some(t) => Ok(vec![t]),
+            Some(values) => Ok(values),
             None => compute_unfused(self, chain, inputs),
         }
     }

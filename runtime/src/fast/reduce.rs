@@ -81,6 +81,30 @@ fn reduce_f32(op: ReduceOp, a: &ArrayD<f32>, dims: &[usize], pool: &mut Pool) ->
     Some(ArrayD::from_shape_vec(IxDyn(&kept_shape), out).expect("sized"))
 }
 
+/// The interpreter's `max` (NaN if either is NaN, `+0` over `-0`) without
+/// branches, so that a fold's lanes run as vector selects.
+#[inline(always)]
+fn max_lane(a: f32, b: f32) -> f32 {
+    let r = if (a > b) | ((a == b) & b.is_sign_negative()) { a } else { b };
+    if a.is_nan() | b.is_nan() {
+        f32::NAN
+    } else {
+        r
+    }
+}
+
+/// The interpreter's `min` (NaN if either is NaN, `-0` under `+0`) without
+/// branches.
+#[inline(always)]
+fn min_lane(a: f32, b: f32) -> f32 {
+    let r = if (a < b) | ((a == b) & a.is_sign_negative()) { a } else { b };
+    if a.is_nan() | b.is_nan() {
+        f32::NAN
+    } else {
+        r
+    }
+}
+
 /// The binary op and the initial value of a reduction.
 fn op_and_init(op: ReduceOp) -> (BinaryOp, f32) {
     match op {
@@ -112,24 +136,23 @@ impl RowFold {
     /// Folds the row's next elements (see the type's docs on pieces).
     #[inline]
     pub fn feed(&mut self, xs: &[f32]) {
-        macro_rules! go {
-            ($op:expr) => {{
-                let f = |acc: f32, v: f32| binary_f32($op, acc, v).expect("float op");
+        macro_rules! lanes {
+            ($f:expr) => {{
                 let mut chunks = xs.chunks_exact(LANES);
                 for c in &mut chunks {
                     for (l, &v) in self.lanes.iter_mut().zip(c) {
-                        *l = f(*l, v);
+                        *l = $f(*l, v);
                     }
                 }
                 for (l, &v) in self.lanes.iter_mut().zip(chunks.remainder()) {
-                    *l = f(*l, v);
+                    *l = $f(*l, v);
                 }
             }};
         }
         match self.op {
-            BinaryOp::Add => go!(BinaryOp::Add),
-            BinaryOp::Max => go!(BinaryOp::Max),
-            _ => go!(BinaryOp::Min),
+            BinaryOp::Add => lanes!(|a, v| binary_f32(BinaryOp::Add, a, v).expect("float op")),
+            BinaryOp::Max => lanes!(max_lane),
+            _ => lanes!(min_lane),
         }
     }
 
