@@ -103,7 +103,10 @@ fn block_params(cfg: &GptConfig, i: usize) -> Vec<(&'static str, Vec<usize>)> {
     let mut v = vec![
         ("ln1.g", vec![c]),
         ("ln1.b", vec![c]),
-        ("attn.wqkv", vec![c, 3 * c]),
+        // `[C, 3, C]`: q, k and v side by side, so a split of the last
+        // dimension over `model` gives each device whole heads of all three
+        // (Megatron's layout; a split of a flat `3C` would cut across them).
+        ("attn.wqkv", vec![c, 3, c]),
         ("attn.wo", vec![c, c]),
         ("ln2.g", vec![c]),
         ("ln2.b", vec![c]),
@@ -157,8 +160,8 @@ fn build_block(cfg: &GptConfig, mb: &ModuleBuilder, i: usize) -> FunctionBuilder
     };
     // Attention.
     let h = f.layer_norm(x, Some(w(0)), Some(w(1)), -1, 1e-5);
-    let qkv = f.linear(h, w(2), None);
-    let parts = f.split(qkv, -1, 3);
+    let qkv_dims = weft_ir::DotDims { lhs_contract: vec![2], rhs_contract: vec![0], ..Default::default() };
+    let parts = f.split(f.dot_general(h, w(2), qkv_dims), 2, 3);
     let heads = |v: Value| f.transpose(f.reshape(v, &[b, t, nh, hd]), &[0, 2, 1, 3]);
     let (q, k, v) = (heads(parts[0]), heads(parts[1]), heads(parts[2]));
     let scores = f.mul_scalar(f.matmul(q, f.swap_axes(k, -1, -2)), 1.0 / (hd as f64).sqrt());
@@ -363,7 +366,7 @@ pub fn tp_rules() -> super::rules::Rules<weft_ir::TensorSharding> {
     let col = || S::new(&[&[], &["model"]]);
     let row = || S::new(&[&["model"], &[]]);
     super::rules::Rules::new([
-        ("params.h.*.attn.wqkv".to_string(), col()),
+        ("params.h.*.attn.wqkv".to_string(), S::new(&[&[], &[], &["model"]])),
         ("params.h.*.mlp.w1".to_string(), col()),
         ("params.h.*.mlp.b1".to_string(), S::new(&[&["model"]])),
         ("params.h.*.attn.wo".to_string(), row()),

@@ -158,7 +158,11 @@ impl RowFold {
 
     /// The row's result: the lanes combined in lane order.
     pub fn finish(&self) -> f32 {
-        self.lanes.iter().fold(self.init, |acc, &l| binary_f32(self.op, acc, l).expect("float op"))
+        match self.op {
+            BinaryOp::Max => self.lanes.iter().fold(self.init, |acc, &l| max_lane(acc, l)),
+            BinaryOp::Min => self.lanes.iter().fold(self.init, |acc, &l| min_lane(acc, l)),
+            op => self.lanes.iter().fold(self.init, |acc, &l| binary_f32(op, acc, l).expect("float op")),
+        }
     }
 }
 
