@@ -16,7 +16,8 @@
 //! under FSDP), and the major contracting dimension of a `dot_general` (the
 //! one with the smallest lhs index: the batch of a weight gradient, the
 //! heads or hidden units of a Megatron contraction; chunking them all would
-//! multiply the partial results):
+//! multiply the partial results) of those that give the most chunks (so a
+//! contraction over a GPT's `[3, C]` of q, k and v chunks `C`):
 //!
 //! - the chunks are summed by one op (a `reduce` over the chunk's elements,
 //!   or a `dot_general` with the chunks as a new leading batch dimension),
@@ -197,7 +198,13 @@ impl Rewriter {
                 Ok(Some(x))
             }
             Op::DotGeneral(dims) if self.g.ty(operands[0]).dtype.is_float() => {
-                let Some(j) = (0..dims.lhs_contract.len()).min_by_key(|&j| dims.lhs_contract[j]) else {
+                // The major contracting dimension of those with the most
+                // chunks (a `[.., 3, C]` contraction of q, k and v chunks
+                // `C`, which tensor parallelism splits, not the 3).
+                let shape = &self.g.ty(operands[0]).shape;
+                let Some(j) = (0..dims.lhs_contract.len()).max_by_key(|&j| {
+                    (self.count(shape[dims.lhs_contract[j]]), std::cmp::Reverse(dims.lhs_contract[j]))
+                }) else {
                     return Ok(None);
                 };
                 let (a, b) = (dims.lhs_contract[j], dims.rhs_contract[j]);
