@@ -113,11 +113,17 @@ pub struct FusionOptions {
     /// map (a bias or a layer norm's statistics spread over rows); and a
     /// `select` whose predicate is a scalar (read once, as a splat).
     pub broadcasts: bool,
-    /// Let a chain go on past an intermediate value that later steps (or
-    /// the program's outputs) read: the chain writes that value too
-    /// ([`FusedChain::kept`]), and the backend's
-    /// [`crate::Backend::compute_fused`] returns it after the result.
+    /// Let a chain go on past an intermediate value that later steps read:
+    /// the chain writes that value too ([`FusedChain::kept`]), and the
+    /// backend's [`crate::Backend::compute_fused`] returns it after the
+    /// result.
     pub kept: bool,
+    /// With [`FusionOptions::kept`], also go on past a program output. A
+    /// GPU takes it (each chain is a launch); the CPU does not: there an
+    /// output is an updated parameter or moment, whose chain writes over
+    /// the old value in place, and a chain that went on would join the
+    /// next parameter's independent update and lose that.
+    pub kept_outputs: bool,
     /// Let a chain reach across up to [`MAX_GAP`] compute steps in a row
     /// that read none of its values (and read at most [`MAX_INPUTS`]
     /// buffers): a running sum of per-parameter norms, or a residual add
@@ -140,6 +146,7 @@ impl FusionOptions {
         in_place: false,
         broadcasts: false,
         kept: false,
+        kept_outputs: false,
         across: false,
         float_kernels: false,
     };
@@ -314,7 +321,9 @@ fn chain_at(
             let (_, _, out) = member(&p.steps[m], opts).expect("member");
             let later = |r: &usize| (members.contains(r) && *r > m) || (opts.kept && *r > last);
             let kept = escapes(out, last, readers, outputs);
-            (opts.kept || !outputs.contains(&out)) && readers[out.index()].iter().all(later) && (!kept || float(out))
+            (opts.kept && opts.kept_outputs || !outputs.contains(&out))
+                && readers[out.index()].iter().all(later)
+                && (!kept || float(out))
         }) && writes(&p.steps[last]).is_some_and(float);
         if valid {
             return Some(build(p, &members, opts, readers, outputs));
@@ -582,11 +591,13 @@ mod tests {
         assert_eq!((c[0].steps(), c[0].output), (0..=2, BufferId(4)));
         assert_eq!(c[0].kept, vec![(1, BufferId(3))]);
         assert_eq!(c[0].intermediates, vec![BufferId(2)]);
-        // A program output inside the run is kept too.
+        // A program output inside the run is kept too when asked
+        // (`kept_outputs`); otherwise it ends the chain.
         p.outputs.push(BufferId(2));
-        let c = plan_fusion_with(&p, kept);
+        let c = plan_fusion_with(&p, FusionOptions { kept_outputs: true, ..kept });
         assert_eq!(c[0].kept, vec![(0, BufferId(2)), (1, BufferId(3))]);
         assert!(c[0].intermediates.is_empty());
+        assert!(plan_fusion_with(&p, kept).iter().all(|c| c.steps() != (0..=2)), "{:?}", plan_fusion_with(&p, kept));
     }
 
     /// With [`FusionOptions::across`], a running sum of squared norms is
@@ -624,6 +635,7 @@ mod tests {
             splats: true,
             broadcasts: true,
             kept: true,
+            kept_outputs: true,
             reductions: true,
             ..FusionOptions::ELEMENTWISE
         };
@@ -669,7 +681,7 @@ mod tests {
                 compute(Op::Convert { to: DType::F32 }, &[6], 7),
             ],
         };
-        let kept = FusionOptions { kept: true, ..FusionOptions::ELEMENTWISE };
+        let kept = FusionOptions { kept: true, kept_outputs: true, ..FusionOptions::ELEMENTWISE };
         let members = |o: FusionOptions| plan_fusion_with(&p, o).into_iter().map(|c| c.members).collect::<Vec<_>>();
         assert_eq!(members(kept), vec![vec![0, 1, 2, 3, 4, 5]]);
         assert_eq!(members(FusionOptions { float_kernels: true, ..kept }), vec![vec![1, 2]]);

@@ -291,6 +291,7 @@ impl<R: Runtime> Backend for CubeclBackend<R> {
                 splats: true,
                 broadcasts: true,
                 kept: true,
+                kept_outputs: true,
                 reductions: true,
                 across: true,
                 float_kernels: true,
