@@ -908,7 +908,7 @@ mod tests {
             }
         };
         use weft_ir::device::BufferId;
-        let cpu = crate::CpuBackend::default();
+        let cpu = crate::CpuBackend;
         for d in [DType::F32, DType::BF16] {
             let chain = chain(d);
             let x = HostTensor::from_f32(&shape, (0..n).map(|i| ((i as f32) * 0.013).sin() * 3.0).collect())
@@ -926,7 +926,7 @@ mod tests {
                 }
                 if d == DType::F32 {
                     let into = fused_into(&chain, &[None, Some(&y)], 0, x.clone(), &mut pool, threads, Isa::detect());
-                    let into = into.ok().expect("in place");
+                    let Ok(into) = into else { panic!("in place") };
                     assert!(into.iter().zip(&expected).all(|(g, e)| g.bitwise_eq(e)), "in place, {threads} threads");
                 }
             }
