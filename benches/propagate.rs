@@ -22,7 +22,7 @@ fn main() {
         sh.insert("tokens".into(), TensorSharding::new(&[&["data"], &[]]));
         sh.insert("targets".into(), TensorSharding::new(&[&["data"], &[]]));
         for i in 0..layers {
-            sh.insert(format!("params.h.{i}.attn.wqkv"), TensorSharding::new(&[&[], &["model"]]));
+            sh.insert(format!("params.h.{i}.attn.wqkv"), TensorSharding::new(&[&[], &[], &["model"]]));
             sh.insert(format!("params.h.{i}.attn.wo"), TensorSharding::new(&[&["model"], &[]]));
             sh.insert(format!("params.h.{i}.mlp.w1"), TensorSharding::new(&[&[], &["model"]]));
             sh.insert(format!("params.h.{i}.mlp.w2"), TensorSharding::new(&[&["model"], &[]]));

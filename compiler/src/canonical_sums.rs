@@ -16,8 +16,9 @@
 //! under FSDP), and the major contracting dimension of a `dot_general` (the
 //! one with the smallest lhs index: the batch of a weight gradient, the
 //! heads or hidden units of a Megatron contraction; chunking them all would
-//! multiply the partial results) of those that give the most chunks (so a
-//! contraction over a GPT's `[3, C]` of q, k and v chunks `C`):
+//! multiply the partial results), or, where that one gives a single chunk,
+//! the major one of those that give the most (so a contraction over a
+//! GPT's `[3, C]` of q, k and v chunks `C`):
 //!
 //! - the chunks are summed by one op (a `reduce` over the chunk's elements,
 //!   or a `dot_general` with the chunks as a new leading batch dimension),
@@ -38,7 +39,7 @@
 //! the last levels' operands between devices (a reshard) instead of
 //! folding partial sums. So the result is bitwise the same on every such
 //! mesh and on one device. What it does not cover: a split of a
-//! contracting dimension other than the major one (for example sequence
+//! contracting dimension other than the chunked one (for example sequence
 //! parallelism of a `[batch, seq]` contraction), or a shard count that
 //! does not divide `c`; those sums are still correct, only not bitwise
 //! mesh-invariant.
@@ -198,14 +199,21 @@ impl Rewriter {
                 Ok(Some(x))
             }
             Op::DotGeneral(dims) if self.g.ty(operands[0]).dtype.is_float() => {
-                // The major contracting dimension of those with the most
-                // chunks (a `[.., 3, C]` contraction of q, k and v chunks
-                // `C`, which tensor parallelism splits, not the 3).
+                // The major contracting dimension, unless it makes one
+                // chunk: then the major one of those with the most chunks
+                // (a `[.., 3, C]` contraction of q, k and v chunks `C`,
+                // which tensor parallelism splits, not the 3).
                 let shape = &self.g.ty(operands[0]).shape;
-                let Some(j) = (0..dims.lhs_contract.len()).max_by_key(|&j| {
-                    (self.count(shape[dims.lhs_contract[j]]), std::cmp::Reverse(dims.lhs_contract[j]))
-                }) else {
+                let chunks = |j: usize| self.count(shape[dims.lhs_contract[j]]);
+                let Some(major) = (0..dims.lhs_contract.len()).min_by_key(|&j| dims.lhs_contract[j]) else {
                     return Ok(None);
+                };
+                let j = if chunks(major) > 1 {
+                    major
+                } else {
+                    (0..dims.lhs_contract.len())
+                        .max_by_key(|&j| (chunks(j), std::cmp::Reverse(dims.lhs_contract[j])))
+                        .unwrap_or(major)
                 };
                 let (a, b) = (dims.lhs_contract[j], dims.rhs_contract[j]);
                 let c = self.count(self.g.ty(operands[0]).shape[a]);

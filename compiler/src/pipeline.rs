@@ -3,7 +3,8 @@
 //! ```text
 //! inline -> [canonical_sums] -> [annotate] -> [autoshard] -> propagate -> partition
 //!        -> forward_identities -> fold_transposes -> remove_dead_steps
-//!        -> fuse_reduce_scatter -> compact -> [bucket_collectives -> overlap_collectives]
+//!        -> fuse_reduce_scatter -> rematerialize -> compact
+//!        -> [bucket_collectives -> overlap_collectives]
 //!        -> insert_frees
 //! ```
 //!

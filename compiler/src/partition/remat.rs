@@ -21,7 +21,8 @@
 //!    reader that sits after a step no fused loop crosses (a product, a
 //!    reduction, a collective; [`breaks_chains`]), provided each of its
 //!    operands is a splat or is read at or after that reader anyway (so no
-//!    value lives longer than before).
+//!    value lives longer than before). Where every reader gets a copy and
+//!    the value is no output, it is no longer computed where it was.
 //! 2. **Splats per reader.** A splat (a splat `constant`, a
 //!    `broadcast_in_dim` of a rank-0 value; [`Op::is_splat`]) is recomputed
 //!    right before each elementwise reader of its shape. Other readers (a
@@ -164,7 +165,34 @@ fn recompute_cheap_values(p: &mut DeviceProgram) {
             .collect()
     };
     let plan: Vec<Vec<(BufferId, usize)>> = p.steps.iter().enumerate().map(|(i, s)| copies_for(i, s)).collect();
-    rebuild(p, &vec![false; p.steps.len()], &plan);
+    // A value every reader of which gets a copy (and that is no output)
+    // is no longer computed where it was.
+    let mut stays = vec![false; p.buffers.len()];
+    let mut copied = vec![false; p.buffers.len()];
+    for o in &p.outputs {
+        stays[o.index()] = true;
+    }
+    for (s, copies) in p.steps.iter().zip(&plan) {
+        for b in reads(s) {
+            if !copies.iter().any(|&(c, _)| c == b) {
+                stays[b.index()] = true;
+            }
+        }
+        for &(b, w) in copies {
+            copied[b.index()] = true;
+            // The copy reads the value's operands.
+            reads(&p.steps[w]).into_iter().for_each(|o| stays[o.index()] = true);
+        }
+    }
+    let drop: Vec<bool> = (p.steps.iter())
+        .map(|s| match s {
+            Step::Compute { outputs, .. } if outputs.len() == 1 => {
+                copied[outputs[0].index()] && !stays[outputs[0].index()]
+            }
+            _ => false,
+        })
+        .collect();
+    rebuild(p, &drop, &plan);
 }
 
 /// Rule 2 of the module docs.

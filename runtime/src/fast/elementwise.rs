@@ -276,7 +276,10 @@ fn fused_then_reduced(
     }
     let body_chain = FusedChain { nodes: body.to_vec(), ..chain.clone() };
     let mut values = fused(&body_chain, inputs, pool, threads, isa)?;
-    let reduced = super::reduce::reduce(*op, &values[0], dims, pool)?;
+    let Some(reduced) = super::reduce::reduce(*op, &values[0], dims, pool) else {
+        values.into_iter().for_each(|v| pool.give(v));
+        return None;
+    };
     let value = std::mem::replace(&mut values[0], reduced);
     pool.give(value);
     Some(values)
