@@ -48,7 +48,7 @@ pub(crate) fn rematerialize(p: &mut DeviceProgram) {
 
 /// Whether `op` is cheap enough to compute again instead of reading a
 /// stored value: one arithmetic or logic instruction per element.
-pub fn is_cheap(op: &Op) -> bool {
+fn is_cheap(op: &Op) -> bool {
     match op {
         Op::Unary(u) => matches!(u, UnaryOp::Neg | UnaryOp::Abs),
         Op::Binary(b) => matches!(b, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min),
@@ -59,7 +59,7 @@ pub fn is_cheap(op: &Op) -> bool {
 
 /// Whether a fused elementwise loop ends at step `s`: anything but an
 /// elementwise op, a splat, a broadcast or a free.
-pub fn breaks_chains(s: &Step) -> bool {
+fn breaks_chains(s: &Step) -> bool {
     match s {
         Step::Compute { op, .. } => !(op.is_elementwise() || op.is_splat() || matches!(op, Op::BroadcastInDim { .. })),
         Step::Free(_) => false,
