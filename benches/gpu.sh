@@ -9,12 +9,16 @@
 #   and copies ../shared/bench there (a sibling folder does not travel).
 # There:  bash benches/gpu.sh run   (carry .devbin; about 6 minutes)
 #   PARTS="gpu_vs_jax trace" bash benches/gpu.sh run  runs only those parts
-#   (default: gemm nccl gpu_vs_jax steps check; opt-in: `launch`, the cost
+#   (default: smoke gemm nccl gpu_vs_jax steps check; opt-in: `routes`,
+#   one-device steps and the MLP at data=8 with products on cuBLAS, cuBLAS
+#   ordered by host waits, and cubek (WEFT_GEMM); `launch`, the cost
 #   of one launch (runtime/examples/gpu_launch.rs); `trace`; `compare`, the
 #   base binary beside the new on one device and the MLP at data=8; and
 #   CHECK_LAYOUTS="data=1 none;data=8 dp" narrows `check`; TRACE_RUNS lists
 #   the traces, FULL_TRACE=0 leaves out the dp8 trace, CubeCL's profile and nsys)
 #   In the order they run:
+#   0. (smoke) three steps of a small GPT, products on cuBLAS ordered on the
+#      device; on failure the rest runs with WEFT_CUBLAS_ORDER=host;
 #   1. the NCCL tests (pip's NCCL, `libnccl.so` linked to `libnccl.so.2`);
 #   2. ../shared/bench/gpu_vs_jax.sh (weft vs JAX and cuBLAS, side by side);
 #   3. GEMM rates and the routine weft picks per product (runtime/examples/gpu_gemm.rs;
@@ -67,9 +71,23 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 NL=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib'))" 2>/dev/null)
 mkdir -p /tmp/ncclso && ln -sf "$NL/libnccl.so.2" /tmp/ncclso/libnccl.so
-export LD_LIBRARY_PATH=/tmp/ncclso:$NL:${LD_LIBRARY_PATH:-}
+# cuBLAS for weft's products (gpu/cublas.rs): pip's (PyTorch's or JAX's
+# wheels) or the toolkit's, newest soname, linked as `libcublas.so`.
+CB=$(python3 - <<'PY'
+import glob, os, site
+c = []
+for sp in site.getsitepackages() + [site.getusersitepackages()]:
+    c += glob.glob(os.path.join(sp, "nvidia", "**", "libcublas.so.*"), recursive=True)
+c += glob.glob("/usr/local/cuda*/lib64/libcublas.so.*")
+c = [x for x in c if os.path.basename(x).count(".") == 2]
+print(sorted(c, key=lambda x: int(x.rsplit(".", 1)[1]))[-1] if c else "")
+PY
+)
+if [ -n "$CB" ]; then ln -sf "$CB" /tmp/ncclso/libcublas.so; CBD=$(dirname "$CB"); fi
+echo "cuBLAS: ${CB:-not found}"
+export LD_LIBRARY_PATH=/tmp/ncclso:$NL:${CBD:+$CBD:}${LD_LIBRARY_PATH:-}
 
-PARTS=${PARTS:-gemm nccl gpu_vs_jax steps check}
+PARTS=${PARTS:-smoke gemm nccl gpu_vs_jax steps check}
 want() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 d=$(mktemp -d)
 mlp() { printf 'steps = 1\nseed = 0\n[model]\nkind = "mlp"\nlayers = 4\nd = 512\nh = 2048\nbatch = 256\ncompute = "%s"\n[optimizer]\nkind = "sgd"\nlr = 0.01\n' "$1"; }
@@ -82,6 +100,17 @@ step() { # binary name config steps mesh strategy backend [more flags]
 }
 for c in f32 bf16; do mlp $c > "$d/mlp-$c.toml"; gpt $c 8192 256 512 6 16 > "$d/gpt-$c.toml"; gpt $c 512 64 128 2 16 > "$d/small-$c.toml"; done
 
+if want smoke; then
+el smoke
+# A few steps of the small GPT on cuBLAS ordered on the device: should they
+# fail or hang, the later parts order cuBLAS by host waits instead.
+if timeout 60 /tmp/weft train "$d/small-bf16.toml" --steps 3 --backend cuda -q --checkpoint-dir "$d/ck-smoke" > "$d/smoke.log" 2>&1; then
+    echo "smoke: ok"
+else
+    echo "smoke: failed (rc $?), WEFT_CUBLAS_ORDER=host from here"; tail -5 "$d/smoke.log"
+    export WEFT_CUBLAS_ORDER=host
+fi
+fi
 if want nccl; then
 el nccl
 # The NCCL test runs the `weft` binary at the path it was built with.
@@ -104,6 +133,26 @@ if [ -n "${PROBE_SHAPES:-}" ]; then
     SHAPES=$PROBE_SHAPES timeout 150 /tmp/gpu_gemm probe > "$OUT/probe.txt" 2>&1
     cat "$OUT/probe.txt"
 fi
+fi
+if want routes; then
+el routes
+# The same binary with its products on cuBLAS, on cuBLAS ordered by host
+# waits, and on cubek's routines (WEFT_GEMM, WEFT_CUBLAS_ORDER).
+{
+    keep=${WEFT_CUBLAS_ORDER:-}
+    for g in cublas cublas-host cubek; do
+        export WEFT_GEMM=${g%-host} WEFT_CUBLAS_ORDER=$keep
+        [ "$g" = cublas-host ] && export WEFT_CUBLAS_ORDER=host
+        for c in f32 bf16; do for m in mlp gpt; do
+            [ "$g" = cublas-host ] && [ "$m" = mlp ] && continue
+            step /tmp/weft "$g-$m-$c" "$d/$m-$c.toml" 12 data=1 none cuda
+        done; done
+        [ "$g" = cublas-host ] || step /tmp/weft "$g-mlp-dp8" "$d/mlp-f32.toml" 8 data=8 dp cuda
+    done
+    export WEFT_CUBLAS_ORDER=$keep
+    unset WEFT_GEMM
+} > "$OUT/routes.txt" 2>&1
+cat "$OUT/routes.txt"
 fi
 if want launch; then
 el launch

@@ -14,7 +14,9 @@
 //! `256x512x2048` and its two transposes). Each rate is the median of repeated
 //! runs after a warm-up (which compiles the kernel); correctness is the
 //! largest relative difference from the `f32` unit routine's product of
-//! the same (exactly representable) inputs.
+//! the same (exactly representable) inputs. With the `cuda` feature the
+//! products run on cuBLAS (where it loads) and then on cubek's routines,
+//! side by side, with how far apart the two products are.
 
 use cubecl::prelude::*;
 use cubecl::zspace::{Shape, Strides};
@@ -178,8 +180,10 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
 }
 
 /// weft's own `dot_general` (through the [`Backend`] trait, as the
-/// executor calls it), for f32 and bf16 operands.
-fn weft_dot<R: Runtime>(be: &CubeclBackend<R>) {
+/// executor calls it), for f32 and bf16 operands, on `route` (the
+/// library's name or cubek); the products, shape by shape (f32 then bf16).
+fn weft_dot<R: Runtime>(be: &CubeclBackend<R>, route: &str) -> Vec<Vec<f32>> {
+    let mut all = Vec::new();
     for ([m, k, n], t) in shapes() {
         let dims =
             DotDims { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![t as usize ^ 1], rhs_contract: vec![0] };
@@ -211,17 +215,19 @@ fn weft_dot<R: Runtime>(be: &CubeclBackend<R>) {
             let err = products.first().map(|f: &Vec<f32>| rel_err(&values, f)).unwrap_or(0.0);
             products.push(values);
             println!(
-                "weft dot {m}x{k}x{n}{} {:4} {:8.2} TFLOP/s  {:9.3} ms  rel diff from f32 {err:.1e}",
+                "weft dot [{route}] {m}x{k}x{n}{} {:4} {:8.2} TFLOP/s  {:9.3} ms  rel diff from f32 {err:.1e}",
                 if t { "t" } else { "" },
                 dtype.to_string(),
                 flops / secs / 1e12,
                 secs * 1e3
             );
         }
+        all.extend(products);
     }
     for (d, [b, m, n, k], routine) in be.matmul_routines() {
-        println!("weft routine {d} b={b} m={m} n={n} k={k}: {routine}");
+        println!("weft routine [{route}] {d} b={b} m={m} n={n} k={k}: {routine}");
     }
+    all
 }
 
 fn main() {
@@ -229,11 +235,23 @@ fn main() {
     #[cfg(feature = "cuda")]
     {
         use cubecl::cuda::{CudaDevice, CudaRuntime};
-        let be = weft_runtime::gpu::cuda_devices::open(0, 1, 0).remove(0);
+        let mut be = weft_runtime::gpu::cuda_devices::open(0, 1, 0).remove(0);
         if probe_all {
             probe::<CudaRuntime>(&CudaRuntime::client(&CudaDevice::new(0)));
         }
-        weft_dot(&be);
+        // The attached library (cuBLAS), then cubek's routines on the same
+        // values, and how far apart their products are.
+        if let Some(lib) = be.library_gemm() {
+            let with_lib = weft_dot(&be, lib);
+            be.set_library_gemm(None);
+            let with_cubek = weft_dot(&be, "cubek");
+            for (i, (a, b)) in with_lib.iter().zip(&with_cubek).enumerate() {
+                let dtype = if i % 2 == 0 { "f32" } else { "bf16" };
+                println!("product {} ({dtype}): {lib} vs cubek rel diff {:.1e}", i / 2, rel_err(a, b));
+            }
+        } else {
+            weft_dot(&be, "cubek");
+        }
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -243,6 +261,6 @@ fn main() {
         if probe_all {
             probe(be.client());
         }
-        weft_dot(&be);
+        weft_dot(&be, "cubek");
     }
 }

@@ -5,10 +5,20 @@
 //! no device instead of failing. Logical devices on one GPU share its
 //! CubeCL client (and memory pool); the executor still accounts their
 //! memory separately.
+//!
+//! Float products run on cuBLAS where it loads (`cublas.rs`; one handle
+//! per GPU, shared by its logical devices). `WEFT_GEMM=cubek` keeps them
+//! on cubek's routines instead, `WEFT_CUBLAS_HALF=packed` packs
+//! half-type operands before cuBLAS reads them, and
+//! `WEFT_CUBLAS_ORDER=host` orders cuBLAS's stream and CubeCL's by host
+//! waits instead of flags on the device (to compare).
 
+use super::cublas::Cublas;
+use super::library_gemm::LibraryGemm;
 use super::CubeclBackend;
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 use cubecl::prelude::*;
+use std::sync::Arc;
 
 /// The number of CUDA devices (0 when the driver cannot be loaded).
 pub fn device_count() -> usize {
@@ -34,7 +44,29 @@ pub fn open(index: usize, count: usize, first: usize) -> Vec<CubeclBackend<CudaR
         // stream, so their work is ordered as submitted (see above).
         unsafe { client.set_stream(cubecl::stream_id::StreamId::current()) };
     }
+    let gemm = library_gemm(index);
     (first..first + count)
-        .map(|i| CubeclBackend::new(client.clone(), format!("cuda device {i} on GPU {index}")))
+        .map(|i| {
+            let mut be = CubeclBackend::new(client.clone(), format!("cuda device {i} on GPU {index}"));
+            be.set_library_gemm(gemm.clone());
+            be
+        })
         .collect()
+}
+
+/// cuBLAS on GPU `index`, unless `WEFT_GEMM=cubek` or it cannot be opened
+/// (said once on standard error; the products then run on cubek).
+fn library_gemm(index: usize) -> Option<Arc<dyn LibraryGemm<CudaRuntime>>> {
+    if std::env::var("WEFT_GEMM").is_ok_and(|v| v == "cubek") {
+        return None;
+    }
+    let pack = std::env::var("WEFT_CUBLAS_HALF").is_ok_and(|v| v == "packed");
+    let host_waits = std::env::var("WEFT_CUBLAS_ORDER").is_ok_and(|v| v == "host");
+    match Cublas::open(index, pack, host_waits) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => {
+            eprintln!("weft: products on GPU {index} run on cubek's routines: {e}");
+            None
+        }
+    }
 }

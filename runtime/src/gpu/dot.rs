@@ -14,6 +14,12 @@
 //! has them ([`Routine`]); when cubek declines a problem, and for integer
 //! dots, the tiled kernel of `kernels_matmul.rs` runs instead.
 //!
+//! Where a vendor GEMM library is attached (cuBLAS on CUDA,
+//! `library_gemm.rs`), float products large enough to pay for its
+//! per-product cost ([`on_library`], measured) run on it first
+//! ([`Routine::Library`]), unsplit (the library splits a contraction
+//! itself), and cubek's routines are the fallback.
+//!
 //! A single product with few output tiles and a long contraction (a
 //! weight gradient: `512×512` summed over 4,096 tokens) would leave most
 //! of a large GPU idle; its contraction is split into runs computed side
@@ -23,6 +29,7 @@
 use super::kernels_convert::to_float;
 use super::kernels_matmul::{matmul_tiled, TILE};
 use super::layout::{fill_value, strides};
+use super::library_gemm::{GemmElems, GemmOperand};
 use super::ops::{round_to, with_storage};
 use super::storage::{Rounding, Storage};
 use super::{layout, reduce, CubeBuffer, CubeclBackend};
@@ -57,6 +64,8 @@ fn accumulator(d: DType) -> DType {
 /// routine, and a rerun gives the same bits.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Routine {
+    /// The device's vendor GEMM library ([`super::library_gemm::LibraryGemm`]): cuBLAS on CUDA.
+    Library,
     /// cubek's unit-tiled routine on the `f32` storage: exact `f32`
     /// arithmetic (no TF32), on every device.
     Unit,
@@ -95,6 +104,9 @@ fn candidates<R: Runtime>(be: &CubeclBackend<R>, dtype: DType, p: &MatmulLayout)
         return vec![Routine::Tiled];
     }
     let mut v = Vec::new();
+    if be.gemm.is_some() && on_library(dtype, p) {
+        v.push(Routine::Library);
+    }
     if let Some(h) = half_storage(dtype) {
         let f32s = f32::as_type_native_unchecked().storage_type();
         let mm = &be.client.properties().features.matmul;
@@ -110,6 +122,33 @@ fn candidates<R: Runtime>(be: &CubeclBackend<R>, dtype: DType, p: &MatmulLayout)
     }
     v.extend([Routine::Unit, Routine::Tiled]);
     v
+}
+
+/// `f32` and `f64` products of at least this many flops run on the
+/// library: on the H200, cuBLAS through its own stream took 0.107 ms for
+/// `4096×512×512` in `f32` against cubek's 0.375 ms, and the GPT step
+/// (products of 1–34 GFLOP) 52.9–54.7 ms against 59.2; below it (the MLP's
+/// 0.54 GFLOP products, and every product of a `data=8` MLP) the
+/// library's per-product cost on the host is larger than what it saves
+/// (BENCHMARKS.md, "cuBLAS...").
+const LIBRARY_F32_FLOPS: f64 = 1.0e9;
+
+/// Half-type products of at least this many flops run on the library. At
+/// the GPT's shapes (up to 34 GFLOP) cubek's tensor-core routines took
+/// about as long per product as cuBLAS plus its per-product cost, and the
+/// bf16 GPT step was 27.6 ms on cubek against 34.9–43.2 ms on cuBLAS; at
+/// 4096³ (137 GFLOP) cuBLAS took 0.54–0.66 ms against 0.88–0.92.
+const LIBRARY_HALF_FLOPS: f64 = 64.0e9;
+
+/// Whether a float product of `dtype` with layout `p` runs on the vendor
+/// library (where the device has one): by size, as measured.
+fn on_library(dtype: DType, p: &MatmulLayout) -> bool {
+    let flops = 2.0 * (p.b * p.m * p.n * p.k) as f64;
+    match dtype {
+        DType::F32 | DType::F64 => flops >= LIBRARY_F32_FLOPS,
+        DType::BF16 | DType::F16 => flops >= LIBRARY_HALF_FLOPS,
+        _ => false,
+    }
 }
 
 /// The storage type of the half type `d` (`None` for other dtypes).
@@ -262,7 +301,9 @@ pub(super) fn dot_general<R: Runtime>(
     let (nb, nc) = (dims.lhs_batch.len(), dims.lhs_contract.len());
     let lo = Operand::new(be, l, &p.lhs_perm, [nb, l.ty.shape.len() - nb - nc, nc], [p.b, p.m, p.k]);
     let ro = Operand::new(be, r, &p.rhs_perm, [nb, nc, r.ty.shape.len() - nb - nc], [p.b, p.k, p.n]);
-    let parts = split_parts(p.b, p.m, p.n, p.k);
+    // A library splits a contraction itself.
+    let library = be.gemm.is_some() && on_library(ty.dtype, &p);
+    let parts = if library { 1 } else { split_parts(p.b, p.m, p.n, p.k) };
     let (lo, ro) = if parts > 1 { (lo.split(parts, 2), ro.split(parts, 1)) } else { (lo, ro) };
     let acc_ty = TensorType::new(accumulator(ty.dtype), vec![lo.shape[0], p.m, p.n]);
     let acc = be.empty(&acc_ty);
@@ -336,6 +377,23 @@ fn run<R: Runtime>(
         }
     };
     match routine {
+        Routine::Library => {
+            let Some(lib) = be.gemm.as_ref() else { return false };
+            let (lh, rh, elems) = match dtype {
+                DType::F32 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::F32),
+                DType::F64 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::F64),
+                DType::BF16 | DType::F16 if lib.packs_half() => {
+                    let e = if dtype == DType::BF16 { GemmElems::Bf16 } else { GemmElems::F16 };
+                    (pack(be, &l.buf, dtype), pack(be, &r.buf, dtype), e)
+                }
+                DType::BF16 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::Bf16InF32),
+                DType::F16 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::F16InF32),
+                _ => return false,
+            };
+            let a = GemmOperand { handle: lh, strides: l.strides };
+            let bo = GemmOperand { handle: rh, strides: r.strides };
+            lib.gemm(be, &a, &bo, &out.handle, [b, m, k, n], elems).is_ok()
+        }
         Routine::Tiled => {
             let (l, r) = (l.dense(be), r.dense(be));
             tiled(be, &l.buf, &r.buf, out, [b, m, k, n]);
@@ -423,7 +481,25 @@ fn tiled<R: Runtime>(
 
 #[cfg(test)]
 mod tests {
-    use super::in_place;
+    use super::{in_place, on_library};
+    use weft_ir::{DType, MatmulLayout};
+
+    #[test]
+    fn the_library_takes_large_float_products() {
+        let p = |b, m, k, n| MatmulLayout { lhs_perm: vec![], rhs_perm: vec![], out_shape: vec![], b, m, k, n };
+        // The GPT's f32 products (2.1 GFLOP and up; attention's batch of
+        // 128 heads, 1.07 GFLOP), not the MLP's (0.54 GFLOP).
+        assert!(on_library(DType::F32, &p(1, 4096, 512, 512)));
+        assert!(on_library(DType::F32, &p(128, 256, 64, 256)));
+        assert!(!on_library(DType::F32, &p(1, 256, 512, 2048)));
+        assert!(on_library(DType::F64, &p(1, 4096, 512, 512)));
+        // Half types only from 64 GFLOP (4096³ is 137).
+        assert!(!on_library(DType::BF16, &p(1, 4096, 512, 8192)));
+        assert!(on_library(DType::BF16, &p(1, 4096, 4096, 4096)));
+        assert!(on_library(DType::F16, &p(1, 4096, 4096, 4096)));
+        // Never integers.
+        assert!(!on_library(DType::I32, &p(1, 4096, 4096, 4096)));
+    }
 
     #[test]
     fn which_operand_views_are_read_in_place() {

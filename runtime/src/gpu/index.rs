@@ -5,7 +5,8 @@
 //! here (`ops::compute` returns them first).
 
 use super::kernels_index::{
-    cumsum_float, cumsum_int, gather, scatter_add_float, scatter_add_int, top_k_float, top_k_int,
+    cumsum_float, cumsum_int, gather, scatter_add_float, scatter_add_int, scatter_first, scatter_next, top_k_float,
+    top_k_int,
 };
 use super::ops::with_float;
 use super::storage::{Rounding, Storage};
@@ -54,17 +55,25 @@ pub(super) fn index<R: Runtime>(
         IndexOp::ScatterAdd { axis, batch_dims, .. } => {
             let (idx, upd) = (xs[0], xs[1]);
             let [pre, len, post, per] = geometry(&ty.shape, &idx.ty.shape, axis, batch_dims);
-            let signed = idx.ty.dtype == DType::I32;
-            let (i, u, o) = (idx.arg(), upd.arg(), out.arg());
+            // Each index value's positions as a list (first, next), then
+            // one thread per result element follows its own list. Negative
+            // `i32` indices (top bit set) and others past `len` equal no
+            // row, so no list reaches them.
+            let batches: usize = idx.ty.shape[..batch_dims].iter().product();
+            let (nf, nn) = (batches * len as usize, idx.len());
+            let (first, next) = (be.client.empty(nf.max(1) * 4), be.client.empty(nn.max(1) * 4));
+            // SAFETY: `h` was allocated above for `n` (at least one) `u32` elements.
+            let arg = |h: &cubecl::server::Handle, n: usize| unsafe { ArrayArg::from_raw_parts(h.clone(), n.max(1)) };
+            let (fc, fd) = be.grid(nf);
+            scatter_first::launch::<R>(c, fc, fd, idx.arg(), arg(&first, nf), len, per);
+            let (nc, nd) = be.grid(nn);
+            scatter_next::launch::<R>(c, nc, nd, idx.arg(), arg(&next, nn), per);
+            let (f, n, u, o) = (arg(&first, nf), arg(&next, nn), upd.arg(), out.arg());
             match ty.dtype {
-                DType::I32 => {
-                    scatter_add_int::launch::<i32, R>(c, count, dim, i, u, o, pre, len, post, per, signed);
-                }
-                DType::U32 => {
-                    scatter_add_int::launch::<u32, R>(c, count, dim, i, u, o, pre, len, post, per, signed);
-                }
+                DType::I32 => scatter_add_int::launch::<i32, R>(c, count, dim, f, n, u, o, pre, len, post, per),
+                DType::U32 => scatter_add_int::launch::<u32, R>(c, count, dim, f, n, u, o, pre, len, post, per),
                 d => with_float!(d, F => scatter_add_float::launch::<F, R>(
-                    c, count, dim, i, u, o, pre, len, post, per, signed, Rounding::of(d)
+                    c, count, dim, f, n, u, o, pre, len, post, per, Rounding::of(d)
                 )),
             }
         }

@@ -17,8 +17,13 @@
 //! - [`gather`] is a copy: one thread per result element, moving raw bits
 //!   (`u32` for every 4-byte storage type, `f64` for 8-byte) or a zero.
 //! - [`scatter_add_float`] / [`scatter_add_int`]: one thread per result
-//!   element walks the index positions of its `(batch, pre)` group in
-//!   increasing order, adding the updates whose index is its own.
+//!   element adds the updates whose index is its own, in increasing
+//!   position, following a list of those positions that two small kernels
+//!   build first ([`scatter_first`]: each index value's first position;
+//!   [`scatter_next`]: each position's next one with the same value). Each
+//!   update is read once, not once per row of the result: an embedding
+//!   gradient (8,192 rows, 4,096 tokens) took 7.3 ms on an H200 when every
+//!   thread walked all the positions.
 //! - [`cumsum_float`] / [`cumsum_int`]: one thread per line along the
 //!   summed dimension, a running sum stored (rounded) at every step.
 //! - [`top_k_float`] / [`top_k_int`]: one thread per row, inserting each
@@ -72,19 +77,66 @@ pub fn gather<T: Numeric>(
     }
 }
 
+/// `first[b, a]`: the first index position `j` of batch element `b` whose
+/// index is `a`, or `u32::MAX` (none). One thread per `(b, a)`.
+#[cube(launch)]
+pub fn scatter_first(idx: &Array<u32>, first: &mut Array<u32>, len: u32, per: u32) {
+    let t = ABSOLUTE_POS;
+    if t < first.len() {
+        let per = per as usize;
+        let a = (t % len as usize) as u32;
+        let base = (t / len as usize) * per;
+        let mut found = 0xFFFF_FFFFu32;
+        let mut j = 0usize;
+        while j < per {
+            if idx[base + j] == a {
+                found = j as u32;
+                break;
+            }
+            j += 1;
+        }
+        first[t] = found;
+    }
+}
+
+/// `next[b, j]`: the next index position after `j` of batch element `b`
+/// with the same index, or `u32::MAX` (none). One thread per `(b, j)`.
+#[cube(launch)]
+pub fn scatter_next(idx: &Array<u32>, next: &mut Array<u32>, per: u32) {
+    let t = ABSOLUTE_POS;
+    if t < next.len() {
+        let per = per as usize;
+        let j = t % per;
+        let base = t - j;
+        let v = idx[t];
+        let mut found = 0xFFFF_FFFFu32;
+        let mut k = j + 1;
+        while k < per {
+            if idx[base + k] == v {
+                found = k as u32;
+                break;
+            }
+            k += 1;
+        }
+        next[t] = found;
+    }
+}
+
 /// `out[b, p, a, c] = round(Σ_j upd[b, p, j, c] for idx[b, j] = a)`, the
-/// sum in `F` in increasing `j`.
+/// sum in `F` in increasing `j`: the thread follows the list of `a`'s
+/// positions ([`scatter_first`], [`scatter_next`]), so it reads only its
+/// own updates.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn scatter_add_float<F: Float>(
-    idx: &Array<u32>,
+    first: &Array<u32>,
+    next: &Array<u32>,
     upd: &Array<F>,
     out: &mut Array<F>,
     pre: u32,
     len: u32,
     post: u32,
     per: u32,
-    #[comptime] signed: bool,
     #[comptime] rnd: Rounding,
 ) {
     let i = ABSOLUTE_POS;
@@ -93,16 +145,15 @@ pub fn scatter_add_float<F: Float>(
         let per = per as usize;
         let c = i % post;
         let r = i / post;
-        let a = (r % len as usize) as u32;
+        let a = r % len as usize;
         let bp = r / len as usize;
-        let ibase = (bp / pre as usize) * per;
+        let b = bp / pre as usize;
         let ubase = bp * per;
         let mut acc = F::new(0.0);
-        for j in 0..per {
-            let v = idx[ibase + j];
-            if v == a && in_range(v, len, signed) {
-                acc += upd[(ubase + j) * post + c];
-            }
+        let mut j = first[b * len as usize + a];
+        while j != 0xFFFF_FFFFu32 {
+            acc += upd[(ubase + j as usize) * post + c];
+            j = next[b * per + j as usize];
         }
         out[i] = apply_rounding::<F>(acc, rnd);
     }
@@ -112,14 +163,14 @@ pub fn scatter_add_float<F: Float>(
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn scatter_add_int<I: Int>(
-    idx: &Array<u32>,
+    first: &Array<u32>,
+    next: &Array<u32>,
     upd: &Array<I>,
     out: &mut Array<I>,
     pre: u32,
     len: u32,
     post: u32,
     per: u32,
-    #[comptime] signed: bool,
 ) {
     let i = ABSOLUTE_POS;
     if i < out.len() {
@@ -127,16 +178,15 @@ pub fn scatter_add_int<I: Int>(
         let per = per as usize;
         let c = i % post;
         let r = i / post;
-        let a = (r % len as usize) as u32;
+        let a = r % len as usize;
         let bp = r / len as usize;
-        let ibase = (bp / pre as usize) * per;
+        let b = bp / pre as usize;
         let ubase = bp * per;
         let mut acc = I::new(0);
-        for j in 0..per {
-            let v = idx[ibase + j];
-            if v == a && in_range(v, len, signed) {
-                acc += upd[(ubase + j) * post + c];
-            }
+        let mut j = first[b * len as usize + a];
+        while j != 0xFFFF_FFFFu32 {
+            acc += upd[(ubase + j as usize) * post + c];
+            j = next[b * per + j as usize];
         }
         out[i] = acc;
     }

@@ -96,6 +96,49 @@ pub fn reduce_rows_int<I: Int>(x: &Array<I>, out: &mut Array<I>, inner: u32, #[c
     }
 }
 
+/// [`reduce_rows_int`] with a cube of `threads = 2^levels` threads per row
+/// (cube `c` reduces row `c`), neighbouring threads reading neighbouring
+/// elements, as [`reduce_rows_cube`] does. Integer sums (wrapping), maxima
+/// and minima are exact in any order, so this equals the one-thread fold.
+#[cube(launch)]
+pub fn reduce_rows_cube_int<I: Int>(
+    x: &Array<I>,
+    out: &mut Array<I>,
+    inner: u32,
+    #[comptime] threads: usize,
+    #[comptime] levels: u32,
+    #[comptime] op: Red,
+) {
+    let c = CUBE_POS;
+    let t = UNIT_POS as usize;
+    let mut shared = SharedMemory::<I>::new(threads);
+    if c < out.len() {
+        let base = c * inner as usize;
+        let mut acc = match op {
+            Red::Sum => I::new(0),
+            _ => x[base],
+        };
+        let mut j = t;
+        while j < inner as usize {
+            acc = combine_int::<I>(acc, x[base + j], op);
+            j += threads;
+        }
+        shared[t] = acc;
+    }
+    sync_cube();
+    #[unroll]
+    for level in 1..levels + 1 {
+        let half = threads >> level as usize;
+        if t < half {
+            shared[t] = combine_int::<I>(shared[t], shared[t + half], op);
+        }
+        sync_cube();
+    }
+    if c < out.len() && t == 0 {
+        out[c] = shared[0];
+    }
+}
+
 /// One cube of `threads = 2^levels` threads (at most [`CUBE_THREADS`]) per piece of a row: cube `c` reduces part `c % parts`
 /// of row `c / parts`, elements `[p·chunk, min((p+1)·chunk, inner))`,
 /// into `out[c]`. Each thread folds a strided share (thread `t` reads

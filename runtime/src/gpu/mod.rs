@@ -20,6 +20,8 @@
 
 mod constants;
 #[cfg(feature = "cuda")]
+pub mod cublas;
+#[cfg(feature = "cuda")]
 pub mod cuda_devices;
 pub mod device_collectives;
 mod dot;
@@ -33,6 +35,7 @@ mod kernels_index;
 mod kernels_matmul;
 mod kernels_reduce;
 mod layout;
+pub mod library_gemm;
 mod math;
 #[cfg(feature = "cuda")]
 pub mod nccl;
@@ -52,6 +55,7 @@ use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use device_collectives::NativeCollectives;
+use library_gemm::LibraryGemm;
 pub use ops::is_transcendental;
 use std::sync::Arc;
 pub use storage::Storage;
@@ -73,6 +77,9 @@ pub struct CubeclBackend<R: Runtime> {
     fusion: bool,
     /// The device-native collectives, when the run asked for them.
     native: Option<Arc<dyn NativeCollectives<R>>>,
+    /// The vendor GEMM library products run on, where one is attached
+    /// ([`library_gemm`]).
+    gemm: Option<Arc<dyn LibraryGemm<R>>>,
     /// What the device keeps between launches (boxed: the backend is one
     /// variant of `AnyBackend`, and these are large).
     kept: Box<Kept<R>>,
@@ -148,6 +155,7 @@ impl<R: Runtime> CubeclBackend<R> {
             f64_math,
             fusion: true,
             native: None,
+            gemm: None,
             kept: Box::new(Kept {
                 constants: Default::default(),
                 routines: Default::default(),
@@ -160,6 +168,18 @@ impl<R: Runtime> CubeclBackend<R> {
     /// ([`device_collectives`]).
     pub fn set_native_collectives(&mut self, native: Arc<dyn NativeCollectives<R>>) {
         self.native = Some(native);
+    }
+
+    /// Runs float products on `gemm` from now on (`None`: on cubek's
+    /// routines); the routines chosen so far are forgotten.
+    pub fn set_library_gemm(&mut self, gemm: Option<Arc<dyn LibraryGemm<R>>>) {
+        self.gemm = gemm;
+        self.lock_routines().clear();
+    }
+
+    /// The name of the vendor GEMM library products run on, if any.
+    pub fn library_gemm(&self) -> Option<&'static str> {
+        self.gemm.as_ref().map(|g| g.name())
     }
 
     /// Turns fusion of elementwise chains on (the default) or off.

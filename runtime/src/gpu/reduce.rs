@@ -15,7 +15,8 @@
 
 use super::kernels_fused::{FusedExpr, Source};
 use super::kernels_reduce::{
-    reduce_cols_cube, reduce_rows, reduce_rows_cube, reduce_rows_int, Red, COL_BLOCK, COL_LANES, CUBE_THREADS,
+    reduce_cols_cube, reduce_rows, reduce_rows_cube, reduce_rows_cube_int, reduce_rows_int, Red, COL_BLOCK, COL_LANES,
+    CUBE_THREADS,
 };
 use super::layout::{copy, fill_value, strides, Copy};
 use super::ops::with_float;
@@ -25,9 +26,9 @@ use super::{CubeBuffer, CubeclBackend};
 use cubecl::prelude::*;
 use weft_ir::{DType, ReduceOp, TensorType};
 
-/// Float rows at most this long take one thread each (the CPU's exact
-/// order); longer ones a cube. (Integer sums are exact in any order, and
-/// take one thread per row.)
+/// Rows at most this long take one thread each (for floats, the CPU's
+/// exact order); longer ones a cube. (Integer sums, maxima and minima are
+/// exact in any order.)
 const THREAD_ROW: usize = 32;
 /// Elements each thread of a row's cube folds before the tree, at least.
 const PER_THREAD: usize = 8;
@@ -168,8 +169,24 @@ pub(super) fn reduce<R: Runtime>(
     }
     let x = reduced_last(be, x, dims);
     let out = be.empty(ty);
-    let (count, dim) = be.grid(ty.num_elements());
     let (c, red, inner32) = (&be.client, op_of(op), u32::try_from(inner).expect("rows shorter than 2^32"));
+    if inner > THREAD_ROW {
+        // A cube per row, its threads reading neighbouring elements (an
+        // argmax's minimum position over 8,192 classes took 1.3 ms on an
+        // H200 with a thread per row).
+        let threads = row_threads(inner);
+        let levels = threads.trailing_zeros();
+        let cubes = u32::try_from(out.len()).expect("fewer than 2^32 rows");
+        let count = cubecl::server::CubeCountSelection::new(c, cubes).cube_count();
+        let dim = CubeDim::new_1d(threads as u32);
+        if ty.dtype == DType::I32 {
+            reduce_rows_cube_int::launch::<i32, R>(c, count, dim, x.arg(), out.arg(), inner32, threads, levels, red);
+        } else {
+            reduce_rows_cube_int::launch::<u32, R>(c, count, dim, x.arg(), out.arg(), inner32, threads, levels, red);
+        }
+        return out;
+    }
+    let (count, dim) = be.grid(ty.num_elements());
     if ty.dtype == DType::I32 {
         reduce_rows_int::launch::<i32, R>(c, count, dim, x.arg(), out.arg(), inner32, red);
     } else {
