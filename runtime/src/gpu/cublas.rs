@@ -31,13 +31,16 @@
 //! 3. a one-thread CubeCL kernel spins until the second flag reaches `e`,
 //!    so every kernel queued after it sees the product.
 //!
-//! Nothing waits on the host, and a stream never waits for itself (a
-//! product's wait comes after its own signal), so the two cannot lock each
-//! other out. Memory stays safe: the output and operands stay held until
-//! the spin kernel is queued, and CubeCL reuses memory only on the stream
-//! that freed it, behind that kernel. A driver without stream memory
+//! Nothing waits on the host. Every launch and stream operation of a
+//! product is made under one lock, and CubeCL's queue is flushed after
+//! each of its two kernels, so every wait reaches the driver after what it
+//! waits for: no cycle, whichever hardware queues the streams share.
+//! Memory stays safe: the spin kernel binds the operands and the output
+//! (unread), so CubeCL holds their memory until it has run, also for a
+//! buffer of another thread's stream. A driver without stream memory
 //! operations makes the first failure turn the rest to host waits (the
 //! calling stream synchronised before the product, cuBLAS's after it).
+//! One flag pair is kept per thread that ever ran a product (8 bytes).
 
 use super::library_gemm::{GemmElems, GemmOperand, LibraryGemm};
 use super::CubeclBackend;
@@ -64,9 +67,13 @@ fn signal(flags: &Array<Atomic<u32>>, value: u32) {
     }
 }
 
-/// Returns once `flags[1]` has reached `value` (step 3).
+/// Returns once `flags[1]` has reached `value` (step 3). The product's
+/// operands and output are bound too, unread, so that CubeCL holds their
+/// memory until this kernel has run (a buffer from another thread's
+/// stream returns to that stream's pool when freed, and that stream never
+/// waits for cuBLAS's).
 #[cube(launch)]
-fn wait_for(flags: &Array<Atomic<u32>>, value: u32) {
+fn wait_for(flags: &Array<Atomic<u32>>, _a: &Array<u32>, _b: &Array<u32>, _out: &Array<u32>, value: u32) {
     if ABSOLUTE_POS == 0 {
         loop {
             if flags[1].load() >= value {
@@ -240,6 +247,9 @@ impl LibraryGemm<CudaRuntime> for Cublas {
             // SAFETY: `fh` holds two `u32` flags.
             let arg = unsafe { ArrayArg::from_raw_parts(fh.clone(), 2) };
             signal::launch::<CudaRuntime>(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(1), arg, e);
+            // CubeCL queues launches on the host; the signal must reach the
+            // driver before the wait that depends on it.
+            client.flush().map_err(|e| failed(g, format!("{e:?}")))?;
             // Step 2's wait.
             // SAFETY: `ptr` is the live flag pair; the stream is cuBLAS's.
             let waited = catch_unwind(|| unsafe {
@@ -319,9 +329,19 @@ impl LibraryGemm<CudaRuntime> for Cublas {
         });
         match written {
             Some((fh, e)) => {
-                // SAFETY: `fh` holds two `u32` flags.
-                let arg = unsafe { ArrayArg::from_raw_parts(fh, 2) };
-                wait_for::launch::<CudaRuntime>(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(1), arg, e);
+                // SAFETY: `fh` holds two `u32` flags; the other three
+                // buffers hold at least one 4-byte element each, never read.
+                let (f, x, y, z) = unsafe {
+                    (
+                        ArrayArg::from_raw_parts(fh, 2),
+                        ArrayArg::from_raw_parts(a.handle.clone(), 1),
+                        ArrayArg::from_raw_parts(b.handle.clone(), 1),
+                        ArrayArg::from_raw_parts(out.clone(), 1),
+                    )
+                };
+                let one = CubeCount::Static(1, 1, 1);
+                wait_for::launch::<CudaRuntime>(client, one, CubeDim::new_1d(1), f, x, y, z, e);
+                client.flush().map_err(|e| failed(g, format!("{e:?}")))?;
             }
             None => {
                 if on_device {

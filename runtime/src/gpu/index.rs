@@ -66,8 +66,10 @@ pub(super) fn index<R: Runtime>(
             let arg = |h: &cubecl::server::Handle, n: usize| unsafe { ArrayArg::from_raw_parts(h.clone(), n.max(1)) };
             let (fc, fd) = be.grid(nf);
             scatter_first::launch::<R>(c, fc, fd, idx.arg(), arg(&first, nf), len, per);
-            let (nc, nd) = be.grid(nn);
-            scatter_next::launch::<R>(c, nc, nd, idx.arg(), arg(&next, nn), per);
+            if nn > 0 {
+                let (nc, nd) = be.grid(nn);
+                scatter_next::launch::<R>(c, nc, nd, idx.arg(), arg(&next, nn), len, per);
+            }
             let (f, n, u, o) = (arg(&first, nf), arg(&next, nn), upd.arg(), out.arg());
             match ty.dtype {
                 DType::I32 => scatter_add_int::launch::<i32, R>(c, count, dim, f, n, u, o, pre, len, post, per),

@@ -77,46 +77,46 @@ pub fn gather<T: Numeric>(
     }
 }
 
+/// The first position `k` in `[from, per)` of the index row at `base`
+/// whose index bits are `v`, or `u32::MAX` (none).
+#[cube]
+fn find(idx: &Array<u32>, base: usize, from: usize, per: usize, v: u32) -> u32 {
+    let mut found = 0xFFFF_FFFFu32;
+    let mut k = from;
+    while k < per {
+        if idx[base + k] == v {
+            found = k as u32;
+            break;
+        }
+        k += 1;
+    }
+    found
+}
+
 /// `first[b, a]`: the first index position `j` of batch element `b` whose
 /// index is `a`, or `u32::MAX` (none). One thread per `(b, a)`.
 #[cube(launch)]
 pub fn scatter_first(idx: &Array<u32>, first: &mut Array<u32>, len: u32, per: u32) {
     let t = ABSOLUTE_POS;
     if t < first.len() {
-        let per = per as usize;
         let a = (t % len as usize) as u32;
-        let base = (t / len as usize) * per;
-        let mut found = 0xFFFF_FFFFu32;
-        let mut j = 0usize;
-        while j < per {
-            if idx[base + j] == a {
-                found = j as u32;
-                break;
-            }
-            j += 1;
-        }
-        first[t] = found;
+        let base = (t / len as usize) * per as usize;
+        first[t] = find(idx, base, 0, per as usize, a);
     }
 }
 
 /// `next[b, j]`: the next index position after `j` of batch element `b`
-/// with the same index, or `u32::MAX` (none). One thread per `(b, j)`.
+/// with the same index, or `u32::MAX` (none; also for an index past `len`,
+/// which no list reaches). One thread per `(b, j)`.
 #[cube(launch)]
-pub fn scatter_next(idx: &Array<u32>, next: &mut Array<u32>, per: u32) {
+pub fn scatter_next(idx: &Array<u32>, next: &mut Array<u32>, len: u32, per: u32) {
     let t = ABSOLUTE_POS;
     if t < next.len() {
-        let per = per as usize;
-        let j = t % per;
-        let base = t - j;
+        let j = t % per as usize;
         let v = idx[t];
         let mut found = 0xFFFF_FFFFu32;
-        let mut k = j + 1;
-        while k < per {
-            if idx[base + k] == v {
-                found = k as u32;
-                break;
-            }
-            k += 1;
+        if v < len {
+            found = find(idx, t - j, j + 1, per as usize, v);
         }
         next[t] = found;
     }

@@ -106,6 +106,11 @@ fn scatter_add_is_the_transpose_of_gather() {
         let v = wild_ids(&mut rng, &[500], 0, 5);
         both_index_types(&be, IndexOp::ScatterAdd { axis: 0, batch_dims: 0, size: 5 }, &[500], &v, 0, &[upd]);
     }
+    // No index positions at all: a result of zeros.
+    for d in [DType::F32, DType::I32] {
+        let upd = random(&mut rng, &ty(d, &[0, 5]), -100.0, 100.0);
+        both_index_types(&be, IndexOp::ScatterAdd { axis: 0, batch_dims: 0, size: 4 }, &[0], &[], 0, &[upd]);
+    }
     // Mixed magnitudes in f32: any other summation order rounds differently.
     let vals: Vec<f32> = (0..64).map(|i| if i % 3 == 0 { 1e8 } else { 0.7 + i as f32 * 1e-3 }).collect();
     let upd = HostTensor::from_f32(&[64, 1], vals).unwrap();
