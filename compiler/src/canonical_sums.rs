@@ -216,7 +216,7 @@ impl Rewriter {
                         .unwrap_or(major)
                 };
                 let (a, b) = (dims.lhs_contract[j], dims.rhs_contract[j]);
-                let c = self.count(self.g.ty(operands[0]).shape[a]);
+                let c = chunks(j);
                 if c < 2 {
                     return Ok(None);
                 }

@@ -42,6 +42,7 @@
 //! calling stream synchronised before the product, cuBLAS's after it).
 //! One flag pair is kept per thread that ever ran a product (8 bytes).
 
+use super::cuda_devices::{panic_message, primary_context};
 use super::library_gemm::{GemmElems, GemmOperand, LibraryGemm};
 use super::CubeclBackend;
 use crate::backend::Backend;
@@ -131,14 +132,6 @@ fn failed(gpu: usize, what: impl std::fmt::Display) -> RuntimeError {
     RuntimeError::Device { backend: format!("cuBLAS on CUDA GPU {gpu}"), message: what.to_string() }
 }
 
-/// The message of a panic caught from cudarc.
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
 impl Cublas {
     /// cuBLAS on CUDA GPU `gpu` (its primary context, which CubeCL uses
     /// too), with a stream of its own; an error when the library or the
@@ -155,11 +148,7 @@ impl Cublas {
                  lib folder on LD_LIBRARY_PATH; a `libcublas.so.N` only may need a `libcublas.so` link)",
             ));
         }
-        let ctx = match catch_unwind(|| CudaContext::new(gpu)) {
-            Ok(Ok(ctx)) => ctx,
-            Ok(Err(e)) => return Err(failed(gpu, format!("the GPU cannot be opened: {e}"))),
-            Err(p) => return Err(failed(gpu, format!("the CUDA driver cannot be loaded: {}", panic_message(p)))),
-        };
+        let ctx = primary_context(gpu).map_err(|why| failed(gpu, why))?;
         let stream = ctx.new_stream().map_err(|e| failed(gpu, format!("cuStreamCreate: {e}")))?;
         ctx.bind_to_thread().map_err(|e| failed(gpu, format!("cuCtxSetCurrent: {e}")))?;
         let handle = catch_unwind(AssertUnwindSafe(|| -> Result<sys::cublasHandle_t, String> {

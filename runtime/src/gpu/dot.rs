@@ -104,7 +104,7 @@ fn candidates<R: Runtime>(be: &CubeclBackend<R>, dtype: DType, p: &MatmulLayout)
         return vec![Routine::Tiled];
     }
     let mut v = Vec::new();
-    if be.gemm.is_some() && on_library(dtype, p) {
+    if library_takes(be, dtype, p) {
         v.push(Routine::Library);
     }
     if let Some(h) = half_storage(dtype) {
@@ -149,6 +149,11 @@ fn on_library(dtype: DType, p: &MatmulLayout) -> bool {
         DType::BF16 | DType::F16 => flops >= LIBRARY_HALF_FLOPS,
         _ => false,
     }
+}
+
+/// Whether `be` has a library and it takes this product ([`on_library`]).
+fn library_takes<R: Runtime>(be: &CubeclBackend<R>, dtype: DType, p: &MatmulLayout) -> bool {
+    be.gemm.is_some() && on_library(dtype, p)
 }
 
 /// The storage type of the half type `d` (`None` for other dtypes).
@@ -302,8 +307,7 @@ pub(super) fn dot_general<R: Runtime>(
     let lo = Operand::new(be, l, &p.lhs_perm, [nb, l.ty.shape.len() - nb - nc, nc], [p.b, p.m, p.k]);
     let ro = Operand::new(be, r, &p.rhs_perm, [nb, nc, r.ty.shape.len() - nb - nc], [p.b, p.k, p.n]);
     // A library splits a contraction itself.
-    let library = be.gemm.is_some() && on_library(ty.dtype, &p);
-    let parts = if library { 1 } else { split_parts(p.b, p.m, p.n, p.k) };
+    let parts = if library_takes(be, ty.dtype, &p) { 1 } else { split_parts(p.b, p.m, p.n, p.k) };
     let (lo, ro) = if parts > 1 { (lo.split(parts, 2), ro.split(parts, 1)) } else { (lo, ro) };
     let acc_ty = TensorType::new(accumulator(ty.dtype), vec![lo.shape[0], p.m, p.n]);
     let acc = be.empty(&acc_ty);
@@ -379,19 +383,19 @@ fn run<R: Runtime>(
     match routine {
         Routine::Library => {
             let Some(lib) = be.gemm.as_ref() else { return false };
-            let (lh, rh, elems) = match dtype {
-                DType::F32 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::F32),
-                DType::F64 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::F64),
-                DType::BF16 | DType::F16 if lib.packs_half() => {
-                    let e = if dtype == DType::BF16 { GemmElems::Bf16 } else { GemmElems::F16 };
-                    (pack(be, &l.buf, dtype), pack(be, &r.buf, dtype), e)
-                }
-                DType::BF16 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::Bf16InF32),
-                DType::F16 => (l.buf.handle.clone(), r.buf.handle.clone(), GemmElems::F16InF32),
+            let packed = half_storage(dtype).is_some() && lib.packs_half();
+            let elems = match (dtype, packed) {
+                (DType::F32, _) => GemmElems::F32,
+                (DType::F64, _) => GemmElems::F64,
+                (DType::BF16, true) => GemmElems::Bf16,
+                (DType::F16, true) => GemmElems::F16,
+                (DType::BF16, false) => GemmElems::Bf16InF32,
+                (DType::F16, false) => GemmElems::F16InF32,
                 _ => return false,
             };
-            let a = GemmOperand { handle: lh, strides: l.strides };
-            let bo = GemmOperand { handle: rh, strides: r.strides };
+            let handle = |x: &Operand<R>| if packed { pack(be, &x.buf, dtype) } else { x.buf.handle.clone() };
+            let a = GemmOperand { handle: handle(l), strides: l.strides };
+            let bo = GemmOperand { handle: handle(r), strides: r.strides };
             lib.gemm(be, &a, &bo, &out.handle, [b, m, k, n], elems).is_ok()
         }
         Routine::Tiled => {

@@ -43,6 +43,7 @@
 //! machine without a GPU; `specs/runtime.md` says what has been checked
 //! and the command that checks the rest (`tests/nccl.rs`).
 
+use super::cuda_devices::{panic_message, primary_context};
 use super::device_collectives::{native_groups, native_kind, native_output_type, NativeCollectives, NativeKind};
 use super::{CubeBuffer, CubeclBackend};
 use crate::backend::Backend;
@@ -65,14 +66,6 @@ pub const ID_BYTES: usize = 128;
 
 fn unavailable(reason: String) -> RuntimeError {
     RuntimeError::NcclUnavailable { reason }
-}
-
-/// The message of a panic caught from cudarc.
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// NCCL's name for a failed call's result.
@@ -182,11 +175,7 @@ fn driver_err(device: usize, call: &str, e: impl std::fmt::Display) -> RuntimeEr
 /// The CUDA context (the GPU's primary context, CubeCL's too) and a new
 /// stream on GPU `gpu`, without cudarc's panic when there is no driver.
 fn context(device: usize, gpu: usize) -> Result<(Arc<CudaContext>, Arc<CudaStream>), RuntimeError> {
-    let ctx = match catch_unwind(|| CudaContext::new(gpu)) {
-        Ok(Ok(ctx)) => ctx,
-        Ok(Err(e)) => return Err(unavailable(format!("CUDA GPU {gpu} (for device {device}) cannot be opened: {e}"))),
-        Err(p) => return Err(unavailable(format!("the CUDA driver cannot be loaded: {}", panic_message(p)))),
-    };
+    let ctx = primary_context(gpu).map_err(|why| unavailable(format!("{why} (for device {device})")))?;
     let stream = ctx.new_stream().map_err(|e| driver_err(device, "cuStreamCreate", e))?;
     Ok((ctx, stream))
 }
