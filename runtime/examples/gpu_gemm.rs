@@ -235,7 +235,7 @@ fn main() {
     #[cfg(feature = "cuda")]
     {
         use cubecl::cuda::{CudaDevice, CudaRuntime};
-        let mut be = weft_runtime::gpu::cuda_devices::open(0, 1, 0).remove(0);
+        let mut be = weft_runtime::gpu::cuda_devices::open(0, 1, 0).expect("a CUDA device").remove(0);
         if probe_all {
             probe::<CudaRuntime>(&CudaRuntime::client(&CudaDevice::new(0)));
         }

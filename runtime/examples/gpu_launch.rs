@@ -171,7 +171,7 @@ fn run<R: Runtime>(be: &CubeclBackend<R>) {
 
 fn main() {
     #[cfg(feature = "cuda")]
-    run(&weft_runtime::gpu::cuda_devices::open(0, 1, 0).remove(0));
+    run(&weft_runtime::gpu::cuda_devices::open(0, 1, 0).expect("a CUDA device").remove(0));
     #[cfg(not(feature = "cuda"))]
     {
         let (instance, adapters) = weft_runtime::gpu::wgpu_devices::adapters();

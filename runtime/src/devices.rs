@@ -310,7 +310,7 @@ fn open_cuda(map: &DeviceMap, backends: &mut Vec<AnyBackend>) -> Result<(), Runt
     for p in 0..map.physical.len() {
         let logical = map.logical_on(p);
         if let Some(&first) = logical.first() {
-            let opened = crate::gpu::cuda_devices::open(p, logical.len(), first);
+            let opened = crate::gpu::cuda_devices::open(p, logical.len(), first)?;
             backends.extend(opened.into_iter().map(AnyBackend::Cuda));
         }
     }
