@@ -26,8 +26,10 @@ fn dump_after_one_pass_and_time_every_pass() {
             "inline",
             "propagate",
             "partition",
+            "compose_transposes",
             "forward_identities",
             "fold_transposes",
+            "cse",
             "remove_dead_steps",
             "fuse_reduce_scatter",
             "rematerialize",
@@ -47,9 +49,9 @@ fn dump_dir_gets_one_file_per_pass_and_bad_names_are_usage_errors() {
     let mut names: Vec<String> =
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(names.len(), 10, "{names:?}");
-    assert_eq!((names[0].as_str(), names[9].as_str()), ("00-inline.txt", "09-insert_frees.txt"));
-    let last = std::fs::read_to_string(dir.path().join("09-insert_frees.txt")).unwrap();
+    assert_eq!(names.len(), 12, "{names:?}");
+    assert_eq!((names[0].as_str(), names[11].as_str()), ("00-inline.txt", "11-insert_frees.txt"));
+    let last = std::fs::read_to_string(dir.path().join("11-insert_frees.txt")).unwrap();
     assert!(stdout.starts_with(&last), "the last dump is the printed program");
     let propagated = std::fs::read_to_string(dir.path().join("01-propagate.txt")).unwrap();
     assert!(propagated.starts_with("func @main(") && propagated.contains("sharding"), "{propagated}");

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! inline -> [canonical_sums] -> [annotate] -> [autoshard] -> propagate -> partition
-//!        -> forward_identities -> fold_transposes -> remove_dead_steps
-//!        -> fuse_reduce_scatter -> rematerialize -> compact
+//!        -> compose_transposes -> forward_identities -> fold_transposes
+//!        -> cse -> remove_dead_steps -> fuse_reduce_scatter -> rematerialize -> compact
 //!        -> [bucket_collectives -> overlap_collectives]
 //!        -> insert_frees
 //! ```

@@ -135,7 +135,19 @@ pub struct FusionOptions {
     /// (the GPU's) would otherwise run the others node by node: an
     /// integer step counter joined to a norm's sums, or a kept `bool` mask.
     pub float_kernels: bool,
+    /// The most buffers one chain's kernel may bind: the chain's inputs,
+    /// one per splat `constant` (a backend that reads each from a rank-0
+    /// buffer), and [`CHAIN_OWN_BINDINGS`] of its own. A device limits
+    /// this (Vulkan: `maxPerStageDescriptorStorageBuffers`, 32 on
+    /// lavapipe), and a kernel past it fails to build; `usize::MAX` for
+    /// none.
+    pub max_bindings: usize,
 }
+
+/// Bindings a chain's kernel takes besides its inputs and constants: the
+/// one allocation holding its result and kept values, and the runtime's
+/// metadata buffer.
+pub const CHAIN_OWN_BINDINGS: usize = 2;
 
 impl FusionOptions {
     /// No fusion.
@@ -149,6 +161,7 @@ impl FusionOptions {
         kept_outputs: false,
         across: false,
         float_kernels: false,
+        max_bindings: usize::MAX,
     };
     /// Elementwise chains only (what every fusing backend understands).
     pub const ELEMENTWISE: FusionOptions = FusionOptions { elementwise: true, ..FusionOptions::NONE };
@@ -274,11 +287,17 @@ fn chain_at(
     let mut produced: HashSet<BufferId> = HashSet::from([first_out]);
     let mut read: HashSet<BufferId> = ins.iter().copied().collect();
     let mut gap = 0;
+    let mut constants = usize::from(is_splat_constant(op));
+    if bindings(&read, &produced, constants) > opts.max_bindings {
+        return None;
+    }
     for (k, s) in p.steps.iter().enumerate().skip(start + 1) {
         let free = !claimed[k];
-        let room = |ins: &[BufferId]| {
-            !opts.across
-                || read.union(&ins.iter().copied().collect()).filter(|b| !produced.contains(b)).count() <= MAX_INPUTS
+        let room = |op: &Op, ins: &[BufferId]| {
+            let reads: HashSet<BufferId> = read.union(&ins.iter().copied().collect()).copied().collect();
+            let outside = reads.iter().filter(|b| !produced.contains(b)).count();
+            (!opts.across || outside <= MAX_INPUTS)
+                && bindings(&reads, &produced, constants + usize::from(is_splat_constant(op))) <= opts.max_bindings
         };
         match (s, fusible(s, opts)) {
             (Step::Free(_), _) => continue,
@@ -286,10 +305,11 @@ fn chain_at(
                 if free
                     && &p.ty(out).shape == shape
                     && fits(op, ins)
-                    && room(ins)
+                    && room(op, ins)
                     && admits(p, ins, out, &mut class, opts) =>
             {
                 members.push(k);
+                constants += usize::from(is_splat_constant(op));
                 produced.insert(out);
                 read.extend(ins.iter().copied());
                 gap = 0;
@@ -331,6 +351,18 @@ fn chain_at(
         members.pop();
     }
     None
+}
+
+/// Whether `op` is a splat `constant` (a backend may bind one buffer for it).
+fn is_splat_constant(op: &Op) -> bool {
+    matches!(op, Op::Constant(_)) && op.is_splat()
+}
+
+/// The buffers a chain that reads `read`, of which it makes `produced`,
+/// and holds `constants` splat constants binds (see
+/// [`FusionOptions::max_bindings`]).
+fn bindings(read: &HashSet<BufferId>, produced: &HashSet<BufferId>, constants: usize) -> usize {
+    read.iter().filter(|b| !produced.contains(b)).count() + constants + CHAIN_OWN_BINDINGS
 }
 
 /// The float class of a value, for [`FusionOptions::float_kernels`].
@@ -685,5 +717,41 @@ mod tests {
         let members = |o: FusionOptions| plan_fusion_with(&p, o).into_iter().map(|c| c.members).collect::<Vec<_>>();
         assert_eq!(members(kept), vec![vec![0, 1, 2, 3, 4, 5]]);
         assert_eq!(members(FusionOptions { float_kernels: true, ..kept }), vec![vec![1, 2]]);
+    }
+
+    /// A chain binds at most [`FusionOptions::max_bindings`] buffers (its
+    /// inputs, a buffer per splat constant and its own two): a sum of ten
+    /// inputs with a constant is one chain without a limit and splits
+    /// where the next step would pass it.
+    #[test]
+    fn chains_bind_at_most_max_bindings() {
+        let t = || Buffer { ty: TensorType::new(DType::F32, vec![4]), name: None };
+        // Inputs %0..%9; %10 a constant; %11 = %0 * %10; %12.. add the rest.
+        let mut steps = vec![
+            compute(Op::Constant(weft_ir::Literal::splat(TensorType::new(DType::F32, vec![4]), 2.0)), &[], 10),
+            compute(Op::Binary(BinaryOp::Mul), &[0, 10], 11),
+        ];
+        for k in 1..10u32 {
+            steps.push(compute(Op::Binary(BinaryOp::Add), &[10 + k, k], 11 + k));
+        }
+        let p = DeviceProgram {
+            name: "p".into(),
+            mesh: vec![("x".into(), 1)].into(),
+            buffers: vec![t(); 21],
+            inputs: (0..10).map(BufferId).collect(),
+            outputs: vec![BufferId(20)],
+            steps,
+        };
+        let gpu = FusionOptions { splats: true, ..FusionOptions::ELEMENTWISE };
+        let members = |o: FusionOptions| plan_fusion_with(&p, o).into_iter().map(|c| c.members).collect::<Vec<_>>();
+        assert_eq!(members(gpu), vec![(0..11).collect::<Vec<_>>()]);
+        // 1 constant + 2 own + inputs %0..%5 = 9 bindings: steps 0..=6; the
+        // rest (reading the chain's result and %6..%9) another chain.
+        assert_eq!(
+            members(FusionOptions { max_bindings: 9, ..gpu }),
+            vec![(0..7).collect::<Vec<_>>(), (7..11).collect()]
+        );
+        // A limit no step fits plans nothing.
+        assert!(members(FusionOptions { max_bindings: 2, ..gpu }).is_empty());
     }
 }

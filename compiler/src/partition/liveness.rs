@@ -49,7 +49,8 @@ pub(crate) fn forward_identities(p: &mut DeviceProgram) {
     }
 }
 
-fn rename_reads(step: &mut Step, alias: &[BufferId]) {
+/// Makes `step` read `alias[b]` wherever it read `b`.
+pub(crate) fn rename_reads(step: &mut Step, alias: &[BufferId]) {
     match step {
         Step::Compute { inputs, .. } => inputs.iter_mut().for_each(|b| *b = alias[b.index()]),
         Step::ShardSlice { input, .. } | Step::Collective { input, .. } | Step::Start { input, .. } => {
@@ -57,6 +58,29 @@ fn rename_reads(step: &mut Step, alias: &[BufferId]) {
         }
         Step::Done(_) => {}
         Step::Free(bs) => bs.iter_mut().for_each(|b| *b = alias[b.index()]),
+    }
+}
+
+/// Rewrites `transpose(transpose(x, p1), p2)` to `transpose(x, p)` with
+/// `p[i] = p1[p2[i]]`, so no step reads a transpose's result through
+/// another transpose (autodiff emits such pairs: `k` to heads-first, then
+/// its transpose for `q @ kᵀ`; a gradient transposed back and forth). A
+/// composition that is the identity becomes an identity `transpose`,
+/// which [`forward_identities`] then removes; the inner transpose is
+/// dropped by [`remove_dead_steps`] when nothing else reads it. Either
+/// way [`fold_transposes_into_dots`] then sees the original operand.
+pub(crate) fn compose_transposes(p: &mut DeviceProgram) {
+    let mut transposed: Vec<Option<(BufferId, Vec<usize>)>> = vec![None; p.buffers.len()];
+    for s in &mut p.steps {
+        let Step::Compute { op: Op::Transpose { perm }, inputs, outputs } = s else { continue };
+        if inputs.len() != 1 || outputs.len() != 1 {
+            continue;
+        }
+        if let Some((x, inner)) = &transposed[inputs[0].index()] {
+            *perm = perm.iter().map(|&d| inner[d]).collect();
+            inputs[0] = *x;
+        }
+        transposed[outputs[0].index()] = Some((inputs[0], perm.clone()));
     }
 }
 

@@ -23,6 +23,7 @@
 
 mod bucket;
 mod builder;
+mod cse;
 pub mod host;
 pub(crate) mod liveness;
 mod lower;
@@ -47,14 +48,17 @@ use weft_ir::{IrError, Module, TensorSharding, TensorType};
 pub type Cleanup = fn(&mut DeviceProgram);
 
 /// The clean-ups [`partition_function`] runs after lowering, by name, in
-/// order: forward identity steps, fold transposes into the dots that read
-/// them, remove dead steps, fuse all-reduce + shard slice into
+/// order: compose transposes of transposes, forward identity steps, fold
+/// transposes into the dots that read them, merge repeated computations
+/// ([`cse`]), remove dead steps, fuse all-reduce + shard slice into
 /// reduce-scatter, recompute cheap values and splats where they are read
 /// instead of storing them ([`remat`]), compact (renumber buffers in definition order), insert
 /// frees after last uses.
 pub const CLEANUPS: &[(&str, Cleanup)] = &[
+    ("compose_transposes", liveness::compose_transposes),
     ("forward_identities", liveness::forward_identities),
     ("fold_transposes", liveness::fold_transposes_into_dots),
+    ("cse", cse::eliminate_common_subexpressions),
     ("remove_dead_steps", liveness::remove_dead_steps),
     ("fuse_reduce_scatter", liveness::fuse_reduce_scatter),
     ("rematerialize", remat::rematerialize),

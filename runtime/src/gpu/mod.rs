@@ -315,6 +315,7 @@ impl<R: Runtime> Backend for CubeclBackend<R> {
                 reductions: true,
                 across: true,
                 float_kernels: true,
+                max_bindings: self.client.properties().hardware.max_bindings as usize,
                 ..FusionOptions::ELEMENTWISE
             }
         } else {

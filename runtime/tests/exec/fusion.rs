@@ -493,3 +493,118 @@ fn scalar_predicates_fuse() {
         assert!(gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]), "{pred}");
     }
 }
+
+/// A chain of more inputs and splat constants than a kernel may bind on
+/// the device (lavapipe: 32 storage buffers) is split into chains that
+/// fit: before, the kernel failed to build and the launch wrote nothing.
+/// Every result is bit for bit the CPU's.
+#[test]
+fn chains_past_the_binding_limit_split() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let mut text = String::from("device_program @wide mesh [x=1] {\n");
+    for k in 0..12 {
+        text += &format!("  input %{k} : f32[40]\n");
+    }
+    // acc = x0; then 30 times acc = acc * c_j + x_(j mod 12), each c_j
+    // its own constant.
+    let mut acc = 0;
+    let mut next = 12;
+    for j in 1..=30 {
+        let (c, m, a) = (next, next + 1, next + 2);
+        text += &format!("  %{c} = constant {} : f32[40]\n", 1.0 + j as f64 / 64.0);
+        text += &format!("  %{m} = mul %{acc}, %{c} : f32[40]\n");
+        text += &format!("  %{a} = add %{m}, %{} : f32[40]\n", j % 12);
+        acc = a;
+        next += 3;
+    }
+    text += &format!("  return %{acc}\n}}\n");
+    let p: DeviceProgram = text.parse().unwrap();
+    let mut rng = Rng::new(38);
+    let ins: Vec<HostTensor> =
+        (0..12).map(|_| crate::common::random(&mut rng, &TensorType::new(DType::F32, vec![40]), -1.0, 1.0)).collect();
+    let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+    let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+    assert!(gpu.fused_chains >= 2, "{} chains", gpu.fused_chains);
+    assert!(gpu.outputs[0][0].bitwise_eq(&cpu.outputs[0][0]));
+}
+
+/// A chain of rank-0 steps on rank-0 inputs (not through a broadcast)
+/// that then spreads its value over a vector (an AdamW update reading
+/// bias corrections computed earlier): the result is bit for bit the
+/// CPU's.
+#[test]
+fn a_chain_computes_rank0_inputs_before_spreading_them() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let p: DeviceProgram = "device_program @bias mesh [x=1] {
+  input %0 : f32[]
+  input %1 : f32[]
+  input %2 : f32[]
+  input %3 : f32[64]
+  input %4 : f32[64]
+  %5 = constant -2.0 : f32[]
+  %6 = mul %0, %5 : f32[]
+  %7 = div %6, %1 : f32[]
+  %8 = broadcast_in_dim %2 {dims = []} : f32[64]
+  %9 = div %3, %8 : f32[64]
+  %10 = broadcast_in_dim %7 {dims = []} : f32[64]
+  %11 = div %4, %10 : f32[64]
+  %12 = sqrt %11 : f32[64]
+  %13 = div %9, %12 : f32[64]
+  return %13
+}
+"
+    .parse()
+    .unwrap();
+    let ins = vec![
+        HostTensor::from_f32(&[], vec![-0.3]).unwrap(),
+        HostTensor::from_f32(&[], vec![1.3]).unwrap(),
+        HostTensor::from_f32(&[], vec![0.7]).unwrap(),
+        HostTensor::from_f32(&[64], (0..64).map(|i| i as f32 - 3.5).collect()).unwrap(),
+        HostTensor::from_f32(&[64], (0..64).map(|i| 1.0 + i as f32).collect()).unwrap(),
+    ];
+    let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+    let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+    let (g, c) = (&gpu.outputs[0][0], &cpu.outputs[0][0]);
+    assert!(g.bitwise_eq(c), "{:?} against {:?}", g.to_f64_vec(), c.to_f64_vec());
+}
+
+/// A rank-0 chain keeping two of its values for later steps (AdamW's bias
+/// corrections once common subexpressions are merged: `tanh` and
+/// `1 - tanh` read again by the next parameter's update): the result and
+/// both kept values are bit for bit the CPU's.
+#[test]
+fn a_scalar_chain_keeps_two_values() {
+    let Some(be) = wgpu_or_skip() else { return };
+    let p: DeviceProgram = "device_program @bias mesh [x=1] {
+  input %0 : f32[]
+  input %1 : f32[8]
+  %2 = constant -0.05 : f32[]
+  %3 = mul %0, %2 : f32[]
+  %4 = tanh %3 : f32[]
+  %5 = constant 1.0 : f32[]
+  %6 = sub %5, %4 : f32[]
+  %7 = constant -2.0 : f32[]
+  %8 = mul %4, %7 : f32[]
+  %9 = div %8, %6 : f32[]
+  %10 = broadcast_in_dim %9 {dims = []} : f32[8]
+  %11 = div %1, %10 : f32[8]
+  %12 = constant 3.0 : f32[]
+  %13 = mul %4, %12 : f32[]
+  %14 = div %13, %6 : f32[]
+  %15 = broadcast_in_dim %14 {dims = []} : f32[8]
+  %16 = div %1, %15 : f32[8]
+  return %11, %16
+}
+"
+    .parse()
+    .unwrap();
+    let ins = vec![
+        HostTensor::from_f32(&[], vec![7.0]).unwrap(),
+        HostTensor::from_f32(&[8], (0..8).map(|i| i as f32 - 3.5).collect()).unwrap(),
+    ];
+    let cpu = run_program_stats(&p, &[CpuBackend::new()], vec![ins.clone()]).unwrap();
+    let gpu = run_program_stats(&p, &[be_clone(&be)], vec![ins]).unwrap();
+    for (k, (g, c)) in gpu.outputs[0].iter().zip(&cpu.outputs[0]).enumerate() {
+        assert!(g.bitwise_eq(c), "output {k}: {:?} against {:?}", g.to_f64_vec(), c.to_f64_vec());
+    }
+}
