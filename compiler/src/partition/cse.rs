@@ -1,4 +1,4 @@
-//! `eliminate_common_subexpressions`: a compute step that repeats an
+//! `cse`: a compute step that repeats an
 //! earlier one (the same op and attributes on the same operands, with the
 //! same result type) reads the earlier result instead of computing it
 //! again.
@@ -22,7 +22,8 @@
 //! - the result is at most [`SMALL_BYTES`] (scalars, a norm's gains, a
 //!   small mask): each merged value holds at most that much longer.
 //!
-//! Splats (a splat constant, a scalar broadcast) merge too, so that the
+//! A `shard_slice` (a device's block of a replicated value: local, no
+//! communication) merges like a compute step. Splats (a splat constant, a scalar broadcast) merge too, so that the
 //! steps reading equal constants are seen to be equal; `rematerialize`,
 //! which runs later, recomputes a splat right before each elementwise
 //! reader again, where it costs nothing. A repeat that is a program output is kept (outputs stay distinct
@@ -65,24 +66,27 @@ pub(crate) fn eliminate_common_subexpressions(p: &mut DeviceProgram) {
     let mut alias: Vec<BufferId> = (0..n as u32).map(BufferId).collect();
     // Candidates by a key of op, operands and result type; `==` on the op
     // decides (the key is only a hash).
-    let mut first: HashMap<String, Vec<(Op, BufferId)>> = HashMap::new();
+    let mut first: HashMap<String, Vec<(Option<Op>, BufferId)>> = HashMap::new();
     let mut keep = Vec::with_capacity(p.steps.len());
 
     for (i, step) in std::mem::take(&mut p.steps).into_iter().enumerate() {
         let mut step = step;
         rename_reads(&mut step, &alias);
-        let Step::Compute { op, inputs, outputs } = &step else {
-            keep.push(step);
-            continue;
+        // A step that may merge: its key, its result, and what decides
+        // equality beyond the key (the op; a shard slice's is in the key).
+        let (key, out, op) = match &step {
+            Step::Compute { op, inputs, outputs } if outputs.len() == 1 && mergeable(op) => {
+                (format!("{op:?} {inputs:?}"), outputs[0], Some(op.clone()))
+            }
+            Step::ShardSlice { input, output, dims } => (format!("shard_slice {dims:?} {input:?}"), *output, None),
+            _ => {
+                keep.push(step);
+                continue;
+            }
         };
-        if outputs.len() != 1 || !mergeable(op) {
-            keep.push(step);
-            continue;
-        }
-        let out = outputs[0];
         let ty = &p.buffers[out.index()].ty;
-        let key = format!("{op:?} {inputs:?} {ty:?}");
-        let earlier = first.get(&key).and_then(|v| v.iter().find(|(o, _)| o == op)).map(|&(_, b)| b);
+        let key = format!("{key} {ty:?}");
+        let earlier = first.get(&key).and_then(|v| v.iter().find(|(o, _)| *o == op)).map(|&(_, b)| b);
         match earlier {
             Some(e)
                 if !is_output[out.index()]
@@ -93,7 +97,7 @@ pub(crate) fn eliminate_common_subexpressions(p: &mut DeviceProgram) {
                 last_use[e.index()] = last_use[e.index()].max(last_use[out.index()]);
             }
             _ => {
-                first.entry(key).or_default().push((op.clone(), out));
+                first.entry(key).or_default().push((op, out));
                 keep.push(step);
             }
         }
