@@ -93,7 +93,7 @@ impl FusedChain {
 }
 
 /// Which steps [`plan_fusion_with`] puts in chains (a backend's choice).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FusionOptions {
     /// Plan chains of elementwise steps at all.
     pub elementwise: bool,
@@ -170,6 +170,13 @@ impl FusionOptions {
     /// and broadcasts).
     pub const ALL: FusionOptions =
         FusionOptions { elementwise: true, splats: true, reductions: true, in_place: true, ..FusionOptions::NONE };
+}
+
+impl Default for FusionOptions {
+    /// [`FusionOptions::NONE`].
+    fn default() -> Self {
+        FusionOptions::NONE
+    }
 }
 
 /// Whether `op` is a `broadcast_in_dim` that keeps its operand's

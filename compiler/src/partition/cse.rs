@@ -19,8 +19,16 @@
 //!   later step reads it, or it is an output): the merged value then lives
 //!   within the union of the two lifetimes, so no step holds more bytes
 //!   than before; or
+//! - keeping it alive from its last reader to the repeat keeps every step
+//!   in between at or below the program's peak of live bytes; or
 //! - the result is at most [`SMALL_BYTES`] (scalars, a norm's gains, a
-//!   small mask): each merged value holds at most that much longer.
+//!   small mask) and the bytes merged this way stay within
+//!   [`SMALL_BUDGET`] in all: the peak grows by at most that.
+//!
+//! Dead steps are removed first, so a read by a step nothing needs (a
+//! transpose folded into its dots) does not count as keeping a value
+//! alive. Dense constants of more than [`DENSE_LIMIT`] elements are not
+//! compared.
 //!
 //! A `shard_slice` (a device's block of a replicated value: local, no
 //! communication) merges like a compute step. Splats (a splat constant, a scalar broadcast) merge too, so that the
@@ -33,42 +41,47 @@
 
 use std::collections::HashMap;
 use weft_ir::device::{BufferId, DeviceProgram, Step};
-use weft_ir::Op;
+use weft_ir::{LiteralData, Op};
 
-use super::liveness::{reads, rename_reads};
+use super::liveness::{remove_dead_steps, rename_reads, Lifetimes};
 
 /// Largest result (bytes per device) merged when the earlier result is
-/// no longer live at the repeat: 256 KiB, a `[256, 256]` `i32` causal-mask
-/// index.
+/// no longer live at the repeat and the peak would grow: 256 KiB, a
+/// `[256, 256]` `i32` causal-mask index.
 pub const SMALL_BYTES: usize = 256 * 1024;
+
+/// The most bytes per device merged under [`SMALL_BYTES`] in one program.
+pub const SMALL_BUDGET: usize = 1024 * 1024;
+
+/// Dense constants of more elements are never merged (nor printed into a
+/// key).
+pub const DENSE_LIMIT: usize = 1024;
 
 /// Whether a step's result may be merged with an earlier equal one.
 fn mergeable(op: &Op) -> bool {
-    !matches!(op, Op::Call { .. } | Op::ShardingConstraint { .. } | Op::Reshard { .. })
+    match op {
+        Op::Call { .. } | Op::ShardingConstraint { .. } | Op::Reshard { .. } => false,
+        Op::Constant(l) => !matches!(l.data, LiteralData::Dense(_)) || l.ty.num_elements() <= DENSE_LIMIT,
+        _ => true,
+    }
 }
 
 /// Merges repeated compute steps into their first occurrence; see the
 /// module docs. Runs before frees are inserted.
 pub(crate) fn eliminate_common_subexpressions(p: &mut DeviceProgram) {
+    remove_dead_steps(p);
     let n = p.buffers.len();
-    // Last step reading each buffer (`usize::MAX` for an output).
-    let mut last_use = vec![0usize; n];
-    for (i, s) in p.steps.iter().enumerate() {
-        for b in reads(s) {
-            last_use[b.index()] = last_use[b.index()].max(i);
-        }
-    }
+    let mut life = Lifetimes::of(p);
     let mut is_output = vec![false; n];
     for b in &p.outputs {
-        last_use[b.index()] = usize::MAX;
         is_output[b.index()] = true;
     }
     let mut alias: Vec<BufferId> = (0..n as u32).map(BufferId).collect();
     // Candidates by a key of op, operands and result type; `==` on the op
     // decides (the key is only a hash).
     let mut first: HashMap<String, Vec<(Option<Op>, BufferId)>> = HashMap::new();
+    let mut small_left = SMALL_BUDGET;
     let mut keep = Vec::with_capacity(p.steps.len());
-
     for (i, step) in std::mem::take(&mut p.steps).into_iter().enumerate() {
         let mut step = step;
         rename_reads(&mut step, &alias);
@@ -85,18 +98,37 @@ pub(crate) fn eliminate_common_subexpressions(p: &mut DeviceProgram) {
             }
         };
         let ty = &p.buffers[out.index()].ty;
+        let bytes = ty.size_bytes();
         let key = format!("{key} {ty:?}");
-        let earlier = first.get(&key).and_then(|v| v.iter().find(|(o, _)| *o == op)).map(|&(_, b)| b);
-        match earlier {
-            Some(e)
-                if !is_output[out.index()]
-                    && p.buffers[e.index()].ty == *ty
-                    && (last_use[e.index()] > i || ty.size_bytes() <= SMALL_BYTES) =>
-            {
+        // The newest equal result whose merge memory allows, and whether
+        // it takes the small budget.
+        let merge = (!is_output[out.index()])
+            .then(|| first.get(&key))
+            .flatten()
+            .into_iter()
+            .flat_map(|v| v.iter().rev())
+            .filter(|(o, e)| *o == op && p.buffers[e.index()].ty == *ty)
+            .find_map(|&(_, e)| {
+                let last = life.last[e.index()];
+                if last >= i || life.fits(bytes, last + 1, i) {
+                    Some((e, false))
+                } else {
+                    (bytes <= SMALL_BYTES && bytes <= small_left).then_some((e, true))
+                }
+            });
+        match merge {
+            Some((e, small)) => {
+                let last = life.last[e.index()];
+                if last < i {
+                    life.extend(bytes, last + 1, i);
+                }
+                if small {
+                    small_left -= bytes;
+                }
                 alias[out.index()] = e;
-                last_use[e.index()] = last_use[e.index()].max(last_use[out.index()]);
+                life.last[e.index()] = last.max(life.last[out.index()]);
             }
-            _ => {
+            None => {
                 first.entry(key).or_default().push((op, out));
                 keep.push(step);
             }

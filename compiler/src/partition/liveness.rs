@@ -61,6 +61,81 @@ pub(crate) fn rename_reads(step: &mut Step, alias: &[BufferId]) {
     }
 }
 
+/// Where each buffer lives in a program without `free` steps (a buffer is
+/// live from the step that writes it, inputs from the start, to its last
+/// reader, outputs to the end) and the bytes live at each step: what a
+/// clean-up that makes a value live longer checks against the program's
+/// peak.
+pub(crate) struct Lifetimes {
+    /// Last step reading each buffer (`usize::MAX` for an output, 0 for
+    /// none).
+    pub last: Vec<usize>,
+    /// Bytes live at each step.
+    live: Vec<usize>,
+    /// The largest of `live` (and of the inputs' bytes).
+    pub peak: usize,
+}
+
+impl Lifetimes {
+    pub(crate) fn of(p: &DeviceProgram) -> Lifetimes {
+        let n = p.steps.len();
+        let mut last = vec![0usize; p.buffers.len()];
+        let mut def = vec![0usize; p.buffers.len()];
+        for (i, s) in p.steps.iter().enumerate() {
+            for b in reads(s) {
+                last[b.index()] = last[b.index()].max(i);
+            }
+            for b in writes(s) {
+                def[b.index()] = i;
+                last[b.index()] = last[b.index()].max(i);
+            }
+        }
+        for b in &p.outputs {
+            last[b.index()] = usize::MAX;
+        }
+        // A difference array over steps: +bytes where a buffer starts,
+        // -bytes after its end.
+        let mut delta = vec![0i64; n + 1];
+        let mut inputs = 0usize;
+        for (b, buf) in p.buffers.iter().enumerate() {
+            let bytes = buf.ty.size_bytes();
+            let start = def[b];
+            let end = last[b].min(n.saturating_sub(1));
+            if p.inputs.contains(&BufferId(b as u32)) {
+                inputs += bytes;
+            }
+            if n > 0 && start <= end {
+                delta[start] += bytes as i64;
+                delta[end + 1] -= bytes as i64;
+            }
+        }
+        let mut live = Vec::with_capacity(n);
+        let mut at = 0i64;
+        for d in &delta[..n] {
+            at += d;
+            live.push(at.max(0) as usize);
+        }
+        let peak = live.iter().copied().max().unwrap_or(0).max(inputs);
+        Lifetimes { last, live, peak }
+    }
+
+    /// Whether `bytes` more live over steps `from..to` keeps every step at
+    /// or below the peak.
+    pub(crate) fn fits(&self, bytes: usize, from: usize, to: usize) -> bool {
+        let to = to.min(self.live.len());
+        from >= to || self.live[from..to].iter().all(|&l| l + bytes <= self.peak)
+    }
+
+    /// Counts `bytes` more live over steps `from..to`.
+    pub(crate) fn extend(&mut self, bytes: usize, from: usize, to: usize) {
+        let to = to.min(self.live.len());
+        for l in self.live.get_mut(from..to).unwrap_or(&mut []) {
+            *l += bytes;
+            self.peak = self.peak.max(*l);
+        }
+    }
+}
+
 /// Rewrites `transpose(transpose(x, p1), p2)` to `transpose(x, p)` with
 /// `p[i] = p1[p2[i]]`, so no step reads a transpose's result through
 /// another transpose (autodiff emits such pairs: `k` to heads-first, then
@@ -69,16 +144,32 @@ pub(crate) fn rename_reads(step: &mut Step, alias: &[BufferId]) {
 /// which [`forward_identities`] then removes; the inner transpose is
 /// dropped by [`remove_dead_steps`] when nothing else reads it. Either
 /// way [`fold_transposes_into_dots`] then sees the original operand.
+///
+/// Reading `x` later keeps it alive longer. A pair is composed only when
+/// that costs no memory: the outer transpose is the inner result's one
+/// reader (that result then dies instead, of the same size), or `x` is
+/// read at or after the outer one anyway, or the bytes `x` adds until
+/// then stay within the program's peak.
 pub(crate) fn compose_transposes(p: &mut DeviceProgram) {
+    let mut life = Lifetimes::of(p);
+    let uses = use_counts(p);
     let mut transposed: Vec<Option<(BufferId, Vec<usize>)>> = vec![None; p.buffers.len()];
-    for s in &mut p.steps {
+    for (i, s) in p.steps.iter_mut().enumerate() {
         let Step::Compute { op: Op::Transpose { perm }, inputs, outputs } = s else { continue };
         if inputs.len() != 1 || outputs.len() != 1 {
             continue;
         }
         if let Some((x, inner)) = &transposed[inputs[0].index()] {
-            *perm = perm.iter().map(|&d| inner[d]).collect();
-            inputs[0] = *x;
+            let last = life.last[x.index()];
+            let bytes = p.buffers[x.index()].ty.size_bytes();
+            if uses[inputs[0].index()] == 1 || last >= i || life.fits(bytes, last + 1, i) {
+                if last < i {
+                    life.extend(bytes, last + 1, i);
+                    life.last[x.index()] = i;
+                }
+                *perm = perm.iter().map(|&d| inner[d]).collect();
+                inputs[0] = *x;
+            }
         }
         transposed[outputs[0].index()] = Some((inputs[0], perm.clone()));
     }
@@ -148,7 +239,7 @@ pub(crate) fn writes(step: &Step) -> Vec<BufferId> {
 }
 
 /// Number of reads of each buffer (steps and outputs).
-fn use_counts(p: &DeviceProgram) -> Vec<usize> {
+pub(crate) fn use_counts(p: &DeviceProgram) -> Vec<usize> {
     let mut n = vec![0; p.buffers.len()];
     for s in &p.steps {
         for b in reads(s) {
