@@ -110,6 +110,7 @@ pub(crate) fn eliminate_common_subexpressions(p: &mut DeviceProgram) {
             .filter(|(o, e)| *o == op && p.buffers[e.index()].ty == *ty)
             .find_map(|&(_, e)| {
                 let last = life.last[e.index()];
+                // At step `i` the earlier value takes the repeat's place.
                 if last >= i || life.fits(bytes, last + 1, i) {
                     Some((e, false))
                 } else {

@@ -80,13 +80,16 @@ impl Lifetimes {
     pub(crate) fn of(p: &DeviceProgram) -> Lifetimes {
         let n = p.steps.len();
         let mut last = vec![0usize; p.buffers.len()];
-        let mut def = vec![0usize; p.buffers.len()];
+        let mut def: Vec<Option<usize>> = vec![None; p.buffers.len()];
+        for b in &p.inputs {
+            def[b.index()] = Some(0);
+        }
         for (i, s) in p.steps.iter().enumerate() {
             for b in reads(s) {
                 last[b.index()] = last[b.index()].max(i);
             }
             for b in writes(s) {
-                def[b.index()] = i;
+                def[b.index()] = Some(i);
                 last[b.index()] = last[b.index()].max(i);
             }
         }
@@ -96,14 +99,12 @@ impl Lifetimes {
         // A difference array over steps: +bytes where a buffer starts,
         // -bytes after its end.
         let mut delta = vec![0i64; n + 1];
-        let mut inputs = 0usize;
+        let inputs: usize = p.inputs.iter().map(|b| p.buffers[b.index()].ty.size_bytes()).sum();
         for (b, buf) in p.buffers.iter().enumerate() {
+            // A buffer no step writes and no input is (a removed step's) holds nothing.
+            let Some(start) = def[b] else { continue };
             let bytes = buf.ty.size_bytes();
-            let start = def[b];
             let end = last[b].min(n.saturating_sub(1));
-            if p.inputs.contains(&BufferId(b as u32)) {
-                inputs += bytes;
-            }
             if n > 0 && start <= end {
                 delta[start] += bytes as i64;
                 delta[end + 1] -= bytes as i64;
@@ -120,7 +121,7 @@ impl Lifetimes {
     }
 
     /// Whether `bytes` more live over steps `from..to` keeps every step at
-    /// or below the peak.
+    /// or below the peak (`to` past the last step counts to the end).
     pub(crate) fn fits(&self, bytes: usize, from: usize, to: usize) -> bool {
         let to = to.min(self.live.len());
         from >= to || self.live[from..to].iter().all(|&l| l + bytes <= self.peak)
@@ -162,9 +163,10 @@ pub(crate) fn compose_transposes(p: &mut DeviceProgram) {
         if let Some((x, inner)) = &transposed[inputs[0].index()] {
             let last = life.last[x.index()];
             let bytes = p.buffers[x.index()].ty.size_bytes();
-            if uses[inputs[0].index()] == 1 || last >= i || life.fits(bytes, last + 1, i) {
+            // Read at step `i` now, `x` is live through it.
+            if uses[inputs[0].index()] == 1 || last >= i || life.fits(bytes, last + 1, i + 1) {
                 if last < i {
-                    life.extend(bytes, last + 1, i);
+                    life.extend(bytes, last + 1, i + 1);
                     life.last[x.index()] = i;
                 }
                 *perm = perm.iter().map(|&d| inner[d]).collect();
