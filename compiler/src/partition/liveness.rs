@@ -81,20 +81,31 @@ impl Lifetimes {
         let n = p.steps.len();
         let mut last = vec![0usize; p.buffers.len()];
         let mut def: Vec<Option<usize>> = vec![None; p.buffers.len()];
+        let mut read = vec![false; p.buffers.len()];
         for b in &p.inputs {
             def[b.index()] = Some(0);
         }
         for (i, s) in p.steps.iter().enumerate() {
             for b in reads(s) {
                 last[b.index()] = last[b.index()].max(i);
+                read[b.index()] = true;
             }
+            // From the first write: a started collective's result is held
+            // from its start.
             for b in writes(s) {
-                def[b.index()] = Some(i);
+                def[b.index()].get_or_insert(i);
                 last[b.index()] = last[b.index()].max(i);
             }
         }
         for b in &p.outputs {
             last[b.index()] = usize::MAX;
+            read[b.index()] = true;
+        }
+        // An input nothing reads is freed before the first step.
+        for b in &p.inputs {
+            if !read[b.index()] {
+                def[b.index()] = None;
+            }
         }
         // A difference array over steps: +bytes where a buffer starts,
         // -bytes after its end.
@@ -163,12 +174,18 @@ pub(crate) fn compose_transposes(p: &mut DeviceProgram) {
         if let Some((x, inner)) = &transposed[inputs[0].index()] {
             let last = life.last[x.index()];
             let bytes = p.buffers[x.index()].ty.size_bytes();
-            // Read at step `i` now, `x` is live through it.
-            if uses[inputs[0].index()] == 1 || last >= i || life.fits(bytes, last + 1, i + 1) {
-                if last < i {
-                    life.extend(bytes, last + 1, i + 1);
-                    life.last[x.index()] = i;
-                }
+            // Read at step `i` now, `x` is live through it. Where the inner
+            // result dies instead, its counted bytes already cover `x`'s.
+            let compose = if uses[inputs[0].index()] == 1 || last >= i {
+                true
+            } else if life.fits(bytes, last + 1, i + 1) {
+                life.extend(bytes, last + 1, i + 1);
+                true
+            } else {
+                false
+            };
+            if compose {
+                life.last[x.index()] = last.max(i);
                 *perm = perm.iter().map(|&d| inner[d]).collect();
                 inputs[0] = *x;
             }
