@@ -42,7 +42,7 @@
 //! calling stream synchronised before the product, cuBLAS's after it).
 //! One flag pair is kept per thread that ever ran a product (8 bytes).
 
-use super::cuda_devices::{panic_message, primary_context};
+use super::cuda_context::{panic_message, primary_context};
 use super::library_gemm::{GemmElems, GemmOperand, LibraryGemm};
 use super::CubeclBackend;
 use crate::backend::Backend;

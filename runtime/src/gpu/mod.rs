@@ -22,6 +22,8 @@ mod constants;
 #[cfg(feature = "cuda")]
 pub mod cublas;
 #[cfg(feature = "cuda")]
+mod cuda_context;
+#[cfg(feature = "cuda")]
 pub mod cuda_devices;
 pub mod device_collectives;
 mod dot;

@@ -43,7 +43,7 @@
 //! machine without a GPU; `specs/runtime.md` says what has been checked
 //! and the command that checks the rest (`tests/nccl.rs`).
 
-use super::cuda_devices::{panic_message, primary_context};
+use super::cuda_context::{panic_message, primary_context};
 use super::device_collectives::{native_groups, native_kind, native_output_type, NativeCollectives, NativeKind};
 use super::{CubeBuffer, CubeclBackend};
 use crate::backend::Backend;
