@@ -295,16 +295,17 @@ fn chain_at(
     let mut read: HashSet<BufferId> = ins.iter().copied().collect();
     let mut gap = 0;
     let mut constants = usize::from(is_splat_constant(op));
-    if bindings(&read, &produced, constants) > opts.max_bindings {
+    if read.len() + constants + CHAIN_OWN_BINDINGS > opts.max_bindings {
         return None;
     }
     for (k, s) in p.steps.iter().enumerate().skip(start + 1) {
         let free = !claimed[k];
+        // The chain's inputs with this step's, and its bindings then
+        // (see `FusionOptions::max_bindings`).
         let room = |op: &Op, ins: &[BufferId]| {
-            let reads: HashSet<BufferId> = read.union(&ins.iter().copied().collect()).copied().collect();
-            let outside = reads.iter().filter(|b| !produced.contains(b)).count();
-            (!opts.across || outside <= MAX_INPUTS)
-                && bindings(&reads, &produced, constants + usize::from(is_splat_constant(op))) <= opts.max_bindings
+            let outside = read.union(&ins.iter().copied().collect()).filter(|b| !produced.contains(b)).count();
+            let constants = constants + usize::from(is_splat_constant(op));
+            (!opts.across || outside <= MAX_INPUTS) && outside + constants + CHAIN_OWN_BINDINGS <= opts.max_bindings
         };
         match (s, fusible(s, opts)) {
             (Step::Free(_), _) => continue,
@@ -363,13 +364,6 @@ fn chain_at(
 /// Whether `op` is a splat `constant` (a backend may bind one buffer for it).
 fn is_splat_constant(op: &Op) -> bool {
     matches!(op, Op::Constant(_)) && op.is_splat()
-}
-
-/// The buffers a chain that reads `read`, of which it makes `produced`,
-/// and holds `constants` splat constants binds (see
-/// [`FusionOptions::max_bindings`]).
-fn bindings(read: &HashSet<BufferId>, produced: &HashSet<BufferId>, constants: usize) -> usize {
-    read.iter().filter(|b| !produced.contains(b)).count() + constants + CHAIN_OWN_BINDINGS
 }
 
 /// The float class of a value, for [`FusionOptions::float_kernels`].

@@ -1,7 +1,6 @@
-//! `cse`: a compute step that repeats an
-//! earlier one (the same op and attributes on the same operands, with the
-//! same result type) reads the earlier result instead of computing it
-//! again.
+//! `cse`: a compute step that repeats an earlier one (the same op and
+//! attributes on the same operands, with the same result type) reads the
+//! earlier result instead of computing it again.
 //!
 //! Why: a training step is emitted per parameter and per layer, and
 //! autodiff emits the backward pass apart from the forward one, so the same
@@ -31,11 +30,12 @@
 //! compared.
 //!
 //! A `shard_slice` (a device's block of a replicated value: local, no
-//! communication) merges like a compute step. Splats (a splat constant, a scalar broadcast) merge too, so that the
-//! steps reading equal constants are seen to be equal; `rematerialize`,
-//! which runs later, recomputes a splat right before each elementwise
-//! reader again, where it costs nothing. A repeat that is a program output is kept (outputs stay distinct
-//! buffers). Collectives are never merged. Steps are visited in order and
+//! communication) merges like a compute step. Splats (a splat constant, a
+//! scalar broadcast) merge too, so that the steps reading equal constants
+//! are seen to be equal; `rematerialize`, which runs later, recomputes a
+//! splat right before each elementwise reader again, where it costs
+//! nothing. A repeat that is a program output is kept (outputs stay
+//! distinct buffers). Collectives are never merged. Steps are visited in order and
 //! a merged repeat's readers read the earlier value, so chains of repeats
 //! (a whole repeated expression) merge step by step.
 
@@ -100,8 +100,8 @@ pub(crate) fn eliminate_common_subexpressions(p: &mut DeviceProgram) {
         let ty = &p.buffers[out.index()].ty;
         let bytes = ty.size_bytes();
         let key = format!("{key} {ty:?}");
-        // The newest equal result whose merge memory allows, and whether
-        // it takes the small budget.
+        // The newest equal result whose merge memory allows, its last
+        // reader, and whether it takes the small budget.
         let merge = (!is_output[out.index()])
             .then(|| first.get(&key))
             .flatten()
@@ -112,14 +112,13 @@ pub(crate) fn eliminate_common_subexpressions(p: &mut DeviceProgram) {
                 let last = life.last[e.index()];
                 // At step `i` the earlier value takes the repeat's place.
                 if last >= i || life.fits(bytes, last + 1, i) {
-                    Some((e, false))
+                    Some((e, last, false))
                 } else {
-                    (bytes <= SMALL_BYTES && bytes <= small_left).then_some((e, true))
+                    (bytes <= SMALL_BYTES && bytes <= small_left).then_some((e, last, true))
                 }
             });
         match merge {
-            Some((e, small)) => {
-                let last = life.last[e.index()];
+            Some((e, last, small)) => {
                 if last < i {
                     life.extend(bytes, last + 1, i);
                 }

@@ -79,32 +79,19 @@ pub(crate) struct Lifetimes {
 impl Lifetimes {
     pub(crate) fn of(p: &DeviceProgram) -> Lifetimes {
         let n = p.steps.len();
-        let mut last = vec![0usize; p.buffers.len()];
+        let read = last_reads(p);
+        let mut last: Vec<usize> = read.iter().map(|r| r.unwrap_or(0)).collect();
         let mut def: Vec<Option<usize>> = vec![None; p.buffers.len()];
-        let mut read = vec![false; p.buffers.len()];
+        // An input nothing reads is freed before the first step.
         for b in &p.inputs {
-            def[b.index()] = Some(0);
+            def[b.index()] = read[b.index()].map(|_| 0);
         }
         for (i, s) in p.steps.iter().enumerate() {
-            for b in reads(s) {
-                last[b.index()] = last[b.index()].max(i);
-                read[b.index()] = true;
-            }
             // From the first write: a started collective's result is held
             // from its start.
             for b in writes(s) {
                 def[b.index()].get_or_insert(i);
                 last[b.index()] = last[b.index()].max(i);
-            }
-        }
-        for b in &p.outputs {
-            last[b.index()] = usize::MAX;
-            read[b.index()] = true;
-        }
-        // An input nothing reads is freed before the first step.
-        for b in &p.inputs {
-            if !read[b.index()] {
-                def[b.index()] = None;
             }
         }
         // A difference array over steps: +bytes where a buffer starts,
@@ -255,6 +242,21 @@ pub(crate) fn writes(step: &Step) -> Vec<BufferId> {
         Step::Done(b) => vec![*b],
         Step::Free(_) => Vec::new(),
     }
+}
+
+/// The last step that reads each buffer (`usize::MAX` for an output;
+/// `None` for a buffer nothing reads).
+pub(crate) fn last_reads(p: &DeviceProgram) -> Vec<Option<usize>> {
+    let mut last = vec![None; p.buffers.len()];
+    for (i, s) in p.steps.iter().enumerate() {
+        for b in reads(s) {
+            last[b.index()] = Some(i);
+        }
+    }
+    for b in &p.outputs {
+        last[b.index()] = Some(usize::MAX);
+    }
+    last
 }
 
 /// Number of reads of each buffer (steps and outputs).

@@ -37,7 +37,7 @@
 use weft_ir::device::{Buffer, BufferId, DeviceProgram, Step};
 use weft_ir::{BinaryOp, Op, UnaryOp};
 
-use super::liveness::reads;
+use super::liveness::{last_reads, reads};
 
 /// Recomputes cheap values and splats at their readers (see the module
 /// docs). Runs before frees are inserted.
@@ -137,15 +137,7 @@ fn recompute_cheap_values(p: &mut DeviceProgram) {
     let cheap = producers(p, is_cheap);
     let splat = producers(p, Op::is_splat);
     // The last step that reads each buffer (program outputs: past the end).
-    let mut last_read = vec![0usize; p.buffers.len()];
-    for (i, s) in p.steps.iter().enumerate() {
-        for b in reads(s) {
-            last_read[b.index()] = last_read[b.index()].max(i);
-        }
-    }
-    for o in &p.outputs {
-        last_read[o.index()] = usize::MAX;
-    }
+    let last_read: Vec<usize> = last_reads(p).into_iter().map(|r| r.unwrap_or(0)).collect();
     // How many chain breaks come before each step.
     let mut breaks = Vec::with_capacity(p.steps.len());
     let mut n = 0usize;
